@@ -1,0 +1,787 @@
+"""Store and load recorded runs in an embedded Kùzu graph DB (`--db DIR` → DIR/profile.kuzu).
+
+`open_db` returns a `ProfileDB`; `save_profile` / `load_profile` are exact inverses
+(except `OpRecord.windows_ns`, an in-memory input of energy attribution that is not
+stored). Choices and the failures they prevent:
+
+- Bulk loads only: every table is written with one `COPY <table> FROM $rows` of an
+  Arrow table built from `schema.arrow_schema` (one CREATE per row took minutes for a
+  10k-operator run; COPY takes well under a second). Reads use `get_as_arrow()`.
+- The Run node is written first with status "loading" and flipped to its real status
+  last, so a crash mid-load is visible in `magneton runs` instead of looking complete;
+  on an exception the partial run is removed.
+- Opening checks the `Meta` table: a DB of another schema version, a Kùzu DB that
+  Magneton did not write, a corrupt file and a DB locked by another process each give
+  one `MagnetonError` line instead of a Kùzu traceback or a misread graph.
+- `user_query` (behind `magneton query`) tokenizes the Cypher, skipping string literals,
+  escaped names and comments, and refuses write clauses before running anything; the
+  read-only Kùzu database is the real enforcement and its error maps to the same message.
+- Kùzu's file lock is per process, so two `kuzu.Database` objects of one process can
+  both write the same file; a registry of open paths refuses that here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+import weakref
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import kuzu
+import numpy as np
+import pyarrow as pa
+
+from . import schema as S
+from .model import (
+    SCHEMA_VERSION,
+    FrameRecord,
+    KernelRecord,
+    MagnetonError,
+    ModuleRecord,
+    OpRecord,
+    PowerSeries,
+    Profile,
+    RunInfo,
+    TensorRecord,
+)
+
+DB_FILENAME = "profile.kuzu"
+APP = "magneton"
+# Operator properties holding JSON text (nested lists Kùzu would need fixed-depth types for).
+_JSON_OP_COLUMNS = ("input_shapes", "output_shapes")
+
+
+def db_file(path: str | Path) -> Path:
+    """The Kùzu file of a `--db` argument: DIR/profile.kuzu (an existing file is used as is)."""
+    p = Path(path)
+    return p if p.is_file() else p / DB_FILENAME
+
+
+@dataclass
+class RunRow:
+    name: str
+    script: str
+    started_at: str
+    op_count: int
+    status: str
+    energy_j: float
+    time_s: float
+    power_source: str
+    energy_method: str
+    error: str = ""
+
+
+@dataclass
+class QueryResult:
+    columns: list[str]
+    rows: list[list]
+
+    def records(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.columns, r, strict=True)) for r in self.rows]
+
+
+# --------------------------------------------------------------------------------------
+# Opening
+# --------------------------------------------------------------------------------------
+
+# Resolved DB file → modes currently open in this process ("rw" / "ro").
+_OPEN: dict[Path, list[str]] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def _register_open(file: Path, mode: str) -> None:
+    with _OPEN_LOCK:
+        modes = _OPEN.setdefault(file, [])
+        if modes and (mode == "rw" or "rw" in modes):
+            raise MagnetonError(
+                f"the Magneton DB {file} is already open in this process "
+                f"({'for writing' if 'rw' in modes else 'read-only'}); close it first"
+            )
+        modes.append(mode)
+
+
+def _unregister_open(file: Path, mode: str) -> None:
+    with _OPEN_LOCK:
+        modes = _OPEN.get(file, [])
+        if mode in modes:
+            modes.remove(mode)
+        if not modes:
+            _OPEN.pop(file, None)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def open_db(path: str | Path, read_only: bool = False, create: bool = True) -> ProfileDB:
+    """Open the Magneton DB in directory `path` (file `path`/profile.kuzu).
+
+    Writable opens create the directory and the schema when missing (unless
+    `create=False`). Raises MagnetonError for a missing, foreign, corrupt, locked or
+    wrong-version DB.
+    """
+    path = Path(path)
+    file = db_file(path)
+    if not file.exists() and (read_only or not create):
+        raise MagnetonError(f"no Magneton DB at {path} (record a run first: magneton record ...)")
+    if file.exists() and file.is_dir():
+        raise MagnetonError(f"{file} is a directory, not a Kùzu DB file; use another --db")
+    if not read_only:
+        try:
+            file.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise MagnetonError(f"cannot create the DB directory {file.parent}: {e}") from None
+    key = file.resolve()
+    mode = "ro" if read_only else "rw"
+    _register_open(key, mode)
+    try:
+        db = _open_kuzu(file, read_only)
+    except BaseException:
+        _unregister_open(key, mode)
+        raise
+    try:
+        pdb = ProfileDB(db, file, read_only)
+    except BaseException:
+        db.close()
+        _unregister_open(key, mode)
+        raise
+    pdb._finalizer = weakref.finalize(pdb, _unregister_open, key, mode)
+    return pdb
+
+
+def _open_kuzu(file: Path, read_only: bool) -> kuzu.Database:
+    try:
+        return kuzu.Database(str(file), read_only=read_only)
+    except Exception as e:  # kuzu raises RuntimeError for everything
+        msg = str(e)
+        if "lock" in msg.lower():
+            raise MagnetonError(
+                f"the Magneton DB {file} is in use by another process (Kùzu allows one "
+                "writer, and no readers while it writes); retry when it has finished"
+            ) from None
+        if "not a valid kuzu database" in msg.lower():
+            raise MagnetonError(
+                f"{file} is not a Kùzu database (corrupt or another kind of file); "
+                "move it away or use another --db"
+            ) from None
+        raise MagnetonError(
+            f"cannot open the Magneton DB {file} (corrupt or written by another Kùzu "
+            f"version): {_first_line(e)}"
+        ) from None
+
+
+# --------------------------------------------------------------------------------------
+# Read-only query guard
+# --------------------------------------------------------------------------------------
+
+_WRITE_CLAUSES = {
+    "CREATE",
+    "MERGE",
+    "SET",
+    "DELETE",
+    "DETACH",
+    "REMOVE",
+    "COPY",
+    "DROP",
+    "ALTER",
+    "INSTALL",
+    "UNINSTALL",
+    "ATTACH",
+    "IMPORT",
+    "EXPORT",
+    "CHECKPOINT",
+    "COMMENT",
+}
+# CALL <procedure>: procedures whose name starts like this change the DB or files.
+_WRITE_PROCEDURE = re.compile(
+    r"^(create|drop|alter|delete|insert|update|set|import|export|install|load)_", re.I
+)
+_IDENT_START = re.compile(r"[A-Za-z_]")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _words(cypher: str) -> list[tuple[str, str, str]]:
+    """Bare words of a Cypher text as (word, previous symbol, next symbol).
+
+    String literals, `escaped names`, $parameters, numbers and comments are skipped, so
+    a value 'CREATE' or a property `settings` is never taken for a clause.
+    """
+    out: list[tuple[str, str, str]] = []
+    i, n = 0, len(cypher)
+    prev = ""
+    pending: list[int] = []  # indices in `out` still waiting for their next symbol
+    while i < n:
+        ch = cypher[i]
+        if ch.isspace():
+            i += 1
+            continue
+        if ch in "'\"":
+            j = i + 1
+            while j < n and cypher[j] != ch:
+                j += 2 if cypher[j] == "\\" else 1
+            i, sym = j + 1, "'"
+        elif ch == "`":
+            j = cypher.find("`", i + 1)
+            i, sym = (n if j < 0 else j + 1), "`"
+        elif cypher.startswith("//", i):
+            j = cypher.find("\n", i)
+            i = n if j < 0 else j + 1
+            continue
+        elif cypher.startswith("/*", i):
+            j = cypher.find("*/", i + 2)
+            i = n if j < 0 else j + 2
+            continue
+        elif ch == "$" or ch.isdigit():
+            j = i + 1
+            while j < n and (cypher[j].isalnum() or cypher[j] in "_."):
+                j += 1
+            i, sym = j, "0"
+        elif _IDENT_START.match(ch):
+            m = _IDENT.match(cypher, i)
+            assert m is not None
+            word = m.group(0)
+            for k in pending:
+                out[k] = (out[k][0], out[k][1], "w")
+            pending = [len(out)]
+            out.append((word, prev, ""))
+            prev = "w"
+            i = m.end()
+            continue
+        else:
+            i, sym = i + 1, ch
+        for k in pending:
+            out[k] = (out[k][0], out[k][1], sym)
+        pending = []
+        prev = sym
+    return out
+
+
+def find_write_clause(cypher: str) -> str | None:
+    """The first clause of `cypher` that would write (e.g. "DETACH DELETE"), or None."""
+    words = _words(cypher)
+    for k, (word, prev, nxt) in enumerate(words):
+        # `n.set`, `:Create` (a label), `{delete: 1}` (a map key) are names, not clauses
+        if prev in (".", ":") or nxt == ":":
+            continue
+        upper = word.upper()
+        following = words[k + 1][0] if k + 1 < len(words) else ""
+        if upper in _WRITE_CLAUSES:
+            if upper == "DETACH" and following.upper() == "DELETE":
+                return "DETACH DELETE"
+            return upper
+        if upper == "LOAD" and following.upper() == "EXTENSION":
+            return "LOAD EXTENSION"
+        if upper == "CALL" and _WRITE_PROCEDURE.match(following):
+            return f"CALL {following}"
+    return None
+
+
+def _refused(clause: str) -> MagnetonError:
+    return MagnetonError(
+        f"query refused: {clause} writes to the DB, and `magneton query` is read-only "
+        "(use MATCH ... RETURN ...)"
+    )
+
+
+# --------------------------------------------------------------------------------------
+# The DB
+# --------------------------------------------------------------------------------------
+
+
+def _uids(run: str, n: int) -> list[str]:
+    return [f"{run}/{i}" for i in range(n)]
+
+
+def _check_dense(what: str, items: list) -> None:
+    for i, it in enumerate(items):
+        if it.idx != i:
+            raise ValueError(f"{what}[{i}].idx is {it.idx}: profile indices must be dense 0..n-1")
+
+
+def _group(n: int, owner: np.ndarray, pos: np.ndarray, value: np.ndarray) -> list[list[int]]:
+    """Per owner 0..n-1, its values ordered by pos (rel rows → OpRecord lists)."""
+    if len(owner) == 0:
+        return [[] for _ in range(n)]
+    order = np.lexsort((pos, owner))
+    vals = value[order]
+    counts = np.bincount(owner, minlength=n)
+    return [a.tolist() for a in np.split(vals, np.cumsum(counts)[:-1])]
+
+
+class ProfileDB:
+    """One open Magneton DB. Use as a context manager or call `close()`."""
+
+    def __init__(self, db: kuzu.Database, file: Path, read_only: bool):
+        self._db = db
+        self.file = file
+        self.read_only = read_only
+        self._finalizer: weakref.finalize | None = None
+        try:
+            self._conn = kuzu.Connection(db)
+            self._check_or_create_schema()
+        except MagnetonError:
+            raise
+        except Exception as e:
+            raise MagnetonError(
+                f"cannot read the Magneton DB {file} (corrupt?): {_first_line(e)}"
+            ) from None
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._db is None:
+            return
+        self._conn.close()
+        self._db.close()
+        self._db = None
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __enter__(self) -> ProfileDB:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- schema ----------------------------------------------------------------------
+
+    def _table_names(self) -> set[str]:
+        res = self._conn.execute("CALL show_tables() RETURN name")
+        return {r[0] for r in res.get_all()}
+
+    def _check_or_create_schema(self) -> None:
+        tables = self._table_names()
+        if not tables:
+            if self.read_only:
+                raise MagnetonError(f"{self.file} is an empty Kùzu DB, not a Magneton DB")
+            self._create_schema()
+            return
+        if "Meta" not in tables:
+            raise MagnetonError(
+                f"{self.file} is a Kùzu DB but not a Magneton DB (no Meta table); "
+                "use another --db"
+            )
+        meta = dict(self._conn.execute("MATCH (m:Meta) RETURN m.key, m.value").get_all())
+        if meta.get("app") != APP:
+            raise MagnetonError(
+                f"{self.file} is a Kùzu DB but not a Magneton DB (Meta has no app=magneton); "
+                "use another --db"
+            )
+        version = meta.get("schema_version", "?")
+        if version != str(SCHEMA_VERSION):
+            raise MagnetonError(
+                f"DB schema v{version}, this magneton needs v{SCHEMA_VERSION}; re-record or "
+                "use a matching magneton version"
+            )
+        if not self.read_only:
+            missing = [t for t in S.all_tables() if t.name not in tables]
+            for t in missing:  # extension tables added since the DB was created
+                self._conn.execute(t.ddl())
+
+    def _create_schema(self) -> None:
+        for stmt in S.ddl():
+            self._conn.execute(stmt)
+        self._conn.execute(
+            "CREATE (:Meta {key: 'app', value: $app}), (:Meta {key: 'schema_version', value: $v})",
+            {"app": APP, "v": str(SCHEMA_VERSION)},
+        )
+
+    def _writable(self) -> None:
+        if self._db is None:
+            raise MagnetonError("the Magneton DB is closed")
+        if self.read_only:
+            raise MagnetonError(f"the Magneton DB {self.file} is open read-only")
+
+    # ---- generic bulk load -------------------------------------------------------------
+
+    def bulk_insert(self, table: str, rows: list[dict] | pa.Table) -> int:
+        """COPY rows into `table` (a name from `schema`); returns the number of rows.
+
+        Node rows are keyed by property name; rel rows also carry "from" and "to" (the
+        primary keys of the end nodes). Missing properties are stored as null; columns
+        are put in the table's property order and cast to its types.
+        """
+        self._writable()
+        spec = S.table(table)
+        target = S.arrow_schema(spec)
+        if isinstance(rows, pa.Table):
+            cols = {}
+            for f in target:
+                if f.name in rows.column_names:
+                    cols[f.name] = rows.column(f.name).cast(f.type)
+                else:
+                    cols[f.name] = pa.nulls(rows.num_rows, f.type)
+            data = pa.Table.from_pydict(cols, schema=target)
+        else:
+            data = pa.Table.from_pydict(
+                {f.name: [r.get(f.name) for r in rows] for f in target}, schema=target
+            )
+        if data.num_rows:
+            self._copy(table, data)
+        return data.num_rows
+
+    def _copy(self, table: str, data: pa.Table) -> None:
+        self._conn.execute(f"COPY {table} FROM $rows", {"rows": data})
+
+    def _copy_columns(self, spec: S.Table, columns: dict[str, list]) -> None:
+        data = pa.Table.from_pydict(columns, schema=S.arrow_schema(spec))
+        if data.num_rows:
+            self._copy(spec.name, data)
+
+    # ---- runs ------------------------------------------------------------------------
+
+    def has_run(self, name: str) -> bool:
+        res = self._conn.execute("MATCH (r:Run {name: $n}) RETURN count(*)", {"n": name})
+        return res.get_all()[0][0] > 0
+
+    def list_runs(self) -> list[RunRow]:
+        cols = [f.name for f in fields(RunRow)]
+        res = self._conn.execute(
+            f"MATCH (r:Run) RETURN {', '.join('r.' + c for c in cols)} "
+            "ORDER BY r.started_at, r.name"
+        )
+        return [RunRow(*row) for row in res.get_all()]
+
+    def require_run(self, name: str) -> None:
+        if not self.has_run(name):
+            names = [r.name for r in self.list_runs()]
+            raise MagnetonError(
+                f"no run '{name}' in DB (runs: {', '.join(names) if names else 'none yet'})"
+            )
+
+    def delete_run(self, name: str) -> None:
+        """Remove a run with all its nodes and rels (no error when it is absent)."""
+        self._writable()
+        tables = self._table_names()
+        for spec in S.all_tables():
+            if isinstance(spec, S.NodeTable) and spec.per_run and spec.name in tables:
+                self._conn.execute(
+                    f"MATCH (n:{spec.name}) WHERE n.run = $n DETACH DELETE n", {"n": name}
+                )
+        self._conn.execute("MATCH (r:Run {name: $n}) DETACH DELETE r", {"n": name})
+
+    def _claim_name(self, name: str, replace: bool) -> None:
+        if not name:
+            raise MagnetonError("a run needs a non-empty name")
+        if self.has_run(name):
+            if not replace:
+                raise MagnetonError(
+                    f"run '{name}' already exists in the DB; choose another name or replace it"
+                )
+            self.delete_run(name)
+
+    def _insert_run(self, run: RunInfo, status: str, op_count: int) -> None:
+        row = {f.name: getattr(run, f.name) for f in fields(RunInfo)}
+        row["status"] = status
+        row["op_count"] = op_count
+        self.bulk_insert("Run", [row])
+
+    def save_failed_run(self, run: RunInfo, replace: bool = False) -> None:
+        """Store only the Run node, status "failed", for a script that raised or was
+        interrupted. Other runs stay untouched."""
+        self._writable()
+        self._claim_name(run.name, replace)
+        self._insert_run(run, "failed", 0)
+
+    def save_profile(self, profile: Profile, replace: bool = False) -> None:
+        """Bulk-load a recorded run. An existing run of that name is an error unless
+        `replace` (then it is deleted first)."""
+        self._writable()
+        run = profile.run.name
+        for what in ("ops", "tensors", "modules", "frames", "kernels"):
+            _check_dense(what, getattr(profile, what))
+        self._claim_name(run, replace)
+        self._insert_run(profile.run, "loading", len(profile.ops))
+        try:
+            self._copy_profile(profile)
+        except BaseException:
+            # never leave half a run behind; the original error is the one to show
+            with contextlib.suppress(Exception):
+                self.delete_run(run)
+            raise
+        self._conn.execute(
+            "MATCH (r:Run {name: $n}) SET r.status = $s",
+            {"n": run, "s": profile.run.status or "ok"},
+        )
+
+    def _copy_profile(self, p: Profile) -> None:
+        run = p.run.name
+        ops, tensors = p.ops, p.tensors
+        op_uid = _uids(run, len(ops))
+        t_uid = _uids(run, len(tensors))
+        m_uid = _uids(run, len(p.modules))
+        f_uid = _uids(run, len(p.frames))
+        k_uid = _uids(run, len(p.kernels))
+
+        def node(spec: S.NodeTable, items: list, uids: list[str], **special: list) -> None:
+            cols: dict[str, list] = {"uid": uids, "run": [run] * len(uids)}
+            for c in spec.columns[2:]:
+                if c.name in special:
+                    cols[c.name] = special[c.name]
+                else:
+                    cols[c.name] = [getattr(it, c.name) for it in items]
+            self._copy_columns(spec, cols)
+
+        dumps = json.JSONEncoder(separators=(",", ":")).encode
+        node(
+            S.OPERATOR,
+            ops,
+            op_uid,
+            input_shapes=[dumps(o.input_shapes) for o in ops],
+            output_shapes=[dumps(o.output_shapes) for o in ops],
+        )
+        node(S.TENSOR, tensors, t_uid)
+        node(S.MODULE, p.modules, m_uid)
+        node(S.FRAME, p.frames, f_uid)
+        node(S.KERNEL, p.kernels, k_uid)
+        cfg = list(p.config.items())
+        c_uid = _uids(run, len(cfg))
+        self._copy_columns(
+            S.CONFIG_ENTRY,
+            {
+                "uid": c_uid,
+                "run": [run] * len(cfg),
+                "idx": list(range(len(cfg))),
+                "key": [k for k, _ in cfg],
+                "value": [str(v) for _, v in cfg],
+            },
+        )
+        ps_uid = _uids(run, len(p.power))
+        self._copy_columns(
+            S.POWER_SERIES,
+            {
+                "uid": ps_uid,
+                "run": [run] * len(p.power),
+                "idx": list(range(len(p.power))),
+                "device": [s.device for s in p.power],
+                "source": [s.source for s in p.power],
+                "gap_start_ns": [[g[0] for g in s.gaps] for s in p.power],
+                "gap_end_ns": [[g[1] for g in s.gaps] for s in p.power],
+            },
+        )
+        sample: dict[str, list] = {c.name: [] for c in S.POWER_SAMPLE.columns}
+        for si, s in enumerate(p.power):
+            if len(s.t_ns) != len(s.watts):
+                raise ValueError(f"power series {si}: {len(s.t_ns)} times, {len(s.watts)} watts")
+            k = len(s.t_ns)
+            sample["uid"] += [f"{run}/{si}/{i}" for i in range(k)]
+            sample["run"] += [run] * k
+            sample["series"] += [si] * k
+            sample["idx"] += list(range(k))
+            sample["device"] += [s.device] * k
+            sample["source"] += [s.source] * k
+            sample["t_ns"] += list(s.t_ns)
+            sample["watts"] += list(s.watts)
+        self._copy_columns(S.POWER_SAMPLE, sample)
+
+        # ---- rels ----
+        flows: dict[str, list] = {k: [] for k in ("from", "to", "tensor", "arg", "shape", "dtype")}
+        inp: dict[str, list] = {"from": [], "to": [], "arg": []}
+        out: dict[str, list] = {"from": [], "to": [], "index": []}
+        called: dict[str, list] = {"from": [], "to": [], "depth": []}
+        launched: dict[str, list] = {"from": [], "to": [], "launch_order": []}
+        in_mod: dict[str, list] = {"from": [], "to": []}
+        for o in ops:
+            ou = op_uid[o.idx]
+            for arg, t in enumerate(o.inputs):
+                inp["from"].append(t_uid[t])
+                inp["to"].append(ou)
+                inp["arg"].append(arg)
+                tr = tensors[t]
+                if tr.producer >= 0:
+                    flows["from"].append(op_uid[tr.producer])
+                    flows["to"].append(ou)
+                    flows["tensor"].append(t)
+                    flows["arg"].append(arg)
+                    flows["shape"].append(tr.shape)
+                    flows["dtype"].append(tr.dtype)
+            for i, t in enumerate(o.outputs):
+                out["from"].append(ou)
+                out["to"].append(t_uid[t])
+                out["index"].append(i)
+            for d, f in enumerate(o.frames):
+                called["from"].append(ou)
+                called["to"].append(f_uid[f])
+                called["depth"].append(d)
+            for j, k in enumerate(o.kernels):
+                launched["from"].append(ou)
+                launched["to"].append(k_uid[k])
+                launched["launch_order"].append(j)
+            if o.module_idx >= 0:
+                in_mod["from"].append(ou)
+                in_mod["to"].append(m_uid[o.module_idx])
+        child = {
+            "from": [m_uid[m.idx] for m in p.modules if m.parent >= 0],
+            "to": [m_uid[m.parent] for m in p.modules if m.parent >= 0],
+        }
+        self._copy_columns(S.FLOWS, flows)
+        self._copy_columns(S.INPUT, inp)
+        self._copy_columns(S.OUTPUT, out)
+        self._copy_columns(S.CALLED_FROM, called)
+        self._copy_columns(S.LAUNCHED, launched)
+        self._copy_columns(S.IN_MODULE, in_mod)
+        self._copy_columns(S.CHILD_OF, child)
+        for spec, uids in (
+            (S.HAS_OP, op_uid),
+            (S.HAS_TENSOR, t_uid),
+            (S.HAS_MODULE, m_uid),
+            (S.HAS_FRAME, f_uid),
+            (S.HAS_KERNEL, k_uid),
+            (S.HAS_CONFIG, c_uid),
+            (S.HAS_POWER, ps_uid),
+        ):
+            self._copy_columns(spec, {"from": [run] * len(uids), "to": uids})
+
+    # ---- load ------------------------------------------------------------------------
+
+    def _arrow(self, cypher: str, run: str) -> pa.Table:
+        return self._conn.execute(cypher, {"run": run}).get_as_arrow()
+
+    def _nodes(self, spec: S.NodeTable, run: str, order: str = "idx") -> dict[str, list]:
+        cols = [c.name for c in spec.columns if c.name not in ("uid", "run")]
+        tbl = self._arrow(
+            f"MATCH (n:{spec.name}) WHERE n.run = $run "
+            f"RETURN {', '.join(f'n.{c} AS {c}' for c in cols)} ORDER BY {order}",
+            run,
+        )
+        return {c: tbl.column(c).to_pylist() for c in cols}
+
+    def _rel(self, cypher: str, run: str, n: int) -> list[list[int]]:
+        """Rel rows (owner idx, position, value idx) grouped per owner."""
+        tbl = self._arrow(cypher, run)
+        owner, pos, val = (tbl.column(i).to_numpy() for i in range(3))
+        return _group(n, owner, pos, val)
+
+    def load_profile(self, run: str) -> Profile:
+        """The profile saved as `run` (OpRecord.windows_ns comes back empty)."""
+        self.require_run(run)
+        res = self._conn.execute("MATCH (r:Run {name: $run}) RETURN r.*", {"run": run})
+        row = dict(zip((c[2:] for c in res.get_column_names()), res.get_all()[0], strict=True))
+        # tolerate a RunInfo field the schema lacks (tests flag that drift loudly)
+        info = RunInfo(**{f.name: row[f.name] for f in fields(RunInfo) if f.name in row})
+
+        oc = self._nodes(S.OPERATOR, run)
+        n = len(oc["idx"])
+        for c in _JSON_OP_COLUMNS:
+            oc[c] = [json.loads(s) for s in oc[c]]
+        inputs = self._rel(
+            "MATCH (t:Tensor)-[e:INPUT]->(o:Operator) WHERE o.run = $run "
+            "RETURN o.idx, e.arg, t.idx",
+            run,
+            n,
+        )
+        outputs = self._rel(
+            "MATCH (o:Operator)-[e:OUTPUT]->(t:Tensor) WHERE o.run = $run "
+            "RETURN o.idx, e.index, t.idx",
+            run,
+            n,
+        )
+        frames = self._rel(
+            "MATCH (o:Operator)-[e:CALLED_FROM]->(f:Frame) WHERE o.run = $run "
+            "RETURN o.idx, e.depth, f.idx",
+            run,
+            n,
+        )
+        kernels = self._rel(
+            "MATCH (o:Operator)-[e:LAUNCHED]->(k:Kernel) WHERE o.run = $run "
+            "RETURN o.idx, e.launch_order, k.idx",
+            run,
+            n,
+        )
+        module_idx = [-1] * n
+        for i, m in self._conn.execute(
+            "MATCH (o:Operator)-[:IN_MODULE]->(m:Module) WHERE o.run = $run RETURN o.idx, m.idx",
+            {"run": run},
+        ).get_all():
+            module_idx[i] = m
+        op_cols = list(oc)
+        ops = [
+            OpRecord(
+                **{c: oc[c][i] for c in op_cols},
+                module_idx=module_idx[i],
+                inputs=inputs[i],
+                outputs=outputs[i],
+                frames=frames[i],
+                kernels=kernels[i],
+            )
+            for i in range(n)
+        ]
+
+        tc = self._nodes(S.TENSOR, run)
+        t_cols = list(tc)
+        tensors = [TensorRecord(**{c: tc[c][i] for c in t_cols}) for i in range(len(tc["idx"]))]
+
+        mc = self._nodes(S.MODULE, run)
+        parent = [-1] * len(mc["idx"])
+        for c, par in self._conn.execute(
+            "MATCH (c:Module)-[:CHILD_OF]->(p:Module) WHERE c.run = $run RETURN c.idx, p.idx",
+            {"run": run},
+        ).get_all():
+            parent[c] = par
+        modules = [
+            ModuleRecord(idx=i, name=nm, type=ty, parent=parent[i])
+            for i, nm, ty in zip(mc["idx"], mc["name"], mc["type"], strict=True)
+        ]
+        fc = self._nodes(S.FRAME, run)
+        frames_ = [
+            FrameRecord(*r) for r in zip(fc["idx"], fc["file"], fc["line"], fc["function"], strict=True)
+        ]
+        kc = self._nodes(S.KERNEL, run)
+        kernels_ = [KernelRecord(*r) for r in zip(kc["idx"], kc["name"], kc["device"], strict=True)]
+        cc = self._nodes(S.CONFIG_ENTRY, run)
+        config = dict(zip(cc["key"], cc["value"], strict=True))
+
+        sc = self._nodes(S.POWER_SERIES, run)
+        power = [
+            PowerSeries(device=d, source=s, gaps=list(zip(gs, ge, strict=True)))
+            for d, s, gs, ge in zip(
+                sc["device"], sc["source"], sc["gap_start_ns"], sc["gap_end_ns"], strict=True
+            )
+        ]
+        if power:
+            pc = self._nodes(S.POWER_SAMPLE, run, order="series, idx")
+            series = np.asarray(pc["series"], dtype=np.int64)
+            bounds = np.searchsorted(series, np.arange(len(power) + 1))
+            for si, s in enumerate(power):
+                a, b = int(bounds[si]), int(bounds[si + 1])
+                s.t_ns = pc["t_ns"][a:b]
+                s.watts = pc["watts"][a:b]
+
+        return Profile(
+            run=info,
+            ops=ops,
+            tensors=tensors,
+            modules=modules,
+            frames=frames_,
+            kernels=kernels_,
+            config=config,
+            power=power,
+        )
+
+    # ---- queries ---------------------------------------------------------------------
+
+    def query(self, cypher: str, params: dict | None = None) -> QueryResult:
+        """Run Cypher as is (internal use: no write guard, kuzu errors propagate)."""
+        res = self._conn.execute(cypher, params or {})
+        if isinstance(res, list):  # several statements: the last one's result
+            res = res[-1]
+        return QueryResult(columns=list(res.get_column_names()), rows=res.get_all())
+
+    def user_query(self, cypher: str, params: dict | None = None) -> QueryResult:
+        """Run a user's read-only Cypher; write clauses and Kùzu errors → MagnetonError."""
+        if not cypher.strip():
+            raise MagnetonError("empty query")
+        clause = find_write_clause(cypher)
+        if clause:
+            raise _refused(clause)
+        try:
+            return self.query(cypher, params)
+        except RuntimeError as e:
+            if "read-only" in str(e):
+                raise _refused("the query") from None
+            raise MagnetonError(f"query failed: {_first_line(e)}") from None

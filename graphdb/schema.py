@@ -1,0 +1,395 @@
+"""The Kùzu schema of a Magneton DB: node and rel tables, their properties and units.
+
+Users write Cypher against these names (`Operator.name`, `Module.name`, `Frame.file`,
+`Kernel.name`, `Run.name`, ...), so they are a contract: renaming one breaks saved
+queries and docs/schema.md. Every table is declared once here as data (`NodeTable`,
+`RelTable`) and the DDL statements are generated from it, which keeps three things from
+drifting apart: the DDL, the column order `COPY` needs (Kùzu copies by position, not by
+name), and the Arrow types of the bulk loader (a wrong Arrow type makes `COPY` fail or
+silently widen).
+
+Key conventions
+- Every per-run node has `uid = f"{run}/{idx}"` (primary key) plus `run` and `idx`.
+  `idx` is the run-local index from `graphdb/model.py`; the integer suffix keeps uids
+  unique across runs even when a run name contains "/".
+- Rel tables between per-run nodes never cross runs.
+- Changing a *core* table needs a bump of `model.SCHEMA_VERSION` (old DBs are refused
+  rather than misread). Tables in the extension section are created on open when
+  missing (`CREATE ... IF NOT EXISTS`), so adding one needs no version bump.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # Kùzu type: STRING, INT64, DOUBLE, BOOL, or one of those with "[]"
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class NodeTable:
+    name: str
+    columns: tuple[Column, ...]  # the first column is the primary key
+    doc: str = ""
+
+    @property
+    def primary_key(self) -> str:
+        return self.columns[0].name
+
+    @property
+    def per_run(self) -> bool:
+        """Rows belong to one run (deleted with it) when the table has a `run` column."""
+        return any(c.name == "run" for c in self.columns)
+
+    def ddl(self) -> str:
+        cols = ", ".join(f"{c.name} {c.type}" for c in self.columns)
+        return (
+            f"CREATE NODE TABLE IF NOT EXISTS {self.name}"
+            f"({cols}, PRIMARY KEY ({self.primary_key}))"
+        )
+
+
+@dataclass(frozen=True)
+class RelTable:
+    name: str
+    src: str
+    dst: str
+    columns: tuple[Column, ...] = ()
+    doc: str = ""
+
+    @property
+    def per_run(self) -> bool:
+        return False
+
+    def ddl(self) -> str:
+        cols = "".join(f", {c.name} {c.type}" for c in self.columns)
+        return f"CREATE REL TABLE IF NOT EXISTS {self.name}(FROM {self.src} TO {self.dst}{cols})"
+
+
+Table = NodeTable | RelTable
+
+_ARROW_SCALARS = {
+    "STRING": pa.string(),
+    "INT64": pa.int64(),
+    "DOUBLE": pa.float64(),
+    "BOOL": pa.bool_(),
+}
+
+
+def arrow_type(kuzu_type: str) -> pa.DataType:
+    if kuzu_type.endswith("[]"):
+        return pa.list_(arrow_type(kuzu_type[:-2]))
+    return _ARROW_SCALARS[kuzu_type]
+
+
+def arrow_schema(table: Table) -> pa.Schema:
+    """The Arrow schema `COPY <table> FROM` expects, in property order.
+
+    Rel tables start with the primary keys of the two end nodes (named `from`, `to`).
+    """
+    fields = []
+    if isinstance(table, RelTable):
+        fields += [
+            pa.field("from", arrow_type(key_type(table.src))),
+            pa.field("to", arrow_type(key_type(table.dst))),
+        ]
+    fields += [pa.field(c.name, arrow_type(c.type)) for c in table.columns]
+    return pa.schema(fields)
+
+
+def _per_run(*cols: Column) -> tuple[Column, ...]:
+    return (
+        Column("uid", "STRING", 'unique key: "<run>/<idx>"'),
+        Column("run", "STRING", "name of the run this node belongs to"),
+        *cols,
+    )
+
+
+def _idx(what: str) -> Column:
+    return Column("idx", "INT64", f"run-local {what} index (0..n-1)")
+
+
+# --------------------------------------------------------------------------------------
+# Core tables (changing these needs a SCHEMA_VERSION bump)
+# --------------------------------------------------------------------------------------
+
+META = NodeTable(
+    "Meta",
+    (
+        Column("key", "STRING", "setting name"),
+        Column("value", "STRING", "setting value"),
+    ),
+    'Identifies the DB: `app` = "magneton", `schema_version` = the schema it was written with.',
+)
+
+RUN = NodeTable(
+    "Run",
+    (
+        Column("name", "STRING", "run name (unique in the DB)"),
+        Column("script", "STRING", 'absolute path of the recorded script ("" for a Python block)'),
+        Column("script_sha256", "STRING", "SHA-256 of the script file when recorded"),
+        Column("entry", "STRING", '"main" or the qualified name of the profiled callable'),
+        Column("setup", "STRING", 'setup function run outside the measurement ("" = none)'),
+        Column("started_at", "STRING", "ISO-8601 wall clock when recording started"),
+        Column("status", "STRING", '"ok", "failed" (script raised/interrupted) or "loading"'),
+        Column("error", "STRING", "one-line error of a failed run"),
+        Column("warmup", "INT64", "warm-up calls before measuring"),
+        Column("repeat", "INT64", "measured calls"),
+        Column("time_s", "DOUBLE", "mean wall time of one entry call, seconds"),
+        Column("energy_j", "DOUBLE", "energy of one entry call, joules"),
+        Column("energy_above_idle_j", "DOUBLE", "energy_j minus the idle baseline, joules"),
+        Column("idle_w", "DOUBLE", "idle power baseline, watts"),
+        Column("power_source", "STRING", 'power source, e.g. "nvml:0", "model:cpu-default"'),
+        Column("energy_method", "STRING", "measured | replayed | solved | estimated"),
+        Column("timing", "STRING", '"separate" (own timing pass) or "combined"'),
+        Column("host", "STRING", "host name"),
+        Column("rank", "INT64", "distributed rank"),
+        Column("world_size", "INT64", "distributed world size"),
+        Column("device", "STRING", 'main device, e.g. "cpu", "cuda:0"'),
+        Column("op_count", "INT64", "number of Operator nodes of the run"),
+    ),
+    "One recorded run.",
+)
+
+OPERATOR = NodeTable(
+    "Operator",
+    _per_run(
+        _idx("operator (execution order)"),
+        Column("name", "STRING", 'aten operator name, e.g. "aten::addmm"'),
+        Column("overload", "STRING", 'overload name, e.g. "default", "Tensor"'),
+        Column("seq", "INT64", "autograd sequence number (-1 when none)"),
+        Column("thread", "INT64", "thread id that ran it"),
+        Column("device", "STRING", 'device, e.g. "cpu", "cuda:0"'),
+        Column("start_ns", "INT64", "start, perf_counter_ns of the recording process"),
+        Column("end_ns", "INT64", "end, perf_counter_ns of the recording process"),
+        Column("module", "STRING", 'qualified module path it ran in, e.g. "h.0.mlp.act"'),
+        Column("input_shapes", "STRING", "JSON list of input shapes, argument order"),
+        Column("input_dtypes", "STRING[]", "input dtypes, argument order"),
+        Column("output_shapes", "STRING", "JSON list of output shapes"),
+        Column("output_dtypes", "STRING[]", "output dtypes"),
+        Column("input_contiguous", "BOOL[]", "whether each input is contiguous"),
+        Column("scalar_args", "STRING", 'non-tensor arguments, e.g. "dim=-1"'),
+        Column("api", "STRING", 'outermost aten op entered from Python, e.g. "aten::linear"'),
+        Column("call_paths", "STRING[]", 'dispatch chains "aten::linear > aten::addmm > ..."'),
+        Column("time_s", "DOUBLE", "mean duration per iteration, seconds"),
+        Column("energy_j", "DOUBLE", "energy per iteration, joules"),
+        Column("energy_method", "STRING", "measured | replayed | solved | estimated"),
+        Column("flops", "DOUBLE", "floating point operations per call (0 if unknown)"),
+        Column("bytes", "DOUBLE", "bytes read + written per call (0 if unknown)"),
+    ),
+    "One operator call (one node per call, not per operator type).",
+)
+
+TENSOR = NodeTable(
+    "Tensor",
+    _per_run(
+        _idx("tensor value"),
+        Column("producer", "INT64", "idx of the producing operator, -1 for sources"),
+        Column("out_index", "INT64", "which output of the producer"),
+        Column("kind", "STRING", "activation | param | buffer | input | constant"),
+        Column("name", "STRING", 'parameter/buffer qualified name or "args[0]"'),
+        Column("shape", "INT64[]", "shape"),
+        Column("dtype", "STRING", 'dtype, e.g. "torch.float32"'),
+        Column("stride", "INT64[]", "stride, elements"),
+        Column("contiguous", "BOOL", "is contiguous"),
+        Column("device", "STRING", "device"),
+        Column("numel", "INT64", "number of elements"),
+        Column("is_view", "BOOL", "is a view of another tensor"),
+        Column("stats", "DOUBLE[]", "[sum, abs_sum, min, max, mean, std] (float tensors)"),
+        Column("value_hash", "STRING", "exact content hash (integer/bool tensors)"),
+        Column("invariant", "DOUBLE[]", "multi-mode SVD invariant (spectra, concatenated)"),
+        Column("invariant_splits", "INT64[]", "length of each unfolding's spectrum"),
+        Column("quantiles", "DOUBLE[]", "evenly spaced quantiles of the values"),
+    ),
+    "One tensor value (in-place writes make a new one). Holds summaries, never data.",
+)
+
+MODULE = NodeTable(
+    "Module",
+    _per_run(
+        _idx("module"),
+        Column("name", "STRING", 'qualified path, e.g. "h.0.mlp.act" ("" = root)'),
+        Column("type", "STRING", 'class name, e.g. "GPT2MLP"'),
+    ),
+    "One nn.Module instance.",
+)
+
+FRAME = NodeTable(
+    "Frame",
+    _per_run(
+        _idx("frame"),
+        Column("file", "STRING", "source file path"),
+        Column("line", "INT64", "line number (1-based)"),
+        Column("function", "STRING", "function name"),
+    ),
+    "One Python source location, shared by all operators of the run that pass through it.",
+)
+
+KERNEL = NodeTable(
+    "Kernel",
+    _per_run(
+        _idx("kernel"),
+        Column("name", "STRING", "CUDA kernel name, or the leaf aten op on CPU"),
+        Column("device", "STRING", "device it ran on"),
+    ),
+    "What did the work for an operator. Deduplicated per (run, name, device).",
+)
+
+CONFIG_ENTRY = NodeTable(
+    "ConfigEntry",
+    _per_run(
+        _idx("config entry (recording order)"),
+        Column("key", "STRING", 'setting, e.g. "torch.backends.cudnn.benchmark"'),
+        Column("value", "STRING", "its value, as text"),
+    ),
+    "One configuration setting captured at record time.",
+)
+
+POWER_SERIES = NodeTable(
+    "PowerSeries",
+    _per_run(
+        _idx("power series"),
+        Column("device", "STRING", 'measured device, e.g. "gpu:0", "cpu:package-0"'),
+        Column("source", "STRING", "nvml | rapl | meter | model"),
+        Column("gap_start_ns", "INT64[]", "starts of sensor-error gaps, perf_counter_ns"),
+        Column("gap_end_ns", "INT64[]", "ends of sensor-error gaps, perf_counter_ns"),
+    ),
+    "One power trace of the run. Gaps (sensor errors) are parallel start/end lists.",
+)
+
+POWER_SAMPLE = NodeTable(
+    "PowerSample",
+    _per_run(
+        Column("series", "INT64", "idx of its PowerSeries"),
+        Column("idx", "INT64", "sample index within the series"),
+        Column("device", "STRING", "measured device (copied from the series)"),
+        Column("source", "STRING", "sensor kind (copied from the series)"),
+        Column("t_ns", "INT64", "sample time, perf_counter_ns of the recording process"),
+        Column("watts", "DOUBLE", "power, watts"),
+    ),
+    'One power sample. uid = "<run>/<series>/<idx>".',
+)
+
+FLOWS = RelTable(
+    "FLOWS",
+    "Operator",
+    "Operator",
+    (
+        Column("tensor", "INT64", "idx of the tensor carried"),
+        Column("arg", "INT64", "input position at the consumer"),
+        Column("shape", "INT64[]", "shape of the tensor"),
+        Column("dtype", "STRING", "dtype of the tensor"),
+    ),
+    "Dataflow: producer → consumer, one per tensor hop.",
+)
+OUTPUT = RelTable(
+    "OUTPUT",
+    "Operator",
+    "Tensor",
+    (Column("index", "INT64", "output position"),),
+    "Operator produced this tensor.",
+)
+INPUT = RelTable(
+    "INPUT",
+    "Tensor",
+    "Operator",
+    (Column("arg", "INT64", "input position (flattened argument order)"),),
+    "Tensor was consumed by this operator.",
+)
+IN_MODULE = RelTable("IN_MODULE", "Operator", "Module", (), "Operator ran in this module.")
+CHILD_OF = RelTable("CHILD_OF", "Module", "Module", (), "Module is a child of that module.")
+CALLED_FROM = RelTable(
+    "CALLED_FROM",
+    "Operator",
+    "Frame",
+    (Column("depth", "INT64", "0 = entry frame, increasing toward the op's call site"),),
+    "Python call stack of the operator.",
+)
+LAUNCHED = RelTable(
+    "LAUNCHED",
+    "Operator",
+    "Kernel",
+    (Column("launch_order", "INT64", "position in the operator's launch order"),),
+    "Operator launched this kernel.",
+)
+HAS_OP = RelTable("HAS_OP", "Run", "Operator", (), "Run contains this operator.")
+HAS_TENSOR = RelTable("HAS_TENSOR", "Run", "Tensor", (), "Run contains this tensor.")
+HAS_MODULE = RelTable("HAS_MODULE", "Run", "Module", (), "Run contains this module.")
+HAS_FRAME = RelTable("HAS_FRAME", "Run", "Frame", (), "Run contains this frame.")
+HAS_KERNEL = RelTable("HAS_KERNEL", "Run", "Kernel", (), "Run contains this kernel.")
+HAS_CONFIG = RelTable("HAS_CONFIG", "Run", "ConfigEntry", (), "Run's configuration.")
+HAS_POWER = RelTable("HAS_POWER", "Run", "PowerSeries", (), "Run's power traces.")
+
+CORE_TABLES: list[Table] = [
+    META,
+    RUN,
+    OPERATOR,
+    TENSOR,
+    MODULE,
+    FRAME,
+    KERNEL,
+    CONFIG_ENTRY,
+    POWER_SERIES,
+    POWER_SAMPLE,
+    FLOWS,
+    OUTPUT,
+    INPUT,
+    IN_MODULE,
+    CHILD_OF,
+    CALLED_FROM,
+    LAUNCHED,
+    HAS_OP,
+    HAS_TENSOR,
+    HAS_MODULE,
+    HAS_FRAME,
+    HAS_KERNEL,
+    HAS_CONFIG,
+    HAS_POWER,
+]
+
+# --------------------------------------------------------------------------------------
+# EXTENSION SECTION — matching / detection / diagnosis stages append their tables here
+# (e.g. `Match`/`Finding` nodes, `MATCHED` rels). They are created on every writable open
+# when missing, so no SCHEMA_VERSION bump is needed. Give per-run node tables a `run`
+# column (and `uid` first, as the primary key) so `ProfileDB.delete_run` removes their
+# rows with the run; load rows with `ProfileDB.bulk_insert(table_name, rows)`.
+# --------------------------------------------------------------------------------------
+
+EXTENSION_TABLES: list[Table] = []
+
+# --------------------------------------------------------------------------------------
+
+
+def all_tables() -> list[Table]:
+    return CORE_TABLES + EXTENSION_TABLES
+
+
+def table(name: str) -> Table:
+    for t in all_tables():
+        if t.name == name:
+            return t
+    raise KeyError(f"no table {name!r} in the Magneton schema")
+
+
+def key_type(node_table: str) -> str:
+    t = table(node_table)
+    assert isinstance(t, NodeTable), node_table
+    return t.columns[0].type
+
+
+def ddl() -> list[str]:
+    """DDL statements, node tables before rel tables (a rel needs its end tables)."""
+    tables = all_tables()
+    nodes = [t.ddl() for t in tables if isinstance(t, NodeTable)]
+    rels = [t.ddl() for t in tables if isinstance(t, RelTable)]
+    return nodes + rels
+
+
+# The DDL as a list of statements (core + extension), for readers of this module.
+SCHEMA_DDL: list[str] = ddl()

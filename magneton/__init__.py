@@ -1,0 +1,34 @@
+"""Magneton: differential energy debugging for PyTorch programs.
+
+Public API (imported lazily so `magneton --help` does not pay for importing torch):
+
+    import magneton
+    profile = magneton.record(fn, args, run="a", db="prof")      # a callable, two passes
+    with magneton.record_block("b", db="prof"):                   # a block, one pass
+        model(x)
+    db = magneton.open_db("prof")                                 # the Kùzu profile DB
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["record", "record_block", "record_script", "open_db", "RecordOptions", "MagnetonError"]
+
+_LAZY = {
+    "record": ("magneton.tracer.record", "record_callable"),
+    "record_block": ("magneton.tracer.record", "record_block"),
+    "record_script": ("magneton.tracer.record", "record_script"),
+    "RecordOptions": ("magneton.tracer.record", "RecordOptions"),
+    "open_db": ("magneton.graphdb", "open_db"),
+    "MagnetonError": ("magneton.graphdb.model", "MagnetonError"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        mod, attr = _LAZY[name]
+        return getattr(importlib.import_module(mod), attr)
+    raise AttributeError(f"module 'magneton' has no attribute {name!r}")

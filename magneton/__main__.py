@@ -1,0 +1,5 @@
+import sys
+
+from magneton.cli import main
+
+sys.exit(main())

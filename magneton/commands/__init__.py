@@ -1,0 +1,1 @@
+"""One module per `magneton` subcommand; see magneton/cli.py for the contract."""

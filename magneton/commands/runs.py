@@ -1,0 +1,76 @@
+"""`magneton runs --db DIR [--json]`: list the runs stored in a profile DB."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import asdict
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "runs",
+        help="list the recorded runs in a DB",
+        description="List the runs of a profile DB: status, script, operators, energy, time.",
+    )
+    p.add_argument("--db", required=True, help="profile DB directory")
+    p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    p.set_defaults(func=run)
+
+
+def _script(path: str) -> str:
+    """The script relative to the working directory when it lies below it (narrower)."""
+    if not path:
+        return "(python block)"
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from magneton.graphdb import open_db
+
+    with open_db(args.db, read_only=True) as db:
+        runs = db.list_runs()
+    if args.json:
+        print(json.dumps([asdict(r) for r in runs], indent=2))
+        return 0
+    console = Console()
+    if not runs:
+        console.print(f"no runs in {args.db} (record one: magneton record SCRIPT --db DIR --run NAME)")
+        return 0
+    show_errors = any(r.error for r in runs)
+    table = Table(title=f"runs in {args.db}")
+    table.add_column("name", style="bold")
+    table.add_column("status")
+    table.add_column("script")
+    table.add_column("started")
+    table.add_column("ops", justify="right")
+    table.add_column("energy J (method)", justify="right")
+    table.add_column("time s", justify="right")
+    if show_errors:
+        table.add_column("error", overflow="fold")
+    for r in runs:
+        status = {"ok": "[green]ok[/]", "failed": "[red]failed[/]"}.get(r.status, f"[yellow]{r.status}[/]")
+        ok = r.status == "ok"
+        energy = f"{r.energy_j:.4g} ({r.energy_method or '?'})" if ok else "-"
+        cells = [
+            r.name,
+            status,
+            _script(r.script),
+            r.started_at.replace("T", " ")[:19],
+            str(r.op_count) if ok else "-",
+            energy,
+            f"{r.time_s:.4g}" if ok else "-",
+        ]
+        if show_errors:
+            cells.append(r.error)
+        table.add_row(*cells)
+    console.print(table)
+    return 0

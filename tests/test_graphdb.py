@@ -1,0 +1,757 @@
+"""The Kùzu store: exact round trips, several runs per DB, replace, refusal of foreign,
+corrupt, locked and wrong-version DBs, the read-only query guard, failed runs, and the
+`magneton runs` / `magneton query` commands.
+
+`synthetic_profile` builds a transformer-shaped Profile (layers of modules, parameters
+feeding ops, shared frames, kernels, config, a power trace with a gap) with the model
+dataclasses; test_schema_queries.py and benchmarks/load_speed.py reuse it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import fields, replace
+from pathlib import Path
+
+import kuzu
+import pyarrow as pa
+import pytest
+
+from magneton.cli import main as cli_main
+from magneton.graphdb import db as dbmod
+from magneton.graphdb import open_db
+from magneton.graphdb import schema as S
+from magneton.graphdb.model import (
+    SCHEMA_VERSION,
+    FrameRecord,
+    KernelRecord,
+    MagnetonError,
+    ModuleRecord,
+    OpRecord,
+    PowerSeries,
+    Profile,
+    RunInfo,
+    TensorRecord,
+)
+
+# One transformer block's operators: (op name, module suffix, uses a weight, kernels)
+_BLOCK = [
+    ("aten::layer_norm", "ln_1", True, ["aten::native_layer_norm"]),
+    ("aten::addmm", "attn.c_attn", True, ["aten::addmm"]),
+    ("aten::split", "attn", False, []),
+    ("aten::view", "attn", False, []),
+    ("aten::permute", "attn", False, []),
+    ("aten::matmul", "attn", False, ["aten::bmm"]),
+    ("aten::div", "attn", False, ["aten::div"]),
+    ("aten::where", "attn", False, ["aten::where"]),
+    ("aten::softmax", "attn", False, ["aten::_softmax"]),
+    ("aten::matmul", "attn", False, ["aten::bmm"]),
+    ("aten::addmm", "attn.c_proj", True, ["aten::addmm"]),
+    ("aten::add", "", False, ["aten::add"]),
+    ("aten::layer_norm", "ln_2", True, ["aten::native_layer_norm"]),
+    ("aten::addmm", "mlp.c_fc", True, ["aten::addmm"]),
+    ("aten::gelu", "mlp.act", False, ["aten::gelu"]),
+    ("aten::addmm", "mlp.c_proj", True, ["aten::addmm", "aten::copy_"]),
+    ("aten::add", "", False, ["aten::add"]),
+]
+_TYPES = {
+    "": "GPT2Block",
+    "ln_1": "LayerNorm",
+    "ln_2": "LayerNorm",
+    "attn": "GPT2Attention",
+    "attn.c_attn": "Conv1D",
+    "attn.c_proj": "Conv1D",
+    "mlp": "GPT2MLP",
+    "mlp.c_fc": "Conv1D",
+    "mlp.act": "NewGELUActivation",
+    "mlp.c_proj": "Conv1D",
+}
+
+
+def synthetic_profile(
+    run: str = "a", n_ops: int = 300, seed: int = 0, gelu: str = "aten::gelu"
+) -> Profile:
+    """A GPT-2-shaped run of about `n_ops` operators (deterministic for a seed).
+
+    `gelu` renames the MLP activation so two runs can differ in one operator type.
+    """
+    rng = random.Random(seed)
+    hidden, seq = 64, 16
+    p = Profile(
+        run=RunInfo(
+            name=run,
+            script=f"/work/examples/{run}.py",
+            script_sha256=f"{seed:064x}",
+            entry="main",
+            started_at=f"2025-01-01T00:00:{seed % 60:02d}+00:00",
+            warmup=1,
+            repeat=3,
+            time_s=0.0,
+            energy_j=0.0,
+            idle_w=12.5,
+            power_source="model:cpu-default",
+            energy_method="estimated",
+            host="testhost",
+        )
+    )
+    # modules: root "", "h", then h.<i>.<suffix>
+    def module(name: str, type_: str, parent: int) -> int:
+        p.modules.append(ModuleRecord(idx=len(p.modules), name=name, type=type_, parent=parent))
+        return len(p.modules) - 1
+
+    root = module("", "GPT2Model", -1)
+    h = module("h", "ModuleList", root)
+
+    frames: dict[tuple[str, int, str], int] = {}
+
+    def frame(file: str, line: int, fn: str) -> int:
+        key = (file, line, fn)
+        if key not in frames:
+            frames[key] = len(p.frames)
+            p.frames.append(FrameRecord(idx=len(p.frames), file=file, line=line, function=fn))
+        return frames[key]
+
+    kernels: dict[str, int] = {}
+
+    def kernel(name: str) -> int:
+        if name not in kernels:
+            kernels[name] = len(p.kernels)
+            p.kernels.append(KernelRecord(idx=len(p.kernels), name=name, device="cpu"))
+        return kernels[name]
+
+    def floats(k: int, scale: float = 1.0) -> list[float]:
+        return [round(rng.gauss(0.0, scale), 6) for _ in range(k)]
+
+    def tensor(producer: int, shape: list[int], kind: str = "activation", name: str = "") -> int:
+        stride = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
+        spectra = [min(shape[i], math.prod(shape) // shape[i], 8) for i in range(len(shape))]
+        t = TensorRecord(
+            idx=len(p.tensors),
+            producer=producer,
+            out_index=0,
+            kind=kind,
+            name=name,
+            shape=list(shape),
+            dtype="torch.float32",
+            stride=stride,
+            contiguous=True,
+            device="cpu",
+            numel=math.prod(shape),
+            is_view=False,
+            stats=floats(6),
+            value_hash="",
+            invariant=sorted((abs(x) for x in floats(sum(spectra))), reverse=True),
+            invariant_splits=spectra,
+            quantiles=sorted(floats(17)),
+        )
+        p.tensors.append(t)
+        return t.idx
+
+    x = tensor(-1, [1, seq, hidden], kind="input", name="args[0]")
+    p.tensors[x].value_hash = "0" * 16
+    entry = [frame("/work/examples/a.py", 40, "main"), frame("torch/nn/modules/module.py", 1775, "_call_impl")]
+    t = 0
+    layer = 0
+    while len(p.ops) < n_ops:
+        block = module(f"h.{layer}", "GPT2Block", h)
+        mods = {"": block}
+        for suffix in ("ln_1", "attn", "attn.c_attn", "attn.c_proj", "ln_2", "mlp", "mlp.c_fc", "mlp.act", "mlp.c_proj"):
+            parent_name = suffix.rsplit(".", 1)[0] if "." in suffix else ""
+            mods[suffix] = module(f"h.{layer}.{suffix}", _TYPES[suffix], mods[parent_name])
+        residual = x
+        for j, (name, suffix, weighted, kern) in enumerate(_BLOCK):
+            if len(p.ops) >= n_ops:
+                break
+            if name == "aten::gelu":
+                name = gelu
+            i = len(p.ops)
+            inputs = [x]
+            if weighted:
+                w = tensor(-1, [hidden, hidden], kind="param", name=f"h.{layer}.{suffix}.weight")
+                b = tensor(-1, [hidden], kind="param", name=f"h.{layer}.{suffix}.bias")
+                inputs += [w, b]
+            if name == "aten::add":
+                inputs.append(residual)
+            out = tensor(i, [1, seq, hidden])
+            if name == "aten::add":
+                residual = out
+            dur = 1000 + rng.randrange(50_000)
+            site = frame(f"transformers/models/gpt2/modeling_gpt2.py", 100 + j * 7, suffix or "forward")
+            stack = entry + [frame("transformers/models/gpt2/modeling_gpt2.py", 900, "forward")]
+            stack += [frame("torch/nn/modules/module.py", 1786, "_call_impl"), site]
+            op = OpRecord(
+                idx=i,
+                name=name,
+                overload="default" if j % 3 else "Tensor",
+                seq=i if weighted else -1,
+                thread=1,
+                device="cpu",
+                start_ns=t,
+                end_ns=t + dur,
+                module=f"h.{layer}.{suffix}" if suffix else f"h.{layer}",
+                module_idx=mods[suffix],
+                inputs=inputs,
+                outputs=[out],
+                input_shapes=[p.tensors[k].shape for k in inputs],
+                input_dtypes=["torch.float32"] * len(inputs),
+                output_shapes=[[1, seq, hidden]],
+                output_dtypes=["torch.float32"],
+                input_contiguous=[True] * len(inputs),
+                scalar_args="dim=-1" if "softmax" in name else "",
+                frames=stack,
+                api=name,
+                call_paths=[" > ".join([name, *kern])] if kern else [],
+                kernels=[kernel(k) for k in kern],
+                time_s=dur * 1e-9,
+                energy_j=dur * 1e-9 * 30.0,
+                energy_method="estimated",
+                flops=float(2 * seq * hidden * hidden) if weighted else 0.0,
+                bytes=float(4 * seq * hidden * len(inputs)),
+                windows_ns=[(t, t + dur)],
+            )
+            p.ops.append(op)
+            x = out
+            t += dur + 200
+        layer += 1
+    p.run.time_s = t * 1e-9
+    p.run.energy_j = sum(o.energy_j for o in p.ops)
+    p.run.energy_above_idle_j = p.run.energy_j - p.run.idle_w * p.run.time_s
+    p.config = {
+        "torch.__version__": "2.13.0",
+        "torch.get_num_threads": "2",
+        "torch.backends.cudnn.benchmark": "False",
+        "torch.backends.mkldnn.enabled": "True",
+        "env.OMP_NUM_THREADS": str(1 + seed % 4),
+        "model.config.activation_function": "gelu_new" if gelu == "aten::gelu" else gelu,
+    }
+    step = 1_000_000  # 1 ms cadence
+    n_samples = max(2, t // step + 1)
+    p.power = [
+        PowerSeries(
+            device="model",
+            source="model",
+            t_ns=[k * step for k in range(n_samples)],
+            watts=[30.0 + rng.random() for _ in range(n_samples)],
+            gaps=[(step, 2 * step)] if n_samples > 2 else [],
+        )
+    ]
+    return p
+
+
+def same(a: object, b: object) -> bool:
+    """Deep equality where NaN equals NaN (dataclass == would call two NaNs different)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or a == b
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if hasattr(a, "__dataclass_fields__") and type(a) is type(b):
+        return all(same(getattr(a, f.name), getattr(b, f.name)) for f in fields(a))
+    return a == b
+
+
+def without_windows(p: Profile) -> Profile:
+    return replace(p, ops=[replace(o, windows_ns=[]) for o in p.ops])
+
+
+def cli(*args: str, capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
+    code = cli_main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def dbdir(tmp_path: Path) -> Path:
+    return tmp_path / "db"
+
+
+# --------------------------------------------------------------------------------------
+# Round trip, several runs, replace
+# --------------------------------------------------------------------------------------
+
+
+def test_round_trip_is_exact(dbdir: Path) -> None:
+    p = synthetic_profile("gpt2-a", n_ops=300, seed=1)
+    # values real tensors produce: masked attention (-inf min), NaN std, int tensors
+    p.tensors[5].stats = [float("nan"), 1.0, float("-inf"), 3.0, 0.5, float("nan")]
+    p.tensors[6].dtype, p.tensors[6].stats = "torch.int64", []
+    p.ops[3].input_shapes = [[2, 3], [], [7]]
+    with open_db(dbdir) as db:
+        db.save_profile(p)
+    assert (dbdir / "profile.kuzu").is_file()
+    with open_db(dbdir, read_only=True) as db:
+        back = db.load_profile("gpt2-a")
+    assert back.ops[0].windows_ns == []  # in-memory only, not stored
+    expected = without_windows(p)
+    for what in ("run", "ops", "tensors", "modules", "frames", "kernels", "config", "power"):
+        assert same(getattr(back, what), getattr(expected, what)), what
+    assert back.power[0].gaps == [(1_000_000, 2_000_000)]
+    assert isinstance(back.power[0].gaps[0], tuple)
+    # graph facts users query: frames are shared, not copied per operator
+    with open_db(dbdir, read_only=True) as db:
+        n_frames = db.query("MATCH (f:Frame) RETURN count(f)").rows[0][0]
+        n_called = db.query("MATCH ()-[c:CALLED_FROM]->() RETURN count(c)").rows[0][0]
+        assert n_frames == len(p.frames) < 40
+        assert n_called == sum(len(o.frames) for o in p.ops)
+        flows = db.query("MATCH ()-[f:FLOWS]->() RETURN count(f)").rows[0][0]
+        assert flows == len(p.flows())
+
+
+def test_two_runs_in_one_db_stay_separate(dbdir: Path) -> None:
+    a = synthetic_profile("a", n_ops=120, seed=1)
+    b = synthetic_profile("b", n_ops=150, seed=2, gelu="aten::tanh")
+    with open_db(dbdir) as db:
+        db.save_profile(a)
+        db.save_profile(b)
+        runs = db.list_runs()
+        assert [(r.name, r.op_count, r.status) for r in runs] == [("a", 120, "ok"), ("b", 150, "ok")]
+        assert runs[0].energy_method == "estimated"
+        assert db.query(
+            "MATCH (x:Operator)-[:FLOWS]->(y:Operator) WHERE x.run <> y.run RETURN count(*)"
+        ).rows == [[0]]
+        assert same(db.load_profile("a"), without_windows(a))
+        assert same(db.load_profile("b"), without_windows(b))
+
+
+def test_replace_semantics(dbdir: Path) -> None:
+    with open_db(dbdir) as db:
+        db.save_profile(synthetic_profile("r", n_ops=100, seed=1))
+        db.save_profile(synthetic_profile("other", n_ops=50, seed=3))
+        with pytest.raises(MagnetonError, match="run 'r' already exists"):
+            db.save_profile(synthetic_profile("r", n_ops=60, seed=2))
+        assert len(db.load_profile("r").ops) == 100  # refused: the old run is untouched
+        new = synthetic_profile("r", n_ops=60, seed=2)
+        db.save_profile(new, replace=True)
+        assert same(db.load_profile("r"), without_windows(new))
+        # nothing of the old run is left behind, the other run is untouched
+        expect = {
+            "Operator": len(new.ops),
+            "Tensor": len(new.tensors),
+            "Frame": len(new.frames),
+            "Kernel": len(new.kernels),
+            "Module": len(new.modules),
+            "ConfigEntry": len(new.config),
+            "PowerSample": len(new.power[0].t_ns),
+        }
+        for table, n in expect.items():
+            assert db.query(f"MATCH (n:{table}) WHERE n.run = 'r' RETURN count(n)").rows == [[n]]
+        assert db.query(
+            "MATCH (:Run {name: 'r'})-[:HAS_OP]->(o:Operator) RETURN count(o)"
+        ).rows == [[60]]
+        assert db.query("MATCH ()-[c:CALLED_FROM]->(f:Frame) WHERE f.run = 'r' RETURN count(c)").rows == [
+            [sum(len(o.frames) for o in new.ops)]
+        ]
+        assert db.query("MATCH (o:Operator) WHERE o.run = 'other' RETURN count(o)").rows == [[50]]
+        db.delete_run("r")
+        assert not db.has_run("r")
+        assert db.query("MATCH (t:Tensor) WHERE t.run = 'r' RETURN count(t)").rows == [[0]]
+        assert [r.name for r in db.list_runs()] == ["other"]
+
+
+def test_failed_save_leaves_no_partial_run(dbdir: Path) -> None:
+    bad = synthetic_profile("bad", n_ops=40)
+    bad.ops[10].inputs.append(10_000)  # a tensor that does not exist
+    with open_db(dbdir) as db:
+        db.save_profile(synthetic_profile("good", n_ops=40))
+        with pytest.raises(IndexError):
+            db.save_profile(bad)
+        assert not db.has_run("bad")
+        assert db.query("MATCH (o:Operator) WHERE o.run = 'bad' RETURN count(o)").rows == [[0]]
+        assert [r.name for r in db.list_runs()] == ["good"]
+
+
+def test_failed_run_is_listed_and_earlier_runs_intact(dbdir: Path, capsys) -> None:
+    good = synthetic_profile("good", n_ops=80)
+    with open_db(dbdir) as db:
+        db.save_profile(good)
+        db.save_failed_run(
+            RunInfo(name="crash", script="/x/crash.py", error="ZeroDivisionError at crash.py:3")
+        )
+        with pytest.raises(MagnetonError, match="already exists"):
+            db.save_failed_run(RunInfo(name="good"))
+    code, out, _ = cli("runs", "--db", str(dbdir), "--json", capsys=capsys)
+    assert code == 0
+    runs = {r["name"]: r for r in json.loads(out)}
+    assert runs["crash"]["status"] == "failed"
+    assert runs["crash"]["error"] == "ZeroDivisionError at crash.py:3"
+    assert runs["crash"]["op_count"] == 0
+    assert runs["good"]["status"] == "ok" and runs["good"]["op_count"] == 80
+    code, out, _ = cli("runs", "--db", str(dbdir), capsys=capsys)
+    assert code == 0 and "failed" in out and "ZeroDivisionError" in out
+    with open_db(dbdir, read_only=True) as db:
+        assert same(db.load_profile("good"), without_windows(good))
+        assert db.load_profile("crash").ops == []
+
+
+def test_require_run_names_the_runs(dbdir: Path) -> None:
+    with open_db(dbdir) as db:
+        db.save_profile(synthetic_profile("a", n_ops=10))
+        db.save_profile(synthetic_profile("b", n_ops=10))
+        with pytest.raises(MagnetonError, match=r"no run 'zz' in DB \(runs: a, b\)"):
+            db.require_run("zz")
+        with pytest.raises(MagnetonError, match="no run 'zz'"):
+            db.load_profile("zz")
+
+
+# --------------------------------------------------------------------------------------
+# Refusing DBs that are not ours
+# --------------------------------------------------------------------------------------
+
+
+def _set_version(dbdir: Path, version: str) -> None:
+    raw = kuzu.Database(str(dbdir / "profile.kuzu"))
+    kuzu.Connection(raw).execute(
+        "MATCH (m:Meta {key: 'schema_version'}) SET m.value = $v", {"v": version}
+    )
+    raw.close()
+
+
+def test_other_schema_version_is_refused(dbdir: Path, capsys) -> None:
+    with open_db(dbdir) as db:
+        db.save_profile(synthetic_profile("a", n_ops=10))
+    _set_version(dbdir, "0")
+    msg = f"DB schema v0, this magneton needs v{SCHEMA_VERSION}; re-record"
+    for ro in (False, True):
+        with pytest.raises(MagnetonError, match=msg):
+            open_db(dbdir, read_only=ro)
+    code, _, err = cli("runs", "--db", str(dbdir), capsys=capsys)
+    assert code != 0 and err.startswith("magneton: DB schema v0") and "Traceback" not in err
+    code, _, err = cli("query", "--db", str(dbdir), "MATCH (r:Run) RETURN r.name", capsys=capsys)
+    assert code != 0 and "DB schema v0" in err
+    # refusing did not rewrite it
+    _set_version(dbdir, str(SCHEMA_VERSION))
+    with open_db(dbdir, read_only=True) as db:
+        assert db.has_run("a")
+
+
+def test_foreign_kuzu_db_is_refused(dbdir: Path, capsys) -> None:
+    dbdir.mkdir()
+    raw = kuzu.Database(str(dbdir / "profile.kuzu"))
+    conn = kuzu.Connection(raw)
+    conn.execute("CREATE NODE TABLE Person(name STRING PRIMARY KEY, age INT64)")
+    conn.execute("CREATE (:Person {name: 'Ada', age: 36})")
+    raw.close()
+    for ro in (False, True):
+        with pytest.raises(MagnetonError, match="Kùzu DB but not a Magneton DB"):
+            open_db(dbdir, read_only=ro)
+    code, _, err = cli("runs", "--db", str(dbdir), capsys=capsys)
+    assert code != 0 and "not a Magneton DB" in err
+    # and we did not add our tables to someone else's DB
+    raw = kuzu.Database(str(dbdir / "profile.kuzu"), read_only=True)
+    names = {r[0] for r in kuzu.Connection(raw).execute("CALL show_tables() RETURN name").get_all()}
+    raw.close()
+    assert names == {"Person"}
+
+
+def test_corrupt_file_is_refused(dbdir: Path, capsys) -> None:
+    dbdir.mkdir()
+    (dbdir / "profile.kuzu").write_bytes(bytes(range(256)) * 64)
+    for ro in (False, True):
+        with pytest.raises(MagnetonError, match="not a Kùzu database"):
+            open_db(dbdir, read_only=ro)
+    code, _, err = cli("runs", "--db", str(dbdir), capsys=capsys)
+    assert code != 0 and err.count("\n") == 1 and "not a Kùzu database" in err
+
+
+def test_truncated_db_is_refused(dbdir: Path) -> None:
+    with open_db(dbdir) as db:
+        db.save_profile(synthetic_profile("a", n_ops=30))
+    f = dbdir / "profile.kuzu"
+    f.write_bytes(f.read_bytes()[:5000])
+    with pytest.raises(MagnetonError, match="cannot open the Magneton DB"):
+        open_db(dbdir, read_only=True)
+
+
+def test_missing_db(tmp_path: Path, capsys) -> None:
+    missing = tmp_path / "nope"
+    with pytest.raises(MagnetonError, match=r"no Magneton DB at .*nope \(record a run first"):
+        open_db(missing, read_only=True)
+    with pytest.raises(MagnetonError, match="no Magneton DB"):
+        open_db(missing, create=False)
+    assert not missing.exists()  # reading never creates
+    code, _, err = cli("runs", "--db", str(missing), capsys=capsys)
+    assert code != 0 and "no Magneton DB at" in err
+    code, _, err = cli("query", "--db", str(missing), "MATCH (n) RETURN n", capsys=capsys)
+    assert code != 0 and "magneton record" in err
+
+
+def test_db_locked_by_another_process(dbdir: Path) -> None:
+    with open_db(dbdir) as db:
+        db.save_profile(synthetic_profile("a", n_ops=10))
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import sys, kuzu
+                db = kuzu.Database({str(dbdir / "profile.kuzu")!r})
+                print("ready", flush=True)
+                sys.stdin.read()
+                """
+            ),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        for ro in (True, False):
+            with pytest.raises(MagnetonError, match="in use by another process"):
+                open_db(dbdir, read_only=ro)
+    finally:
+        holder.communicate("", timeout=30)
+    with open_db(dbdir, read_only=True) as db:  # released: fine again
+        assert db.has_run("a")
+
+
+def test_second_writer_in_same_process_is_refused(dbdir: Path) -> None:
+    first = open_db(dbdir)
+    try:
+        with pytest.raises(MagnetonError, match="already open in this process"):
+            open_db(dbdir, read_only=True)
+    finally:
+        first.close()
+    with open_db(dbdir, read_only=True) as r1, open_db(dbdir, read_only=True) as r2:
+        assert r1.list_runs() == r2.list_runs() == []
+    with open_db(dbdir) as again:
+        assert again.list_runs() == []
+
+
+# --------------------------------------------------------------------------------------
+# Read-only user queries
+# --------------------------------------------------------------------------------------
+
+
+def _counts(dbdir: Path) -> list:
+    with open_db(dbdir, read_only=True) as db:
+        return [
+            db.query(f"MATCH (n:{t}) RETURN count(n)").rows[0][0]
+            for t in ("Run", "Operator", "Tensor", "Meta")
+        ] + [db.query("MATCH ()-[f:FLOWS]->() RETURN count(f)").rows[0][0]]
+
+
+@pytest.mark.parametrize(
+    "cypher, clause",
+    [
+        ("CREATE (:Run {name: 'evil'})", "CREATE"),
+        ("MATCH (n:Operator) SET n.energy_j = 0", "SET"),
+        ("MATCH (n) DETACH DELETE n", "DETACH DELETE"),
+        ("match (r:Run) delete r", "DELETE"),
+        ("MATCH (r:Run) // harmless?\nMERGE (:Run {name: 'x'})", "MERGE"),
+        ("MATCH (n:Operator) REMOVE n.name", "REMOVE"),
+        ("DROP TABLE Operator", "DROP"),
+        ("COPY Run FROM 'runs.csv'", "COPY"),
+        ("ALTER TABLE Run ADD x INT64", "ALTER"),
+        ("LOAD EXTENSION fts", "LOAD EXTENSION"),
+        ("INSTALL fts", "INSTALL"),
+        ("CALL create_fts_index('Frame', 'f', ['file'])", "CALL create_fts_index"),
+        ("EXPORT DATABASE '/tmp/x'", "EXPORT"),
+        ("ATTACH '/tmp/other.kuzu' AS o (dbtype kuzu)", "ATTACH"),
+    ],
+)
+def test_guard_names_the_write_clause(cypher: str, clause: str) -> None:
+    assert dbmod.find_write_clause(cypher) == clause
+
+
+@pytest.mark.parametrize(
+    "cypher",
+    [
+        "MATCH (c:ConfigEntry) WHERE c.value = 'CREATE' RETURN c.key",
+        'MATCH (c:ConfigEntry) WHERE c.value CONTAINS "DETACH DELETE n" RETURN c',
+        "MATCH (n:Settings) RETURN n.settings, n.created, n.`set`, n.set",
+        "MATCH (o:Operator) /* SET o.x = 1 */ RETURN o.name // DELETE",
+        "MATCH (o:Operator {name: $create}) RETURN o.offset, o.reset, o.dataset",
+        "MATCH (o:Operator) RETURN {delete: 1, create: 2} AS m",
+        "LOAD FROM 'x.csv' RETURN *",
+        "CALL show_tables() RETURN *",
+        "MATCH (o:Operator) WHERE o.scalar_args = 'it\\'s SET' RETURN o",
+    ],
+)
+def test_guard_allows_reads(cypher: str) -> None:
+    assert dbmod.find_write_clause(cypher) is None
+
+
+def test_read_only_query_refuses_writes_and_leaves_db_unchanged(dbdir: Path, capsys) -> None:
+    with open_db(dbdir) as db:
+        db.save_profile(synthetic_profile("a", n_ops=50))
+    before = _counts(dbdir)
+    for q, clause in [
+        ("CREATE (:Run {name: 'evil'})", "CREATE"),
+        ("MATCH (n) SET n.uid = 'x'", "SET"),
+        ("MATCH (n:Operator) DETACH DELETE n", "DETACH DELETE"),
+    ]:
+        code, _, err = cli("query", "--db", str(dbdir), q, capsys=capsys)
+        assert code != 0
+        assert err.startswith(f"magneton: query refused: {clause} writes to the DB")
+    assert _counts(dbdir) == before
+    # The read-only database is the real enforcement: with the guard bypassed, Kùzu
+    # still refuses and the user sees the same message.
+    with open_db(dbdir, read_only=True) as db:
+        orig = dbmod.find_write_clause
+        dbmod.find_write_clause = lambda q: None
+        try:
+            with pytest.raises(MagnetonError, match="query refused: .* read-only"):
+                db.user_query("MATCH (o:Operator) SET o.energy_j = 0.0")
+        finally:
+            dbmod.find_write_clause = orig
+    assert _counts(dbdir) == before
+
+
+def test_query_with_create_in_a_string_runs(dbdir: Path, capsys) -> None:
+    p = synthetic_profile("a", n_ops=20)
+    p.config["note"] = "CREATE"
+    with open_db(dbdir) as db:
+        db.save_profile(p)
+    code, out, err = cli(
+        "query",
+        "--db",
+        str(dbdir),
+        "MATCH (c:ConfigEntry) WHERE c.value = 'CREATE' RETURN c.key AS key, c.run AS run",
+        "--json",
+        capsys=capsys,
+    )
+    assert (code, err) == (0, "")
+    assert json.loads(out) == [{"key": "note", "run": "a"}]
+
+
+def test_query_output_formats(dbdir: Path, capsys) -> None:
+    with open_db(dbdir) as db:
+        db.save_profile(synthetic_profile("a", n_ops=40))
+    q = (
+        "MATCH (o:Operator) WHERE o.run = 'a' RETURN o.name AS op, count(*) AS n, "
+        "sum(o.energy_j) AS energy_j ORDER BY n DESC, op LIMIT 3"
+    )
+    code, out, _ = cli("query", "--db", str(dbdir), q, "--json", capsys=capsys)
+    rows = json.loads(out)
+    assert code == 0 and len(rows) == 3 and set(rows[0]) == {"op", "n", "energy_j"}
+    assert rows[0]["op"] == "aten::addmm" and rows[0]["n"] == 9
+    code, out, _ = cli("query", "--db", str(dbdir), q, "--csv", capsys=capsys)
+    lines = out.strip().splitlines()
+    assert code == 0 and lines[0] == "op,n,energy_j" and lines[1].startswith("aten::addmm,9,")
+    code, out, _ = cli("query", "--db", str(dbdir), q, capsys=capsys)
+    assert code == 0 and "aten::addmm" in out and "energy_j" in out
+    # lists and NaN survive as JSON
+    code, out, _ = cli(
+        "query", "--db", str(dbdir),
+        "MATCH (t:Tensor) WHERE t.run = 'a' AND t.idx = 0 RETURN t.shape AS shape, t.stats[1] / 0.0 * 0.0 AS nan",
+        "--json", capsys=capsys,
+    )
+    assert code == 0 and json.loads(out) == [{"shape": [1, 16, 64], "nan": None}]
+    code, _, err = cli("query", "--db", str(dbdir), "MATCH (o:Nope) RETURN o", capsys=capsys)
+    assert code != 0 and err.startswith("magneton: query failed:") and err.count("\n") == 1
+
+
+# --------------------------------------------------------------------------------------
+# Schema contract and the extension mechanism
+# --------------------------------------------------------------------------------------
+
+
+def test_schema_covers_the_data_model() -> None:
+    def cols(t: S.NodeTable) -> set[str]:
+        return {c.name for c in t.columns}
+
+    assert {f.name for f in fields(RunInfo)} <= cols(S.RUN)
+    assert {f.name for f in fields(TensorRecord)} == cols(S.TENSOR) - {"uid", "run"}
+    from_rels = {"module_idx", "inputs", "outputs", "frames", "kernels", "windows_ns"}
+    assert {f.name for f in fields(OpRecord)} - from_rels == cols(S.OPERATOR) - {"uid", "run"}
+    assert {f.name for f in fields(FrameRecord)} == cols(S.FRAME) - {"uid", "run"}
+    assert {f.name for f in fields(KernelRecord)} == cols(S.KERNEL) - {"uid", "run"}
+    assert {f.name for f in fields(ModuleRecord)} - {"parent"} == cols(S.MODULE) - {"uid", "run"}
+
+
+def test_extension_tables_are_created_and_bulk_loaded(dbdir: Path, monkeypatch) -> None:
+    with open_db(dbdir) as db:  # a DB created before the extension existed
+        db.save_profile(synthetic_profile("a", n_ops=30))
+        db.save_profile(synthetic_profile("b", n_ops=30, seed=2))
+    finding = S.NodeTable(
+        "TestFinding",
+        (
+            S.Column("uid", "STRING"),
+            S.Column("run", "STRING"),
+            S.Column("saving_j", "DOUBLE"),
+            S.Column("ops", "INT64[]"),
+        ),
+    )
+    matched = S.RelTable("TEST_MATCHED", "Operator", "Operator", (S.Column("score", "DOUBLE"),))
+    monkeypatch.setattr(S, "EXTENSION_TABLES", [finding, matched])
+    with open_db(dbdir) as db:
+        assert db.bulk_insert("TestFinding", [{"uid": "a/f0", "run": "a", "saving_j": 1.5, "ops": [1, 2]}]) == 1
+        db.bulk_insert(
+            "TestFinding",
+            pa.table({"ops": [[3]], "uid": ["b/f0"], "run": ["b"]}),  # any column order, missing = null
+        )
+        db.bulk_insert("TEST_MATCHED", [{"from": "a/0", "to": "b/0", "score": 0.9}])
+        rows = db.query(
+            "MATCH (f:TestFinding) RETURN f.uid, f.saving_j, f.ops ORDER BY f.uid"
+        ).rows
+        assert rows == [["a/f0", 1.5, [1, 2]], ["b/f0", None, [3]]]
+        assert db.query(
+            "MATCH (x:Operator)-[m:TEST_MATCHED]->(y:Operator) RETURN x.run, y.run, m.score"
+        ).rows == [["a", "b", 0.9]]
+        db.delete_run("a")  # its findings and matches go with it
+        assert db.query("MATCH (f:TestFinding) RETURN f.uid").rows == [["b/f0"]]
+        assert db.query("MATCH ()-[m:TEST_MATCHED]->() RETURN count(m)").rows == [[0]]
+        with pytest.raises(KeyError):
+            db.bulk_insert("NoSuchTable", [])
+
+
+def test_read_only_db_refuses_saves(dbdir: Path) -> None:
+    with open_db(dbdir):
+        pass
+    with open_db(dbdir, read_only=True) as db, pytest.raises(MagnetonError, match="read-only"):
+        db.save_profile(synthetic_profile("a", n_ops=5))
+
+
+# --------------------------------------------------------------------------------------
+# End to end through the tracer, when it is there
+# --------------------------------------------------------------------------------------
+
+_SCRIPT = """
+import torch
+
+def setup():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+    return model, torch.randn(4, 8)
+
+def main(model, x):
+    with torch.no_grad():
+        return torch.softmax(model(x), dim=-1)
+"""
+
+
+def test_record_then_runs_and_query_end_to_end(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("magneton.tracer.record")
+    script = tmp_path / "tiny.py"
+    script.write_text(_SCRIPT)
+    db = tmp_path / "db"
+    code, out, err = cli(
+        "record", str(script), "--db", str(db), "--run", "tiny", "--warmup", "0",
+        "--repeat", "1", "--power", "model", capsys=capsys,
+    )
+    assert code == 0, err
+    code, out, _ = cli("runs", "--db", str(db), "--json", capsys=capsys)
+    [row] = json.loads(out)
+    assert row["name"] == "tiny" and row["status"] == "ok" and row["op_count"] > 0
+    code, out, _ = cli(
+        "query", "--db", str(db),
+        "MATCH (o:Operator)-[:IN_MODULE]->(m:Module) WHERE o.run = 'tiny' "
+        "RETURN DISTINCT o.name AS op, m.name AS module ORDER BY module, op",
+        "--json", capsys=capsys,
+    )
+    pairs = {(r["op"], r["module"]) for r in json.loads(out)}
+    assert code == 0 and any(op == "aten::gelu" and m == "1" for op, m in pairs), pairs
+    with open_db(db, read_only=True) as pdb:
+        prof = pdb.load_profile("tiny")
+    assert len(prof.ops) == row["op_count"]
+    assert prof.flows(), "a recorded dataflow graph has edges"
+    shutil.rmtree(db)

@@ -1,0 +1,568 @@
+"""Operator capture: turn one execution of a PyTorch callable into a `Profile`.
+
+Two dispatch modes, used in separate passes so the timing numbers stay honest:
+
+* `StructureCapture` (the *structure pass*) records everything the diagnosis needs:
+  tensor identity and dataflow, value summaries and invariants, module paths, Python
+  call stacks and — through the PyTorch profiler — each operator's aten dispatch chain
+  down to the kernels. That costs far more than the ops themselves, so its timestamps
+  are never used for energy.
+* `TimingCapture` (the *timing pass*) records only (start, end) per operator on
+  `time.perf_counter_ns()`, the clock the power sampler also uses. Its overhead is what
+  `benchmarks/tracing_overhead.py` measures.
+
+Both intercept at the same dispatch level (`TorchDispatchMode`, eager mode), so a
+deterministic program yields the same operator sequence in both passes; the recorder
+checks that and falls back to the structure pass's timings (marked "combined") if not.
+
+Linking a dispatched operator to its profiler subtree by timestamps would be fragile
+(the profiler has its own clock); instead each intercepted call runs inside a
+`record_function("magneton#<idx>")` tag, so the profiler tree says exactly which aten
+calls belong to which recorded operator.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from magneton.graphdb.model import (
+    BOOKKEEPING_OPS,
+    FrameRecord,
+    KernelRecord,
+    ModuleRecord,
+    OpRecord,
+    TensorRecord,
+)
+from magneton.tracer.invariants import summarize
+
+_TAG = "magneton#"
+
+# Frames from these files are machinery, not code a user could change: the dispatch
+# mode plumbing, nn.Module's call wrapper, and Magneton itself.
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_SKIP_FILES = (
+    os.path.join(_TORCH_DIR, "utils", "_python_dispatch.py"),
+    os.path.join(_TORCH_DIR, "_ops.py"),
+    os.path.join(_TORCH_DIR, "nn", "modules", "module.py"),
+    os.path.join(_TORCH_DIR, "autograd", "profiler.py"),
+    os.path.join(_TORCH_DIR, "_tensor.py"),
+    os.path.join(_TORCH_DIR, "overrides.py"),
+    os.path.join(_TORCH_DIR, "_compile.py"),
+    os.path.join(_TORCH_DIR, "utils", "_contextlib.py"),
+)
+_SKIP_DIRS = tuple(
+    os.path.join(_TORCH_DIR, d) + os.sep for d in ("_dynamo", "_compile.py", "profiler")
+)
+_MAGNETON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SELF_DIRS = tuple(
+    os.path.join(_MAGNETON_DIR, d) + os.sep for d in ("tracer", "magneton", "graphdb")
+)
+
+
+def _op_name(func) -> tuple[str, str]:
+    """("aten::addmm", "default"): the schema's qualified name, as the profiler spells it."""
+    schema = func._schema
+    return schema.name, schema.overload_name or "default"
+
+
+def _device_str(t: torch.Tensor) -> str:
+    d = t.device
+    return d.type if d.index is None else f"{d.type}:{d.index}"
+
+
+def _storage_key(t: torch.Tensor) -> tuple[str, int] | None:
+    try:
+        return (t.device.type, t.untyped_storage().data_ptr())
+    except Exception:  # sparse, meta, nested: no plain storage to alias
+        return None
+
+
+# --------------------------------------------------------------------------------------
+# Module hierarchy
+# --------------------------------------------------------------------------------------
+
+
+class ModuleTracker:
+    """Keeps the stack of nn.Modules currently running, by qualified path (`h.0.mlp.act`).
+
+    Names come from the roots' `named_modules()` (Smaragdine's qualified names, root "");
+    a module built inside the entry is named from its parent's `_modules` key, so dynamic
+    models still get stable paths.
+    """
+
+    def __init__(self, roots: dict[str, torch.nn.Module]):
+        self.names: dict[int, str] = {}
+        self.types: dict[str, str] = {}
+        for prefix, root in roots.items():
+            for name, mod in root.named_modules():
+                full = ".".join(p for p in (prefix, name) if p)
+                self.names.setdefault(id(mod), full)
+        self._local = threading.local()
+        self._handles: list = []
+        self.seen: dict[str, str] = {}  # name -> type, in first-seen order
+
+    def _stack(self) -> list[str]:
+        s = getattr(self._local, "stack", None)
+        if s is None:
+            s = self._local.stack = []
+        return s
+
+    @property
+    def current(self) -> str:
+        s = self._stack()
+        return s[-1] if s else ""
+
+    def _name_of(self, mod: torch.nn.Module) -> str:
+        name = self.names.get(id(mod))
+        if name is not None:
+            return name
+        parent = self.current
+        parent_mod = getattr(self._local, "mods", [None])[-1] if self._stack() else None
+        key = None
+        if parent_mod is not None:
+            for k, child in parent_mod._modules.items():
+                if child is mod:
+                    key = k
+                    break
+        name = ".".join(p for p in (parent, key or type(mod).__name__) if p)
+        self.names[id(mod)] = name
+        return name
+
+    def _pre(self, mod, args):
+        name = self._name_of(mod)
+        self.seen.setdefault(name, type(mod).__name__)
+        self._stack().append(name)
+        mods = getattr(self._local, "mods", None)
+        if mods is None:
+            mods = self._local.mods = [None]
+        mods.append(mod)
+
+    def _post(self, mod, args, out):
+        s = self._stack()
+        if s:
+            s.pop()
+            self._local.mods.pop()
+
+    def __enter__(self):
+        from torch.nn.modules import module as m
+
+        self._handles = [
+            m.register_module_forward_pre_hook(self._pre),
+            m.register_module_forward_hook(self._post, always_call=True),
+        ]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def records(self) -> list[ModuleRecord]:
+        out: list[ModuleRecord] = []
+        index: dict[str, int] = {}
+        for name in sorted(self.seen, key=lambda n: (n.count("."), n)):
+            parent = -1
+            if name:
+                p = name.rsplit(".", 1)[0] if "." in name else ""
+                while p not in index and p:
+                    p = p.rsplit(".", 1)[0] if "." in p else ""
+                parent = index.get(p, -1)
+            index[name] = len(out)
+            out.append(ModuleRecord(idx=len(out), name=name, type=self.seen[name], parent=parent))
+        return out
+
+
+# --------------------------------------------------------------------------------------
+# Timing pass
+# --------------------------------------------------------------------------------------
+
+
+class TimingCapture(TorchDispatchMode):
+    """Light mode: one tuple per operator, nothing else (what the overhead benchmark times).
+
+    Everything not needed for a window is deferred: the op's name is resolved after the
+    call (`names()`), and the hot path avoids building a kwargs dict. A Python dispatch
+    mode that does nothing at all already costs ~5% on a CPU GPT-2 forward; this one
+    stays within measurement noise of that floor.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.raw: list[tuple[Any, int, int]] = []
+        self._append = self.raw.append
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None, _clock=time.perf_counter_ns):
+        t0 = _clock()
+        out = func(*args, **kwargs) if kwargs else func(*args)
+        self._append((func, t0, _clock()))
+        return out
+
+    @property
+    def events(self) -> list[tuple[str, int, int]]:
+        """(aten name, start_ns, end_ns) per operator, in dispatch order."""
+        return [(_op_name(f)[0], t0, t1) for f, t0, t1 in self.raw]
+
+
+# --------------------------------------------------------------------------------------
+# Structure pass
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Live:
+    ref: weakref.ref
+    tidx: int
+
+
+@dataclass
+class StructureResult:
+    ops: list[OpRecord] = field(default_factory=list)
+    tensors: list[TensorRecord] = field(default_factory=list)
+    frames: list[FrameRecord] = field(default_factory=list)
+    kernels: list[KernelRecord] = field(default_factory=list)
+    modules: list[ModuleRecord] = field(default_factory=list)
+
+
+class StructureCapture(TorchDispatchMode):
+    """Heavy mode: dataflow, summaries, module path and Python stack per operator."""
+
+    def __init__(
+        self,
+        modules: ModuleTracker,
+        *,
+        sources: dict[int, tuple[str, str]] | None = None,
+        stop_code: Any = None,
+        summaries: bool = True,
+    ):
+        super().__init__()
+        self.modules = modules
+        self.sources = sources or {}  # id(tensor) -> (kind, name)
+        self.stop_code = stop_code  # code object of the entry: stack walks stop there
+        self.summaries = summaries
+        self.result = StructureResult()
+        self._live: dict[int, _Live] = {}
+        self._by_storage: dict[tuple[str, int], list[int]] = {}
+        self._frames: dict[tuple[str, int, str], int] = {}
+        self._frame_cache: dict[tuple[str, int, str], str] = {}
+
+    # -- tensors -------------------------------------------------------------------
+
+    def _forget(self, key: int):
+        self._live.pop(key, None)
+
+    def _register(self, t: torch.Tensor, rec: TensorRecord) -> int:
+        rec.idx = len(self.result.tensors)
+        rec.shape = list(t.shape)
+        rec.dtype = str(t.dtype).replace("torch.", "")
+        try:
+            rec.stride = list(t.stride())
+            rec.contiguous = bool(t.is_contiguous())
+        except Exception:
+            rec.stride, rec.contiguous = [], False
+        rec.device = _device_str(t)
+        rec.numel = t.numel()
+        if self.summaries:
+            for k, v in summarize(t).items():
+                setattr(rec, k, v)
+        self.result.tensors.append(rec)
+        key = id(t)
+        self._live[key] = _Live(weakref.ref(t, lambda _r, k=key: self._forget(k)), rec.idx)
+        sk = _storage_key(t)
+        if sk is not None:
+            self._by_storage.setdefault(sk, []).append(key)
+        return rec.idx
+
+    def _lookup(self, t: torch.Tensor) -> int:
+        live = self._live.get(id(t))
+        if live is not None and live.ref() is t:
+            return live.tidx
+        kind, name = self.sources.get(id(t), ("constant", ""))
+        return self._register(t, TensorRecord(idx=-1, producer=-1, kind=kind, name=name))
+
+    # -- stacks --------------------------------------------------------------------
+
+    def _stack(self) -> list[int]:
+        frames: list[int] = []
+        f = sys._getframe(2)
+        while f is not None:
+            code = f.f_code
+            fn = code.co_filename
+            if not (fn in _SKIP_FILES or fn.startswith(_SELF_DIRS) or fn.startswith(_SKIP_DIRS)):
+                key = (fn, f.f_lineno, code.co_name)
+                idx = self._frames.get(key)
+                if idx is None:
+                    idx = len(self.result.frames)
+                    self._frames[key] = idx
+                    self.result.frames.append(
+                        FrameRecord(idx=idx, file=fn, line=f.f_lineno, function=code.co_name)
+                    )
+                frames.append(idx)
+            if code is self.stop_code:
+                break
+            f = f.f_back
+        frames.reverse()  # entry first, op call site last
+        return frames
+
+    # -- dispatch ------------------------------------------------------------------
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name, overload = _op_name(func)
+        idx = len(self.result.ops)
+        flat_in, _ = tree_flatten((args, kwargs))
+        in_tensors = [a for a in flat_in if isinstance(a, torch.Tensor)]
+        inputs = [self._lookup(t) for t in in_tensors]
+        op = OpRecord(
+            idx=idx,
+            name=name,
+            overload=overload,
+            thread=threading.get_ident(),
+            module=self.modules.current,
+            inputs=inputs,
+            input_shapes=[list(t.shape) for t in in_tensors],
+            input_dtypes=[str(t.dtype).replace("torch.", "") for t in in_tensors],
+            input_contiguous=[bool(t.is_contiguous()) for t in in_tensors],
+            scalar_args=_scalar_args(func, args, kwargs),
+            frames=self._stack(),
+        )
+        op.device = _device_str(in_tensors[0]) if in_tensors else _kwarg_device(kwargs)
+
+        with torch.profiler.record_function(f"{_TAG}{idx}"):
+            t0 = time.perf_counter_ns()
+            out = func(*args, **kwargs)
+            t1 = time.perf_counter_ns()
+        op.start_ns, op.end_ns = t0, t1
+        op.time_s = (t1 - t0) / 1e9
+        self.result.ops.append(op)
+
+        mutated = _mutated_tensors(func, args, kwargs)
+        in_storages = {_storage_key(t) for t in in_tensors}
+        in_storages.discard(None)
+        outputs: list[int] = []
+        flat_out, _ = tree_flatten(out)
+        seen_ids: set[int] = set()
+        for t in flat_out:
+            if not isinstance(t, torch.Tensor) or id(t) in seen_ids:
+                continue
+            seen_ids.add(id(t))
+            is_view = _storage_key(t) in in_storages
+            rec = TensorRecord(idx=-1, producer=idx, out_index=len(outputs), is_view=is_view)
+            outputs.append(self._register(t, rec))
+        # In-place writes make new versions of the written tensor and of every live
+        # view of the same storage, all produced by this op, so later consumers depend
+        # on the write rather than on the stale pre-write value.
+        for t in mutated:
+            if id(t) in seen_ids:
+                continue
+            seen_ids.add(id(t))
+            rec = TensorRecord(idx=-1, producer=idx, out_index=len(outputs))
+            outputs.append(self._register(t, rec))
+        for t in list(mutated) + [t for t in flat_out if isinstance(t, torch.Tensor)]:
+            sk = _storage_key(t)
+            if sk is None or not (mutated and any(_storage_key(m) == sk for m in mutated)):
+                continue
+            for key in list(self._by_storage.get(sk, [])):
+                live = self._live.get(key)
+                other = live.ref() if live else None
+                if other is None or id(other) in seen_ids:
+                    continue
+                seen_ids.add(id(other))
+                rec = TensorRecord(idx=-1, producer=idx, out_index=len(outputs), is_view=True)
+                outputs.append(self._register(other, rec))
+        op.outputs = outputs
+        out_t = [self.result.tensors[i] for i in outputs]
+        op.output_shapes = [list(r.shape) for r in out_t]
+        op.output_dtypes = [r.dtype for r in out_t]
+        return out
+
+
+def _kwarg_device(kwargs: dict) -> str:
+    d = kwargs.get("device")
+    if d is None:
+        return "cpu"
+    d = torch.device(d)
+    return d.type if d.index is None else f"{d.type}:{d.index}"
+
+
+def _schema_values(func, args, kwargs):
+    for i, a in enumerate(func._schema.arguments):
+        if i < len(args) and not a.kwarg_only:
+            yield a, args[i]
+        elif a.name in kwargs:
+            yield a, kwargs[a.name]
+
+
+def _mutated_tensors(func, args, kwargs) -> list[torch.Tensor]:
+    out = []
+    for a, v in _schema_values(func, args, kwargs):
+        if a.alias_info is not None and a.alias_info.is_write:
+            flat, _ = tree_flatten(v)
+            out.extend(t for t in flat if isinstance(t, torch.Tensor))
+    return out
+
+
+def _scalar_args(func, args, kwargs) -> str:
+    parts = []
+    for a, v in _schema_values(func, args, kwargs):
+        flat, _ = tree_flatten(v)
+        if any(isinstance(t, torch.Tensor) for t in flat):
+            continue
+        r = repr(v)
+        parts.append(f"{a.name}={r if len(r) <= 60 else r[:57] + '...'}")
+    return ", ".join(parts)
+
+
+# --------------------------------------------------------------------------------------
+# Profiler tree → dispatch chains and kernels
+# --------------------------------------------------------------------------------------
+
+
+def attach_call_paths(result: StructureResult, events) -> None:
+    """Fill `api`, `call_paths`, `kernels` and `seq` of each op from profiler events.
+
+    For op k the profiler tree looks like
+        aten::linear > aten::addmm > PythonDispatchMode > magneton#k > aten::addmm > ...
+    The aten ops above the mode are how Python entered the dispatcher (`api` is the
+    outermost); the subtree under the tag is what the op dispatched to. A call path is
+    ancestors + subtree chain, with the op itself named once.
+    """
+    kernels: dict[tuple[str, str], int] = {}
+    by_idx: dict[int, Any] = {}
+    for e in events:
+        if e.name.startswith(_TAG):
+            try:
+                by_idx[int(e.name[len(_TAG) :])] = e
+            except ValueError:
+                pass
+    for op in result.ops:
+        tag = by_idx.get(op.idx)
+        if tag is None:
+            op.api = op.name
+            op.call_paths = [op.name]
+            continue
+        ancestors: list[str] = []
+        p = tag.cpu_parent
+        seq = -1
+        while p is not None and not p.name.startswith(_TAG):
+            if p.name.startswith("aten::"):
+                ancestors.append(p.name)
+                if seq < 0 and getattr(p, "sequence_nr", -1) >= 0:
+                    seq = p.sequence_nr
+            p = p.cpu_parent
+        ancestors.reverse()
+        op.seq = seq
+        op.api = ancestors[0] if ancestors else op.name
+        if ancestors and ancestors[-1] == op.name:
+            ancestors.pop()
+        chains: list[list[str]] = []
+        roots = [c for c in tag.cpu_children] or []
+        for r in roots:
+            _chains(r, [], chains)
+        if not chains:
+            chains = [[op.name]]
+        paths = [" > ".join(ancestors + chain) for chain in chains]
+        kern = _kernels_of(chains)
+        # device kernels (CUDA) launched anywhere under the tag, by correlation id
+        for e in _walk(tag):
+            for k in getattr(e, "kernels", []) or []:
+                kname = getattr(k, "name", str(k))
+                if kname not in kern:
+                    kern.append(kname)
+        op.call_paths = list(dict.fromkeys(paths))
+        for kname in kern:
+            key = (kname, op.device if not kname.startswith("aten::") else "cpu")
+            if key not in kernels:
+                kernels[key] = len(result.kernels)
+                result.kernels.append(KernelRecord(idx=kernels[key], name=key[0], device=key[1]))
+            op.kernels.append(kernels[key])
+
+
+# Copies inside a bigger op (addmm copying its bias into the output) are real work but
+# do not make their parent a mere dispatcher the way `_convolution → thnn_conv2d` does.
+_COPY_OPS = frozenset({"aten::copy_", "aten::fill_", "aten::zero_"})
+
+
+def _kernels_of(chains: list[list[str]]) -> list[str]:
+    """The ops that did the work: on each chain the deepest non-bookkeeping op, minus ops
+    that only dispatched to a deeper kernel (`aten::_convolution` above
+    `aten::_slow_conv2d_forward`)."""
+    cands: list[tuple[str, ...]] = []
+    for chain in chains:
+        work = [i for i, n in enumerate(chain) if n not in BOOKKEEPING_OPS]
+        if work:
+            c = tuple(chain[: work[-1] + 1])
+            if c not in cands:
+                cands.append(c)
+    keep = [
+        c
+        for c in cands
+        if not any(len(d) > len(c) and d[: len(c)] == c and d[-1] not in _COPY_OPS for d in cands)
+    ]
+    return list(dict.fromkeys(c[-1] for c in keep))
+
+
+def _chains(e, prefix: list[str], out: list[list[str]]):
+    chain = prefix + [e.name]
+    children = [c for c in e.cpu_children if not c.name.startswith(_TAG)]
+    if not children:
+        out.append(chain)
+        return
+    for c in children:
+        _chains(c, chain, out)
+
+
+def _walk(e):
+    yield e
+    for c in e.cpu_children:
+        yield from _walk(c)
+
+
+def run_structure_pass(
+    fn: Callable[[], Any], capture: StructureCapture, *, profile_calls: bool = True
+) -> tuple[Any, StructureResult]:
+    """Run `fn` once under the structure capture (and the profiler, for call paths)."""
+    if profile_calls:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        with _quiet_kineto(), profile(activities=activities) as prof:
+            with capture.modules, capture:
+                out = fn()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+        attach_call_paths(capture.result, prof.events())
+    else:
+        with capture.modules, capture:
+            out = fn()
+        for op in capture.result.ops:
+            op.api = op.name
+            op.call_paths = [op.name]
+    capture.result.modules = capture.modules.records()
+    idx = {m.name: m.idx for m in capture.result.modules}
+    for op in capture.result.ops:
+        op.module_idx = idx.get(op.module, -1)
+    return out, capture.result
+
+
+class _quiet_kineto:
+    """Kineto prints USDT start/stop lines on stderr; keep the CLI output clean."""
+
+    def __enter__(self):
+        os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+        return self
+
+    def __exit__(self, *exc):
+        return False

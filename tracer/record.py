@@ -1,0 +1,483 @@
+"""Record a workload into a Magneton DB: the orchestration behind `magneton record`.
+
+A recording is a fixed sequence, each step there to prevent a specific failure:
+
+1. `setup()` runs outside everything measured (model construction must not count).
+2. The idle baseline is measured before any work, so "above idle" means the workload.
+3. `warmup` untraced calls let allocators, thread pools and oneDNN primitive caches
+   settle; otherwise the first measured call is systematically the most expensive.
+4. The *structure pass* (one call) captures dataflow, values, stacks and call paths.
+5. The *timing pass* (`repeat` calls) records only operator windows while the power
+   sampler runs; energy is attributed from these windows, never from the structure
+   pass, whose instrumentation would inflate every operator.
+6. Everything is written to the DB in one bulk load at the end. A script that raises
+   or a Ctrl-C leaves earlier runs untouched and the new run marked failed with its
+   error; SIGINT is deferred while the DB is being written so a load is never cut.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import importlib.util
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from magneton.graphdb.model import MagnetonError, Profile, RunInfo
+from magneton.tracer.capture import (
+    ModuleTracker,
+    attach_call_paths,
+    StructureCapture,
+    TimingCapture,
+    run_structure_pass,
+)
+from magneton.tracer.config import sha256_file, snapshot
+
+
+@dataclass
+class RecordOptions:
+    warmup: int = 1
+    repeat: int = 3
+    power: str = "auto"  # auto | nvml | rapl | meter:FILE | model[:PROFILE]
+    interval_s: float = 0.005  # power sampler cadence
+    replay: bool = False  # re-execute each op in a loop for sensor-resolution energy
+    replace: bool = False  # overwrite a run of the same name
+    call_paths: bool = True  # capture aten dispatch chains with the profiler
+    progress: bool = False
+
+
+# --------------------------------------------------------------------------------------
+# Loading user scripts
+# --------------------------------------------------------------------------------------
+
+
+def load_script(path: str | Path) -> Any:
+    """Import SCRIPT as a module (not `__main__`, so its `if __name__ == "__main__"`
+    block does not run the workload behind our back)."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise MagnetonError(f"no such script: {path}")
+    name = "magneton_user_" + "".join(c if c.isalnum() else "_" for c in path.stem)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise MagnetonError(f"cannot import {path} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    script_dir = str(path.parent)
+    if script_dir not in sys.path:
+        sys.path.insert(0, script_dir)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _as_args(result: Any) -> tuple:
+    if result is None:
+        return ()
+    return result if isinstance(result, tuple) else (result,)
+
+
+# --------------------------------------------------------------------------------------
+# Sources: parameters, buffers and inputs get names
+# --------------------------------------------------------------------------------------
+
+
+def _walk_objects(obj: Any, label: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
+    yield label, obj
+    if depth > 3:
+        return
+    if isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from _walk_objects(v, f"{label}[{i}]", depth + 1)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _walk_objects(v, f"{label}[{k!r}]", depth + 1)
+
+
+def _roots_and_sources(
+    fn: Callable, args: tuple, kwargs: dict, globals_: dict | None
+) -> tuple[dict[str, torch.nn.Module], dict[int, tuple[str, str]]]:
+    candidates: list[tuple[str, torch.nn.Module]] = []
+    inputs: dict[int, tuple[str, str]] = {}
+    if isinstance(fn, torch.nn.Module):
+        candidates.append(("model", fn))
+    bound = getattr(fn, "__self__", None)
+    if isinstance(bound, torch.nn.Module):
+        candidates.append(("model", bound))
+    objs = [(f"args[{i}]", a) for i, a in enumerate(args)]
+    objs += [(f"kwargs[{k!r}]", v) for k, v in kwargs.items()]
+    for label, top in objs:
+        for sub_label, o in _walk_objects(top, label):
+            if isinstance(o, torch.nn.Module):
+                candidates.append((sub_label, o))
+            elif isinstance(o, torch.Tensor):
+                inputs.setdefault(id(o), ("input", sub_label))
+            elif hasattr(o, "items") and hasattr(o, "keys"):  # BatchEncoding and friends
+                with contextlib.suppress(Exception):
+                    for k, v in o.items():
+                        if isinstance(v, torch.Tensor):
+                            inputs.setdefault(id(v), ("input", f"{sub_label}[{k!r}]"))
+    for name, o in (globals_ or {}).items():
+        if isinstance(o, torch.nn.Module) and not name.startswith("_"):
+            candidates.append((name, o))
+    # Keep outermost modules only; a lone root gets the empty prefix (`h.0.mlp.act`).
+    uniq: dict[int, tuple[str, torch.nn.Module]] = {}
+    for label, m in candidates:
+        uniq.setdefault(id(m), (label, m))
+    inner = {id(s) for _, m in uniq.values() for s in m.modules() if s is not m}
+    roots_list = [(label, m) for i, (label, m) in uniq.items() if i not in inner]
+    if len(roots_list) == 1:
+        roots = {"": roots_list[0][1]}
+    else:
+        roots = {label: m for label, m in roots_list}
+    sources: dict[int, tuple[str, str]] = {}
+    for prefix, root in roots.items():
+        for n, p in root.named_parameters(remove_duplicate=False):
+            sources.setdefault(id(p), ("param", ".".join(x for x in (prefix, n) if x)))
+        for n, b in root.named_buffers(remove_duplicate=False):
+            sources.setdefault(id(b), ("buffer", ".".join(x for x in (prefix, n) if x)))
+    sources.update(inputs)
+    return roots, sources
+
+
+# --------------------------------------------------------------------------------------
+# The recording itself
+# --------------------------------------------------------------------------------------
+
+
+def _entry_code(fn: Callable) -> Any:
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    return getattr(getattr(target, "__func__", target), "__code__", None)
+
+
+def _timing_pass(call: Callable[[], Any], repeat: int, sync: bool) -> tuple[list, list[float]]:
+    iterations, walls = [], []
+    for _ in range(max(1, repeat)):
+        tc = TimingCapture()
+        t0 = time.perf_counter_ns()
+        with tc:
+            call()
+        if sync:
+            torch.cuda.synchronize()
+        walls.append((time.perf_counter_ns() - t0) / 1e9)
+        iterations.append(tc.events)
+    return iterations, walls
+
+
+def _merge_timing(profile: Profile, iterations: list) -> bool:
+    """Copy timing-pass windows onto the structure ops; False if the op sequences differ."""
+    names = [op.name for op in profile.ops]
+    for events in iterations:
+        if len(events) != len(names) or any(e[0] != n for e, n in zip(events, names, strict=True)):
+            for op in profile.ops:
+                op.windows_ns = [(op.start_ns, op.end_ns)]
+            return False
+    for k, op in enumerate(profile.ops):
+        op.windows_ns = [(ev[k][1], ev[k][2]) for ev in iterations]
+        op.start_ns, op.end_ns = op.windows_ns[0]
+        op.time_s = sum(e - s for s, e in op.windows_ns) / len(op.windows_ns) / 1e9
+    return True
+
+
+def record_callable(
+    fn: Callable,
+    args: tuple = (),
+    kwargs: dict | None = None,
+    *,
+    run: str,
+    db: Any = None,
+    options: RecordOptions | None = None,
+    script: str = "",
+    entry: str = "",
+    setup: str = "",
+    globals_: dict | None = None,
+) -> Profile:
+    """Record `fn(*args, **kwargs)` as run `run`; store it in `db` (a path or an open
+    ProfileDB) when given. Returns the Profile either way."""
+    opts = options or RecordOptions()
+    kwargs = kwargs or {}
+    from magneton.tracer.energy import EnergySession
+
+    def call():
+        return fn(*args, **kwargs)
+
+    info = RunInfo(
+        name=run,
+        script=script,
+        script_sha256=sha256_file(script) if script else "",
+        entry=entry or getattr(fn, "__qualname__", type(fn).__name__),
+        setup=setup,
+        started_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        warmup=opts.warmup,
+        repeat=opts.repeat,
+        host=socket.gethostname(),
+    )
+    rank = os.environ.get("RANK")
+    if rank is not None and rank.isdigit():
+        info.rank = int(rank)
+        info.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+
+    session = EnergySession.create(opts.power, interval_s=opts.interval_s, device=_device_hint(args))
+    session.measure_idle()
+    for _ in range(opts.warmup):
+        call()
+
+    roots, sources = _roots_and_sources(fn, args, kwargs, globals_)
+    capture = StructureCapture(ModuleTracker(roots), sources=sources, stop_code=_entry_code(fn))
+    _, structure = run_structure_pass(call, capture, profile_calls=opts.call_paths)
+    profile = Profile(
+        run=info,
+        ops=structure.ops,
+        tensors=structure.tensors,
+        modules=structure.modules,
+        frames=structure.frames,
+        kernels=structure.kernels,
+        config=snapshot(script),
+    )
+    info.device = "cuda" if any(op.device.startswith("cuda") for op in profile.ops) else "cpu"
+
+    sync = info.device == "cuda"
+    session.start()
+    try:
+        iterations, walls = _timing_pass(call, opts.repeat, sync)
+    finally:
+        session.stop()
+    info.timing = "separate" if _merge_timing(profile, iterations) else "combined"
+    info.time_s = sum(walls) / len(walls)
+    session.attribute(profile)
+    if opts.replay:
+        from magneton.tracer.replay import replay_ops
+
+        replay_ops(call, profile, session, progress=opts.progress)
+    info.status = "ok"
+    if db is not None:
+        save(profile, db, replace=opts.replace)
+    return profile
+
+
+def _device_hint(args: tuple) -> str:
+    for _, o in _walk_objects(args, "args"):
+        if isinstance(o, torch.Tensor):
+            return str(o.device)
+        if isinstance(o, torch.nn.Module):
+            p = next(o.parameters(), None)
+            if p is not None:
+                return str(p.device)
+    return "cpu"
+
+
+# --------------------------------------------------------------------------------------
+# DB writes (SIGINT deferred) and failure records
+# --------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _defer_sigint() -> Iterator[None]:
+    """Hold Ctrl-C until the block ends, so a bulk load is never cut half-way."""
+    if threading_main():
+        pending: list[Any] = []
+        old = signal.signal(signal.SIGINT, lambda *a: pending.append(a))
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, old)
+            if pending:
+                raise KeyboardInterrupt
+    else:
+        yield
+
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def _opened(db: Any) -> Iterator[Any]:
+    from magneton.graphdb import open_db
+
+    if hasattr(db, "save_profile"):
+        yield db
+    else:
+        handle = open_db(db)
+        try:
+            yield handle
+        finally:
+            handle.close()
+
+
+def save(profile: Profile, db: Any, replace: bool = False) -> None:
+    with _defer_sigint(), _opened(db) as handle:
+        handle.save_profile(profile, replace=replace)
+
+
+def _save_failed(info: RunInfo, db: Any) -> None:
+    with _defer_sigint(), _opened(db) as handle:
+        handle.save_failed_run(info)
+
+
+def _user_location(exc: BaseException, script: str) -> str:
+    """file:line of the innermost frame in the user's script (where to look first)."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    for fr in reversed(tb):
+        if script and os.path.abspath(fr.filename) == script:
+            return f" at {os.path.basename(fr.filename)}:{fr.lineno}"
+    return ""
+
+
+def record_script(
+    script: str | Path,
+    *,
+    db: Any,
+    run: str,
+    entry: str = "main",
+    setup: str = "setup",
+    options: RecordOptions | None = None,
+) -> Profile:
+    """What `magneton record` does. Raises MagnetonError (one line) on any failure, after
+    marking the run failed in the DB."""
+    opts = options or RecordOptions()
+    script = str(Path(script).resolve())
+    if not os.path.isfile(script):
+        raise MagnetonError(f"no such script: {script}")
+    with _opened(db) as handle:
+        if handle.has_run(run) and not opts.replace:
+            raise MagnetonError(
+                f"run '{run}' already exists in the DB; pick another --run name or pass --replace"
+            )
+        info = RunInfo(
+            name=run,
+            script=script,
+            entry=entry,
+            setup=setup,
+            started_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+            status="failed",
+        )
+        old_argv = sys.argv
+        sys.argv = [script]
+        try:
+            module = load_script(script)
+            entry_fn = getattr(module, entry, None)
+            if not callable(entry_fn):
+                raise MagnetonError(f"{script} has no function '{entry}' (use --entry NAME)")
+            setup_fn = getattr(module, setup, None) if setup else None
+            if setup and setup_fn is None and setup != "setup":
+                raise MagnetonError(f"{script} has no function '{setup}' (use --setup NAME)")
+            args = _as_args(setup_fn()) if callable(setup_fn) else ()
+            return record_callable(
+                entry_fn,
+                args,
+                run=run,
+                db=handle,
+                options=opts,
+                script=script,
+                entry=entry,
+                setup=setup if callable(setup_fn) else "",
+                globals_=vars(module),
+            )
+        except MagnetonError as e:
+            info.error = str(e)
+            _save_failed_replacing(info, handle, opts.replace)
+            raise
+        except KeyboardInterrupt:
+            info.error = "interrupted (Ctrl-C) while recording"
+            _save_failed_replacing(info, handle, opts.replace)
+            raise MagnetonError(
+                f"interrupted; run '{run}' marked failed, earlier runs intact", exit_code=130
+            ) from None
+        except Exception as e:
+            if os.environ.get("MAGNETON_DEBUG"):
+                traceback.print_exc()
+            where = _user_location(e, script)
+            msg = " ".join(str(e).split()) or "(no message)"
+            info.error = f"{type(e).__name__}{where}: {msg}"
+            _save_failed_replacing(info, handle, opts.replace)
+            raise MagnetonError(
+                f"{os.path.basename(script)} raised {info.error}; run '{run}' marked failed, "
+                "earlier runs intact (MAGNETON_DEBUG=1 shows the traceback)",
+                exit_code=1,
+            ) from None
+        finally:
+            sys.argv = old_argv
+
+
+def _save_failed_replacing(info: RunInfo, handle: Any, replace: bool) -> None:
+    if handle.has_run(info.name):
+        if not replace:
+            return  # never clobber an existing good run with a failure record
+        handle.delete_run(info.name)
+    _save_failed(info, handle)
+
+
+# --------------------------------------------------------------------------------------
+# Python API: record a block
+# --------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def record_block(
+    run: str, db: Any = None, *, power: str = "auto", call_paths: bool = True
+) -> Iterator[Profile]:
+    """Record the operators of a `with` block (one pass: a block cannot be re-run).
+
+    Timing therefore includes the structure capture's overhead; the run is marked
+    `timing="combined"` so reports and diffs know its times are inflated.
+    """
+    from magneton.tracer.energy import EnergySession
+
+    info = RunInfo(
+        name=run,
+        entry="<block>",
+        started_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        timing="combined",
+        host=socket.gethostname(),
+    )
+    profile = Profile(run=info)
+    session = EnergySession.create(power)
+    session.measure_idle()
+    caller = sys._getframe(2)  # the frame running the `with` statement
+    roots, sources = _roots_and_sources(lambda: None, (), {}, caller.f_globals)
+    capture = StructureCapture(ModuleTracker(roots), sources=sources, stop_code=caller.f_code)
+    t0 = time.perf_counter_ns()
+    session.start()
+    try:
+        if call_paths:
+            from torch.profiler import ProfilerActivity
+            from torch.profiler import profile as torch_profile
+
+            with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+                with capture.modules, capture:
+                    yield profile
+            attach_call_paths(capture.result, prof.events())
+        else:
+            with capture.modules, capture:
+                yield profile
+    finally:
+        session.stop()
+    info.time_s = (time.perf_counter_ns() - t0) / 1e9
+    res = capture.result
+    res.modules = capture.modules.records()
+    midx = {m.name: m.idx for m in res.modules}
+    for op in res.ops:
+        op.module_idx = midx.get(op.module, -1)
+        op.windows_ns = [(op.start_ns, op.end_ns)]
+        if not call_paths:
+            op.api, op.call_paths = op.name, [op.name]
+    profile.ops, profile.tensors, profile.frames = res.ops, res.tensors, res.frames
+    profile.kernels, profile.modules = res.kernels, res.modules
+    profile.config = snapshot()
+    info.device = "cuda" if any(op.device.startswith("cuda") for op in profile.ops) else "cpu"
+    session.attribute(profile)
+    info.status = "ok"
+    if db is not None:
+        save(profile, db)

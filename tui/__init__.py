@@ -1,0 +1,1 @@
+"""magneton.tui"""
