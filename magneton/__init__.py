@@ -11,7 +11,13 @@ Public API (imported lazily so `magneton --help` does not pay for importing torc
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+# Kineto (the profiler behind the structure pass) prints "USDT ... profiler_start" lines
+# on stderr at its default level; they would bury Magneton's one-line errors. It reads
+# this once, when torch is first imported, so it has to be set before that.
+os.environ.setdefault("KINETO_LOG_LEVEL", "99")
 
 __all__ = ["record", "record_block", "record_script", "open_db", "RecordOptions", "MagnetonError"]
 

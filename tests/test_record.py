@@ -85,7 +85,7 @@ def test_dataflow_connects_inputs_to_output(db):
         "MATCH (t:Tensor {run: 'gpt2', kind: 'input'})-[:INPUT]->(o:Operator) "
         "RETURN o.idx AS idx, o.name AS name",
     )
-    assert first and first[0]["name"] == "aten::embedding"
+    assert first  # GPT-2 first reshapes the ids (aten::view), then embeds them
     last = query(db, "MATCH (o:Operator {run: 'gpt2'}) RETURN max(o.idx) AS idx")[0]["idx"]
     edges = query(
         db,
@@ -101,6 +101,9 @@ def test_dataflow_connects_inputs_to_output(db):
             seen.add(n)
             todo.extend(succ.get(n, ()))
     assert last in seen
+    names = {r["idx"]: r["name"] for r in query(
+        db, "MATCH (o:Operator {run: 'gpt2'}) RETURN o.idx AS idx, o.name AS name")}
+    assert "aten::embedding" in {names[i] for i in seen}
     # and the Kùzu recursive form users would type, within its 30-hop limit
     near = query(
         db,
@@ -208,8 +211,11 @@ def test_python_api_records_a_callable(tmp_path):
     torch.manual_seed(0)
     lin = torch.nn.Linear(8, 4)
     x = torch.randn(3, 8)
-    prof = magneton.record(lambda m, x: torch.relu(m(x)), (lin, x), run="api",
-                           db=str(tmp_path / "db"))
+    def entry(m, x):
+        with torch.no_grad():
+            return torch.relu(m(x))
+
+    prof = magneton.record(entry, (lin, x), run="api", db=str(tmp_path / "db"))
     assert [op.name for op in prof.ops] == ["aten::t", "aten::addmm", "aten::relu"]
     assert prof.ops[1].module == "" and prof.run.timing == "separate"
     with magneton.open_db(str(tmp_path / "db")) as handle:

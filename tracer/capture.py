@@ -538,7 +538,7 @@ def run_structure_pass(
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
-        with _quiet_kineto(), profile(activities=activities) as prof:
+        with profile(activities=activities) as prof:
             with capture.modules, capture:
                 out = fn()
             if torch.cuda.is_available():
@@ -555,14 +555,3 @@ def run_structure_pass(
     for op in capture.result.ops:
         op.module_idx = idx.get(op.module, -1)
     return out, capture.result
-
-
-class _quiet_kineto:
-    """Kineto prints USDT start/stop lines on stderr; keep the CLI output clean."""
-
-    def __enter__(self):
-        os.environ.setdefault("KINETO_LOG_LEVEL", "5")
-        return self
-
-    def __exit__(self, *exc):
-        return False
