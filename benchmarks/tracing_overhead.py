@@ -41,11 +41,14 @@ def main() -> None:
     ap.add_argument("--json", metavar="OUT")
     args = ap.parse_args()
 
+    from magneton.tracer.capture import (
+        ModuleTracker,
+        StructureCapture,
+        TimingCapture,
+        run_structure_pass,
+    )
     from rich.console import Console
     from rich.table import Table
-
-    from magneton.tracer.capture import ModuleTracker, StructureCapture, TimingCapture
-    from magneton.tracer.capture import run_structure_pass
 
     model, ids = build(args.layers, args.seq, args.batch)
 

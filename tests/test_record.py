@@ -38,11 +38,19 @@ def query(db: Path, cypher: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def db(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("rec") / "db"
-    magneton("record", str(WORKLOADS / "gpt2_small.py"), "--db", str(d), "--run", "gpt2",
-             "--repeat", "2")
+    magneton(
+        "record", str(WORKLOADS / "gpt2_small.py"), "--db", str(d), "--run", "gpt2", "--repeat", "2"
+    )
     for flag, run in (("1", "conv_mkldnn"), ("0", "conv_thnn")):
-        magneton("record", str(WORKLOADS / "convnet.py"), "--db", str(d), "--run", run,
-                 env={"MAGNETON_TEST_MKLDNN": flag})
+        magneton(
+            "record",
+            str(WORKLOADS / "convnet.py"),
+            "--db",
+            str(d),
+            "--run",
+            run,
+            env={"MAGNETON_TEST_MKLDNN": flag},
+        )
     return d
 
 
@@ -101,8 +109,10 @@ def test_dataflow_connects_inputs_to_output(db):
             seen.add(n)
             todo.extend(succ.get(n, ()))
     assert last in seen
-    names = {r["idx"]: r["name"] for r in query(
-        db, "MATCH (o:Operator {run: 'gpt2'}) RETURN o.idx AS idx, o.name AS name")}
+    names = {
+        r["idx"]: r["name"]
+        for r in query(db, "MATCH (o:Operator {run: 'gpt2'}) RETURN o.idx AS idx, o.name AS name")
+    }
     assert "aten::embedding" in {names[i] for i in seen}
     # and the Kùzu recursive form users would type, within its 30-hop limit
     near = query(
@@ -135,8 +145,14 @@ def test_inplace_write_keeps_producer_identity(db):
 @pytest.mark.parametrize(
     "run,expected",
     [
-        ("conv_mkldnn", "aten::conv2d > aten::convolution > aten::_convolution > aten::mkldnn_convolution"),
-        ("conv_thnn", "aten::conv2d > aten::convolution > aten::_convolution > aten::thnn_conv2d > aten::_slow_conv2d_forward"),
+        (
+            "conv_mkldnn",
+            "aten::conv2d > aten::convolution > aten::_convolution > aten::mkldnn_convolution",
+        ),
+        (
+            "conv_thnn",
+            "aten::conv2d > aten::convolution > aten::_convolution > aten::thnn_conv2d > aten::_slow_conv2d_forward",
+        ),
     ],
 )
 def test_convolution_dispatch_chain_follows_mkldnn_flag(db, run, expected):
@@ -167,8 +183,9 @@ def test_config_snapshot_records_the_flag(db):
 
 def test_script_that_raises_leaves_db_intact_and_marks_run(db):
     before = {r["name"] for r in json.loads(magneton("runs", "--db", str(db), "--json").stdout)}
-    proc = magneton("record", str(WORKLOADS / "raises.py"), "--db", str(db), "--run", "bad",
-                    check=False)
+    proc = magneton(
+        "record", str(WORKLOADS / "raises.py"), "--db", str(db), "--run", "bad", check=False
+    )
     assert proc.returncode != 0
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "ValueError" in err[0] and "raises.py:" in err[0]
@@ -180,8 +197,9 @@ def test_script_that_raises_leaves_db_intact_and_marks_run(db):
 
 
 def test_ctrl_c_marks_run_failed_with_exit_130(db):
-    proc = magneton("record", str(WORKLOADS / "interrupted.py"), "--db", str(db), "--run",
-                    "intr", check=False)
+    proc = magneton(
+        "record", str(WORKLOADS / "interrupted.py"), "--db", str(db), "--run", "intr", check=False
+    )
     assert proc.returncode == 130
     assert "interrupted" in proc.stderr
     runs = {r["name"]: r for r in json.loads(magneton("runs", "--db", str(db), "--json").stdout)}
@@ -189,17 +207,34 @@ def test_ctrl_c_marks_run_failed_with_exit_130(db):
 
 
 def test_existing_run_name_is_refused_without_replace(db):
-    proc = magneton("record", str(WORKLOADS / "convnet.py"), "--db", str(db), "--run",
-                    "conv_mkldnn", check=False)
+    proc = magneton(
+        "record",
+        str(WORKLOADS / "convnet.py"),
+        "--db",
+        str(db),
+        "--run",
+        "conv_mkldnn",
+        check=False,
+    )
     assert proc.returncode != 0 and "--replace" in proc.stderr
 
 
 def test_missing_script_and_missing_entry_are_one_line_errors(tmp_path):
-    proc = magneton("record", str(tmp_path / "nope.py"), "--db", str(tmp_path / "db"),
-                    "--run", "x", check=False)
+    proc = magneton(
+        "record", str(tmp_path / "nope.py"), "--db", str(tmp_path / "db"), "--run", "x", check=False
+    )
     assert proc.returncode != 0 and proc.stderr.count("\n") == 1 and "no such script" in proc.stderr
-    proc = magneton("record", str(WORKLOADS / "raises.py"), "--db", str(tmp_path / "db"),
-                    "--run", "x", "--entry", "nothere", check=False)
+    proc = magneton(
+        "record",
+        str(WORKLOADS / "raises.py"),
+        "--db",
+        str(tmp_path / "db"),
+        "--run",
+        "x",
+        "--entry",
+        "nothere",
+        check=False,
+    )
     assert proc.returncode != 0 and "nothere" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -211,6 +246,7 @@ def test_python_api_records_a_callable(tmp_path):
     torch.manual_seed(0)
     lin = torch.nn.Linear(8, 4)
     x = torch.randn(3, 8)
+
     def entry(m, x):
         with torch.no_grad():
             return torch.relu(m(x))

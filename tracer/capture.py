@@ -23,19 +23,17 @@ calls belong to which recorded operator.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
-
 from magneton.graphdb.model import (
     BOOKKEEPING_OPS,
     FrameRecord,
@@ -45,6 +43,8 @@ from magneton.graphdb.model import (
     TensorRecord,
 )
 from magneton.tracer.invariants import summarize
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 _TAG = "magneton#"
 
@@ -528,21 +528,58 @@ def _walk(e):
         yield from _walk(c)
 
 
+@contextlib.contextmanager
+def call_profiler() -> Iterator[Any]:
+    """The PyTorch profiler, set up for call paths (and CUDA kernels when present).
+
+    Kineto writes "USDT ... profiler_start/stop" lines straight to file descriptor 2 and
+    only honours KINETO_LOG_LEVEL from the process's *initial* environment, so the start
+    and stop calls run with fd 2 pointed at /dev/null; the workload's own stderr output in
+    between is untouched.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    prof = profile(activities=activities)
+    with _fd2_silenced():
+        prof.start()
+    try:
+        yield prof
+    finally:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        with _fd2_silenced():
+            prof.stop()
+
+
+@contextlib.contextmanager
+def _fd2_silenced() -> Iterator[None]:
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real fd 2 (embedded interpreters, some notebooks)
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def run_structure_pass(
     fn: Callable[[], Any], capture: StructureCapture, *, profile_calls: bool = True
 ) -> tuple[Any, StructureResult]:
     """Run `fn` once under the structure capture (and the profiler, for call paths)."""
     if profile_calls:
-        from torch.profiler import ProfilerActivity, profile
-
-        activities = [ProfilerActivity.CPU]
-        if torch.cuda.is_available():
-            activities.append(ProfilerActivity.CUDA)
-        with profile(activities=activities) as prof:
+        with call_profiler() as prof:
             with capture.modules, capture:
                 out = fn()
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
         attach_call_paths(capture.result, prof.events())
     else:
         with capture.modules, capture:
@@ -550,8 +587,13 @@ def run_structure_pass(
         for op in capture.result.ops:
             op.api = op.name
             op.call_paths = [op.name]
-    capture.result.modules = capture.modules.records()
-    idx = {m.name: m.idx for m in capture.result.modules}
-    for op in capture.result.ops:
-        op.module_idx = idx.get(op.module, -1)
+    finish_modules(capture.result, capture.modules)
     return out, capture.result
+
+
+def finish_modules(result: StructureResult, modules: ModuleTracker) -> None:
+    """Turn the tracker's seen modules into records and link each op to its module."""
+    result.modules = modules.records()
+    idx = {m.name: m.idx for m in result.modules}
+    for op in result.ops:
+        op.module_idx = idx.get(op.module, -1)

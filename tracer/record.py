@@ -32,13 +32,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from magneton.graphdb.model import MagnetonError, Profile, RunInfo
 from magneton.tracer.capture import (
     ModuleTracker,
-    attach_call_paths,
     StructureCapture,
     TimingCapture,
+    attach_call_paths,
+    call_profiler,
+    finish_modules,
     run_structure_pass,
 )
 from magneton.tracer.config import sha256_file, snapshot
@@ -226,7 +227,9 @@ def record_callable(
         info.rank = int(rank)
         info.world_size = int(os.environ.get("WORLD_SIZE", "1"))
 
-    session = EnergySession.create(opts.power, interval_s=opts.interval_s, device=_device_hint(args))
+    session = EnergySession.create(
+        opts.power, interval_s=opts.interval_s, device=_device_hint(args)
+    )
     session.measure_idle()
     for _ in range(opts.warmup):
         call()
@@ -452,10 +455,7 @@ def record_block(
     session.start()
     try:
         if call_paths:
-            from torch.profiler import ProfilerActivity
-            from torch.profiler import profile as torch_profile
-
-            with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+            with call_profiler() as prof:
                 with capture.modules, capture:
                     yield profile
             attach_call_paths(capture.result, prof.events())
@@ -466,10 +466,8 @@ def record_block(
         session.stop()
     info.time_s = (time.perf_counter_ns() - t0) / 1e9
     res = capture.result
-    res.modules = capture.modules.records()
-    midx = {m.name: m.idx for m in res.modules}
+    finish_modules(res, capture.modules)
     for op in res.ops:
-        op.module_idx = midx.get(op.module, -1)
         op.windows_ns = [(op.start_ns, op.end_ns)]
         if not call_paths:
             op.api, op.call_paths = op.name, [op.name]
