@@ -385,9 +385,7 @@ def count_work(
                 re.search(r"transposed\s*=\s*True", scalar_args)
             )
             has_bias = len(ins) >= 3 and bool(ins[2])
-            return WorkCount(
-                _conv_flops(ins[0], ins[1], out0, transposed, has_bias), nbytes, True
-            )
+            return WorkCount(_conv_flops(ins[0], ins[1], out0, transposed, has_bias), nbytes, True)
     if base == "convolution_backward":
         # grad_input + grad_weight: two convolutions of the forward's size
         if len(ins) >= 3:

@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-
 from magneton.graphdb.model import MagnetonError, OpRecord
 
 from .flops import count_op, dominant_dtype
@@ -236,6 +235,9 @@ class Channel:
 
     device: str
     counter: bool
+    # auxiliary channels are not attributed (they duplicate a primary one); replay reads
+    # them for steady-state power (NVML power next to the NVML energy counter)
+    aux: bool = False
 
 
 class PowerSource:
@@ -325,7 +327,9 @@ def _torch_gpu_uuids() -> list[str]:
 
         if not torch.cuda.is_available():
             return []
-        return [str(torch.cuda.get_device_properties(i).uuid) for i in range(torch.cuda.device_count())]
+        return [
+            str(torch.cuda.get_device_properties(i).uuid) for i in range(torch.cuda.device_count())
+        ]
     except Exception:
         return []
 
@@ -378,7 +382,24 @@ class NvmlSource(PowerSource):
                     ) from None
             self._handles.append(h)
             self.channels.append(Channel(f"gpu:{vis}", counter))
-        self.name = "nvml:" + "+".join(c.device.replace(":", "") for c in self.channels)
+            if counter:
+                # the power reading too: replay averages fresh readings of a steady loop,
+                # which needs no update timing (counter interpolation does)
+                try:
+                    nvml.nvmlDeviceGetPowerUsage(h)
+                    self._handles.append(h)
+                    self.channels.append(Channel(f"gpu:{vis}", False, aux=True))
+                except nvml.NVMLError:
+                    pass
+        self.name = "nvml:" + "+".join(
+            c.device.replace(":", "") for c in self.channels if not c.aux
+        )
+
+    def force_power(self) -> None:
+        """Use power readings only (`nvml:power`): the trapezoid path of seed 003."""
+        keep = [i for i, c in enumerate(self.channels) if not c.aux]
+        self._handles = [self._handles[i] for i in keep]
+        self.channels = [Channel(self.channels[i].device, False) for i in keep]
 
     def read(self) -> list[float]:
         nvml = self._nvml
@@ -549,6 +570,23 @@ def read_meter_csv(path: Path) -> MeterTrace:
     return MeterTrace(np.asarray(ts, float)[order], np.asarray(ws, float)[order])
 
 
+class MeterSource(PowerSource):
+    """An external meter's CSV. Nothing is polled live: the file is read (and aligned to the
+    recording clock) after the run, when the meter has written it."""
+
+    kind = "meter"
+    settle_s = 0.0
+    update_period_s = 0.0
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.channels = [Channel("meter", False)]
+        self.name = f"meter:{self.path.name}"
+
+    def read(self) -> list[float]:
+        raise SensorError("an external meter is read from its file after the run")
+
+
 # Meter timestamps above this are Unix time; below it they count from the session start.
 UNIX_TIME_THRESHOLD_S = 1e8
 
@@ -621,6 +659,7 @@ def estimate_meter_offset(
 class ChannelSamples:
     device: str
     counter: bool
+    aux: bool = False
     t_ns: list[int] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
     gaps: list[tuple[int, int]] = field(default_factory=list)
@@ -637,7 +676,7 @@ class Sampler:
     def __init__(self, source: PowerSource, interval_s: float = 0.005):
         self.source = source
         self.interval_s = max(1e-4, float(interval_s))
-        self.channels = [ChannelSamples(c.device, c.counter) for c in source.channels]
+        self.channels = [ChannelSamples(c.device, c.counter, c.aux) for c in source.channels]
         self.errors: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -705,7 +744,9 @@ class Sampler:
     def snapshot(self) -> list[ChannelSamples]:
         with self._lock:
             return [
-                ChannelSamples(c.device, c.counter, list(c.t_ns), list(c.values), list(c.gaps))
+                ChannelSamples(
+                    c.device, c.counter, c.aux, list(c.t_ns), list(c.values), list(c.gaps)
+                )
                 for c in self.channels
             ]
 

@@ -1,0 +1,963 @@
+"""Per-operator energy: the session the recorder drives, and the attribution rules.
+
+The recorder creates an `EnergySession`, measures the idle baseline, starts the session
+around its timing pass, stops it, and calls `attribute(profile)`. Attribution fills, for
+every operator, `flops`, `bytes`, `energy_j` (joules per entry call, mean over the timing
+pass iterations) and `energy_method`, and for the run the totals, idle baseline, source and
+method, plus a compact `profile.power` trace.
+
+Rules, and the failure each one prevents:
+
+* Energy, not power, is integrated (seed 003): each window's joules are the integral of the
+  sampled trace over the window - trapezoid rule on power readings, exact differences on
+  energy counters (RAPL `energy_uj`, NVML total energy). Reading power at begin/end gives
+  stale or even negative numbers for sub-sample ops.
+* Counters are de-duplicated to their update instants before use: a counter that updates
+  every 100 ms but is polled every 5 ms would otherwise dump a whole update's joules into the
+  5 ms slice that happened to see the change.
+* Operators overlapping on one device share equally (Smaragdine's multiplicity rule); a
+  board-level sensor cannot say which of two concurrent ops drew which watt.
+* Time between operators (Python, hooks, launch overhead) is charged to the *nearest*
+  operator: each gap is split at its midpoint, the first half to the op that just ended and
+  the second half to the op about to start. Every instant of an iteration is then charged to
+  exactly one op (or shared equally), so the per-op energies sum to the iteration's energy -
+  the invariant `sum(op.energy_j) == run.energy_j` holds by construction, and the
+  Python overhead of a five-op region stays inside that region instead of being smeared
+  across unrelated ops (the proportional alternative).
+* An iteration spans its first operator's start to its last operator's end; time between
+  iterations belongs to the harness and is not charged.
+* Sensor errors leave gaps (`PowerSeries.gaps`); across a gap, power is interpolated
+  linearly between the last good and next good readings (counters still give the exact
+  total across the gap). The gap is recorded so reports can flag it.
+* The model source has no trace: each op costs `P_static·t + e_flop·FLOPs + e_byte·bytes`,
+  gaps cost `P_static` per second, and the result is labelled "estimated".
+
+`method="lsq"` solves per-operator-type power from coarse sensor windows (tracer/lsq.py) and
+uses it to split the measured total (labelled "solved"); use it when operators are much
+shorter than the sensor's update period.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from magneton.graphdb.model import MagnetonError, OpRecord, PowerSeries, Profile
+
+from .flops import fill_work
+from .power import (
+    ChannelSamples,
+    MeterSource,
+    ModelCoefficients,
+    NvmlSource,
+    PowerSource,
+    RaplSource,
+    Sampler,
+    estimate_meter_offset,
+    load_model,
+    meter_to_perf_ns,
+    model_op_power_w,
+    parse_meter_spec,
+    read_meter_csv,
+)
+
+MAX_STORED_SAMPLES = 4000
+
+# ---------------------------------------------------------------------------------------
+# Traces
+# ---------------------------------------------------------------------------------------
+
+
+class Trace:
+    """A device's energy as a function of time, built from samples.
+
+    `counter=False`: `values` are watts; energy is the trapezoid integral of the linear
+    interpolation between samples. `counter=True`: `values` are cumulative joules;
+    unchanged (stale) readings are dropped and power is constant between update instants.
+    Outside the sampled range the nearest sample's power is extended.
+    """
+
+    def __init__(
+        self,
+        t_ns,
+        values,
+        counter: bool = False,
+        gaps: list[tuple[int, int]] | None = None,
+        device: str = "",
+    ):
+        t = np.asarray(t_ns, dtype=np.int64)
+        v = np.asarray(values, dtype=float)
+        if len(t) == 0:
+            raise ValueError("empty power trace")
+        order = np.argsort(t, kind="stable")
+        t, v = t[order], v[order]
+        self.device = device
+        self.counter = counter
+        self.gaps = list(gaps or [])
+        self.t_ref = int(t[0])
+        if counter:
+            # keep update instants only. When polls outpace the counter (NVML: updates
+            # every 20-100 ms, polled every 5 ms) a change is preceded by stale repeats and
+            # happened somewhere between the last unchanged poll and the first changed
+            # one: take the midpoint, since a poll delayed by a busy interpreter (GIL)
+            # would otherwise date the update late and bias windows whose edges saw
+            # different delays. When every poll sees a change (RAPL, ~1 ms updates), the
+            # value is fresh at the poll and the poll time is kept.
+            changed = np.ones(len(v), dtype=bool)
+            changed[1:] = v[1:] != v[:-1]
+            idx = np.nonzero(changed)[0]
+            tk = t[idx].copy()
+            after_stale = (idx >= 2) & ~changed[np.maximum(idx - 1, 0)]
+            j = idx[after_stale]
+            tk[after_stale] = (t[j - 1] + t[j]) // 2
+            t, v = tk, v[idx]
+        self.t_ns = t
+        self.ts = (t - self.t_ref) / 1e9
+        if counter:
+            self.cum = v - v[0]
+            if len(t) >= 2:
+                seg = np.diff(self.ts)
+                seg[seg <= 0] = 1e-12
+                self.seg_w = np.diff(self.cum) / seg
+            else:
+                self.seg_w = np.zeros(0)
+        else:
+            self.p = v
+            if len(t) >= 2:
+                dt = np.diff(self.ts)
+                self.cum = np.concatenate([[0.0], np.cumsum(0.5 * (v[:-1] + v[1:]) * dt)])
+            else:
+                self.cum = np.zeros(1)
+
+    @classmethod
+    def from_samples(cls, s: ChannelSamples) -> Trace:
+        return cls(s.t_ns, s.values, counter=s.counter, gaps=s.gaps, device=s.device)
+
+    @classmethod
+    def from_series(cls, s: PowerSeries) -> Trace:
+        return cls(s.t_ns, s.watts, counter=False, gaps=s.gaps, device=s.device)
+
+    def cum_j(self, t_ns) -> np.ndarray:
+        """Energy (J) from the first sample to each time in `t_ns` (negative before it)."""
+        x = (np.asarray(t_ns, dtype=np.int64) - self.t_ref) / 1e9
+        ts, n = self.ts, len(self.ts)
+        if n == 1:
+            p0 = 0.0 if self.counter else float(self.p[0])
+            return p0 * (x - ts[0])
+        i = np.clip(np.searchsorted(ts, x, side="right") - 1, 0, n - 2)
+        dt = x - ts[i]
+        if self.counter:
+            out = self.cum[i] + self.seg_w[i] * dt
+            last = x > ts[-1]
+            out[last] = self.cum[-1] + self.seg_w[-1] * (x[last] - ts[-1])
+            return out
+        p = self.p
+        seg = ts[i + 1] - ts[i]
+        seg = np.where(seg <= 0, 1e-12, seg)
+        slope = (p[i + 1] - p[i]) / seg
+        inside = self.cum[i] + p[i] * dt + 0.5 * slope * dt * dt
+        before = p[0] * (x - ts[0])
+        after = self.cum[-1] + p[-1] * (x - ts[-1])
+        return np.where(x < ts[0], before, np.where(x > ts[-1], after, inside))
+
+    def energy_j(self, a_ns, b_ns) -> np.ndarray:
+        return self.cum_j(b_ns) - self.cum_j(a_ns)
+
+    def mean_power_w(self, a_ns: int, b_ns: int) -> float:
+        if b_ns <= a_ns:
+            return float("nan")
+        return float(self.energy_j(np.array([a_ns]), np.array([b_ns]))[0]) / ((b_ns - a_ns) / 1e9)
+
+    def covers(self, a_ns: int, b_ns: int) -> bool:
+        return bool(self.t_ns[0] <= a_ns and self.t_ns[-1] >= b_ns)
+
+    def power_points(self) -> tuple[np.ndarray, np.ndarray]:
+        """(t_ns, watts) for display/storage: readings, or counter-derived step powers."""
+        if not self.counter:
+            return self.t_ns.copy(), self.p.copy()
+        if len(self.t_ns) < 2:
+            return self.t_ns.copy(), np.zeros(len(self.t_ns))
+        w = np.append(self.seg_w, self.seg_w[-1])
+        return self.t_ns.copy(), w
+
+    def to_series(self, source: str, max_samples: int = MAX_STORED_SAMPLES) -> PowerSeries:
+        t, w = self.power_points()
+        t, w = downsample(t, w, max_samples)
+        return PowerSeries(
+            device=self.device,
+            source=source,
+            t_ns=[int(x) for x in t],
+            watts=[float(x) for x in w],
+            gaps=[(int(a), int(b)) for a, b in self.gaps],
+        )
+
+
+def downsample(t: np.ndarray, w: np.ndarray, max_samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """Average into at most `max_samples` equal-count bins (keeps the first/last instants)."""
+    n = len(t)
+    if n <= max_samples or max_samples < 2:
+        return t, w
+    edges = np.linspace(0, n, max_samples + 1).astype(int)
+    tb = np.add.reduceat(t.astype(float), edges[:-1]) / np.diff(edges)
+    wb = np.add.reduceat(w.astype(float), edges[:-1]) / np.diff(edges)
+    tb[0], tb[-1] = t[0], t[-1]
+    return tb.astype(np.int64), wb
+
+
+# ---------------------------------------------------------------------------------------
+# Tiling: which op is charged for each instant of an iteration
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Pieces:
+    """Time pieces charged to ops: op `op[i]` gets `weight[i]` of the energy in [a[i], b[i]].
+    `own[i]` is False for gap pieces (time between ops charged to the nearest op)."""
+
+    op: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    weight: np.ndarray
+    own: np.ndarray
+
+
+def tile(op_ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Pieces:
+    """Charge every instant of [min start, max end] to the op(s) running or nearest."""
+    n = len(op_ids)
+    if n == 0:
+        e = np.zeros(0)
+        return Pieces(e.astype(int), e.astype(np.int64), e.astype(np.int64), e, e.astype(bool))
+    ends = np.maximum(ends, starts)
+    order = np.lexsort((ends, starts))
+    ids, s, e = op_ids[order], starts[order], ends[order]
+    running_max = np.maximum.accumulate(e)
+    if n == 1 or np.all(s[1:] >= running_max[:-1]):
+        return _tile_sequential(ids, s, e)
+    return _tile_general(ids, s, e)
+
+
+def _tile_sequential(ids, s, e) -> Pieces:
+    # No overlap: own windows, plus each gap split at its midpoint between neighbours.
+    gap_a, gap_b = e[:-1], s[1:]
+    mid = gap_a + (gap_b - gap_a) // 2
+    has_gap = gap_b > gap_a
+    left = np.nonzero(has_gap)[0]
+    op = np.concatenate([ids, ids[left], ids[left + 1]])
+    a = np.concatenate([s, gap_a[left], mid[left]])
+    b = np.concatenate([e, mid[left], gap_b[left]])
+    own = np.concatenate([np.ones(len(ids), bool), np.zeros(2 * len(left), bool)])
+    return Pieces(op, a, b, np.ones(len(op)), own)
+
+
+def _tile_general(ids, s, e) -> Pieces:
+    # Sweep over elementary segments; overlapping ops share equally, gaps go to the ops
+    # that ended at the gap's start (first half) and those starting at its end (second half).
+    bounds = np.unique(np.concatenate([s, e]))
+    starts_at: dict[int, list[int]] = {}
+    ends_at: dict[int, list[int]] = {}
+    for k in range(len(ids)):
+        if e[k] == s[k]:
+            continue
+        starts_at.setdefault(int(s[k]), []).append(k)
+        ends_at.setdefault(int(e[k]), []).append(k)
+    out_op, out_a, out_b, out_w, out_own = [], [], [], [], []
+    active: set[int] = set()
+    last_ended: list[int] = []
+    for j in range(len(bounds) - 1):
+        t0, t1 = int(bounds[j]), int(bounds[j + 1])
+        ended = ends_at.get(t0, [])
+        for k in ended:
+            active.discard(k)
+        if ended:
+            last_ended = list(ended)
+        for k in starts_at.get(t0, []):
+            active.add(k)
+        if active:
+            w = 1.0 / len(active)
+            for k in active:
+                out_op.append(ids[k])
+                out_a.append(t0)
+                out_b.append(t1)
+                out_w.append(w)
+                out_own.append(True)
+        else:
+            nxt = starts_at.get(t1, [])
+            left = last_ended or nxt
+            right = nxt or last_ended
+            mid = t0 + (t1 - t0) // 2
+            for group, a, b in ((left, t0, mid), (right, mid, t1)):
+                if not group or b <= a:
+                    continue
+                w = 1.0 / len(group)
+                for k in group:
+                    out_op.append(ids[k])
+                    out_a.append(a)
+                    out_b.append(b)
+                    out_w.append(w)
+                    out_own.append(False)
+    return Pieces(
+        np.asarray(out_op, dtype=int),
+        np.asarray(out_a, dtype=np.int64),
+        np.asarray(out_b, dtype=np.int64),
+        np.asarray(out_w, dtype=float),
+        np.asarray(out_own, dtype=bool),
+    )
+
+
+def op_windows(ops: list[OpRecord]) -> tuple[int, list[list[tuple[int, int]]]]:
+    """(iterations, per-op windows). Falls back to (start_ns, end_ns) when the recorder
+    gave no per-iteration windows; ops without any timing get no window."""
+    wins = []
+    for op in ops:
+        if op.windows_ns:
+            wins.append([(int(a), int(b)) for a, b in op.windows_ns])
+        elif op.end_ns > op.start_ns or op.start_ns:
+            wins.append([(int(op.start_ns), int(op.end_ns))])
+        else:
+            wins.append([])
+    iters = max((len(w) for w in wins), default=0)
+    return iters, wins
+
+
+def _device_key(device: str) -> str:
+    """Map an op device ("cuda:0", "cpu") onto a series device family ("gpu:0", "cpu")."""
+    d = device or "cpu"
+    if d.startswith("cuda"):
+        return "gpu:" + (d.split(":", 1)[1] if ":" in d else "0")
+    return d.split(":", 1)[0]
+
+
+def _series_family(series_device: str) -> str:
+    if series_device.startswith("gpu:"):
+        return series_device
+    if series_device.startswith("cpu"):
+        return "cpu"
+    return ""  # "model", "meter": whole machine
+
+
+@dataclass
+class Attribution:
+    """Result of charging one or more traces to ops (all per iteration, mean over iterations)."""
+
+    energy_j: np.ndarray  # per op: own share + gap share
+    own_j: np.ndarray  # per op: energy inside its own windows only
+    charged_s: np.ndarray  # per op: seconds charged (own share + gap share)
+    own_s: np.ndarray  # per op: seconds of its own windows (shared by overlap)
+    run_energy_j: float
+    span_s: float  # mean iteration span
+    iterations: int
+
+
+def attribute_traces(
+    ops: list[OpRecord], traces: list[Trace], extra_own_j: np.ndarray | None = None
+) -> Attribution:
+    """Charge each trace's energy over every iteration to the ops on its device.
+
+    A trace whose device matches no op's device (e.g. a whole-machine meter, or a GPU
+    sensor for a CPU-only run) is charged to all ops. `extra_own_j` (per op, per iteration)
+    is added on top - the model's dynamic energy.
+    """
+    n = len(ops)
+    iters, wins = op_windows(ops)
+    energy = np.zeros(n)
+    own = np.zeros(n)
+    charged = np.zeros(n)
+    own_s = np.zeros(n)
+    span_total = 0.0
+    fam = np.array([_device_key(op.device) for op in ops])
+    op_fams = {_device_key(op.device).split(":")[0] for op in ops}
+    for k in range(iters):
+        idx = np.array([i for i in range(n) if len(wins[i]) > k], dtype=int)
+        if len(idx) == 0:
+            continue
+        s = np.array([wins[i][k][0] for i in idx], dtype=np.int64)
+        e = np.array([wins[i][k][1] for i in idx], dtype=np.int64)
+        span_total += (e.max() - s.min()) / 1e9
+        # time accounting is trace-independent: use the tiling of all ops
+        pcs = tile(idx, s, e)
+        dur = (pcs.b - pcs.a) / 1e9 * pcs.weight
+        np.add.at(charged, pcs.op, dur)
+        np.add.at(own_s, pcs.op[pcs.own], dur[pcs.own])
+        for tr in traces:
+            f = _series_family(tr.device)
+            sel = np.ones(len(idx), bool)
+            if f and (f in set(fam[idx]) or f.split(":")[0] in op_fams):
+                sel = fam[idx] == f
+                if not sel.any():
+                    continue
+            p = pcs if sel.all() else tile(idx[sel], s[sel], e[sel])
+            ej = tr.energy_j(p.a, p.b) * p.weight
+            np.add.at(energy, p.op, ej)
+            np.add.at(own, p.op[p.own], ej[p.own])
+    if extra_own_j is not None:
+        counted = np.array([len(w) for w in wins], dtype=float)
+        energy += extra_own_j * counted
+        own += extra_own_j * counted
+    if iters:
+        energy /= iters
+        own /= iters
+        charged /= iters
+        own_s /= iters
+        span_total /= iters
+    return Attribution(
+        energy_j=energy,
+        own_j=own,
+        charged_s=charged,
+        own_s=own_s,
+        run_energy_j=float(energy.sum()),
+        span_s=span_total,
+        iterations=iters,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Session
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class GapCharge:
+    """What attribution charged an op beyond its own window (replay keeps it)."""
+
+    gap_j: float
+    charged_s: float
+
+
+class EnergySession:
+    """One run's energy measurement: source, idle baseline, sampler, attribution.
+
+    spec: "auto" | "nvml" | "nvml:power" | "rapl" | "meter:FILE[@OFFSET_S]" | "model" |
+    "model:PROFILE" (a built-in name or a TOML/JSON file).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        source: PowerSource | None,
+        model: ModelCoefficients,
+        interval_s: float,
+        device: str,
+        note: str = "",
+        meter_path: str = "",
+        meter_offset_s: float | None = None,
+    ):
+        self.kind = kind
+        self.source = source
+        self.model = model
+        self.interval_s = interval_s
+        self.device = device
+        self.note = note
+        self.meter_path = meter_path
+        self.meter_offset_s = meter_offset_s
+        self.sampler = Sampler(source, interval_s) if source is not None else None
+        self.idle_w: float = float("nan")
+        self.idle_window_ns: tuple[int, int] | None = None
+        self.gap_charges: dict[int, GapCharge] = {}
+        self.last_span_s: float = 0.0
+        self.meter_offset_used_s: float | None = None
+        # the clock pair that maps a meter's Unix timestamps onto perf_counter_ns
+        self.epoch_at_start_s = time.time()
+        self.perf_at_start_ns = time.perf_counter_ns()
+
+    # -- construction ------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, spec: str = "auto", interval_s: float = 0.005, device: str = "cpu"
+    ) -> EnergySession:
+        spec = (spec or "auto").strip()
+        kind, _, arg = spec.partition(":")
+        kind = kind.lower()
+        if kind == "auto":
+            reasons = []
+            if device.startswith("cuda"):
+                try:
+                    src = NvmlSource(device)
+                    return cls("nvml", src, load_model("", device), interval_s, device)
+                except MagnetonError as e:
+                    reasons.append(str(e))
+            try:
+                src = RaplSource()
+                return cls("rapl", src, load_model("", device), interval_s, device)
+            except MagnetonError as e:
+                if "permission denied" in str(e):
+                    reasons.append(str(e))
+            note = "no power sensor on this machine"
+            if reasons:
+                note = "no readable power sensor (" + reasons[0] + ")"
+            return cls("model", None, load_model("", device), interval_s, device, note=note)
+        if kind == "nvml":
+            src = NvmlSource(device if device.startswith("cuda") else "cuda")
+            if arg.lower() == "power":
+                src.force_power()
+            elif arg:
+                raise MagnetonError(f"unknown NVML option {arg!r}: use nvml or nvml:power")
+            return cls("nvml", src, load_model("", device), interval_s, device)
+        if kind == "rapl":
+            src = RaplSource(arg or None)
+            return cls("rapl", src, load_model("", device), interval_s, device)
+        if kind == "meter":
+            path, offset = parse_meter_spec(spec)
+            return cls(
+                "meter",
+                MeterSource(path),
+                load_model("", device),
+                interval_s,
+                device,
+                meter_path=str(path),
+                meter_offset_s=offset,
+            )
+        if kind == "model":
+            note = "model requested (--power " + spec + ")"
+            return cls("model", None, load_model(arg, device), interval_s, device, note=note)
+        raise MagnetonError(
+            f"unknown power source {spec!r}: use auto, nvml, rapl, meter:FILE[@OFFSET_S], "
+            "model or model:PROFILE"
+        )
+
+    # -- labels ----------------------------------------------------------------------
+
+    @property
+    def source_name(self) -> str:
+        if self.kind == "model":
+            return f"model:{self.model.name}"
+        if self.kind == "meter":
+            return f"meter:{os.path.basename(self.meter_path)}"
+        return self.source.name if self.source is not None else self.kind
+
+    @property
+    def method(self) -> str:
+        return "estimated" if self.kind == "model" else "measured"
+
+    @property
+    def settle_s(self) -> float:
+        return self.source.settle_s if self.source is not None else 0.0
+
+    @property
+    def update_period_s(self) -> float:
+        return self.source.update_period_s if self.source is not None else 0.0
+
+    @property
+    def live(self) -> bool:
+        return self.sampler is not None and not isinstance(self.source, MeterSource)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def measure_idle(self, seconds: float = 0.5) -> float:
+        """Idle baseline (W) before the run. The model returns its P_static."""
+        if self.kind == "model":
+            self.idle_w = self.model.p_static_w
+            return self.idle_w
+        if self.kind == "meter":
+            t0 = time.perf_counter_ns()
+            time.sleep(seconds)
+            self.idle_window_ns = (t0, time.perf_counter_ns())
+            self.idle_w = self._meter_idle_now()
+            return self.idle_w
+        assert self.sampler is not None
+        self.sampler.start()
+        time.sleep(self.settle_s)  # let a lagging sensor stop reporting earlier activity
+        t0 = time.perf_counter_ns()
+        time.sleep(seconds)
+        t1 = time.perf_counter_ns()
+        time.sleep(self.interval_s * 2)
+        self.idle_window_ns = (t0, t1)
+        self.idle_w = self._window_mean_power(t0, t1)
+        return self.idle_w
+
+    def start(self) -> None:
+        if self.sampler is not None and self.live:
+            self.sampler.start()
+
+    def stop(self) -> None:
+        if self.sampler is not None and self.live:
+            self.sampler.stop()
+
+    def close(self) -> None:
+        self.stop()
+        if self.source is not None:
+            self.source.close()
+
+    # -- live windows (replay) -------------------------------------------------------
+
+    def traces(self) -> list[Trace]:
+        if self.kind == "meter":
+            return [self._meter_trace(estimate=False)]
+        if self.sampler is None:
+            return []
+        return [Trace.from_samples(s) for s in self.sampler.snapshot() if s.t_ns and not s.aux]
+
+    def _window_mean_power(self, a_ns: int, b_ns: int) -> float:
+        total = 0.0
+        for tr in self.traces():
+            total += tr.mean_power_w(a_ns, b_ns)
+        return total
+
+    def _wait_past(self, b_ns: int) -> None:
+        """Wait until the sampler holds readings past `b_ns` (a counter needs its next
+        update to know how much of the current interval was spent)."""
+        assert self.sampler is not None
+        if not self.sampler.running:
+            self.sampler.start()
+        deadline = time.perf_counter() + max(0.5, 3 * self.update_period_s)
+        pad = int(max(self.update_period_s, self.interval_s) * 1.5e9)
+        while time.perf_counter() < deadline:
+            snap = self.sampler.snapshot()
+            if all(s.t_ns and s.t_ns[-1] >= b_ns + pad for s in snap):
+                return
+            time.sleep(self.interval_s)
+
+    def window_energy(self, a_ns: int, b_ns: int) -> float:
+        """Joules the sensor saw in [a_ns, b_ns], summed over devices (live sources)."""
+        if self.kind == "meter":
+            return self._meter_window_energy(a_ns, b_ns)
+        if self.sampler is None:
+            raise MagnetonError("the model source has no sensor windows")
+        self._wait_past(b_ns)
+        total = 0.0
+        for tr in self.traces():
+            total += float(tr.energy_j(np.array([a_ns]), np.array([b_ns]))[0])
+        return total
+
+    def steady_power_w(self, a_ns: int, b_ns: int) -> float:
+        """Mean power (W, summed over devices) during [a_ns, b_ns] of a *steady* load.
+
+        Where a device has power readings, this is the mean of the fresh readings that
+        arrived inside the window: the load is the same before, during and after (replay's
+        warm-up and tail), so every such reading describes it and no update timing is
+        needed. Counter-only devices (RAPL) use the counter difference over the window.
+        """
+        if self.kind == "meter":
+            return self._meter_window_energy(a_ns, b_ns) / ((b_ns - a_ns) / 1e9)
+        if self.sampler is None:
+            raise MagnetonError("the model source has no sensor windows")
+        self._wait_past(b_ns)
+        by_dev: dict[str, list[ChannelSamples]] = {}
+        for s in self.sampler.snapshot():
+            if s.t_ns:
+                by_dev.setdefault(s.device, []).append(s)
+        total = 0.0
+        for chans in by_dev.values():
+            power = next((c for c in chans if not c.counter), None)
+            if power is not None:
+                t = np.asarray(power.t_ns, np.int64)
+                v = np.asarray(power.values, float)
+                fresh = np.ones(len(v), bool)
+                fresh[1:] = v[1:] != v[:-1]
+                sel = fresh & (t >= a_ns) & (t <= b_ns)
+                if sel.sum() >= 2:
+                    total += float(v[sel].mean())
+                    continue
+            prim = next(c for c in chans if not c.aux)
+            total += Trace.from_samples(prim).mean_power_w(a_ns, b_ns)
+        return total
+
+    # -- attribution -----------------------------------------------------------------
+
+    def attribute(self, profile: Profile, method: str = "auto") -> None:
+        """Fill op energies and run totals (see module docstring for the rules).
+
+        method: "auto" (the source's own: measured or estimated), "trace" (same as auto
+        for sensors), "lsq" (least-squares per-type power splitting the measured total,
+        labelled "solved"; needs a sensor).
+        """
+        ops = profile.ops
+        fill_work(ops)
+        if method not in ("auto", "trace", "lsq"):
+            raise MagnetonError(f"unknown attribution method {method!r}: auto, trace or lsq")
+        if self.kind == "model":
+            if method == "lsq":
+                raise MagnetonError("least squares needs a power sensor; the model has none")
+            att = self._attribute_model(profile)
+            op_method = "estimated"
+        else:
+            if self.kind == "meter":
+                traces = [self._meter_trace(ops=ops)]
+            else:
+                traces = self.traces()
+            if not traces:
+                raise MagnetonError(f"{self.source_name} produced no readings during the run")
+            if method == "lsq":
+                att = self._attribute_lsq(profile, traces)
+                op_method = "solved"
+            else:
+                att = attribute_traces(ops, traces)
+                op_method = "measured"
+            profile.power = [tr.to_series(self.kind) for tr in traces]
+            if math.isnan(self.idle_w) and self.kind == "meter":
+                self.idle_w = self._meter_idle_from(traces[0])
+        for i, op in enumerate(ops):
+            op.energy_j = float(att.energy_j[i])
+            op.energy_method = op_method
+        self.gap_charges = {
+            op.idx: GapCharge(
+                gap_j=float(att.energy_j[i] - att.own_j[i]), charged_s=float(att.charged_s[i])
+            )
+            for i, op in enumerate(ops)
+        }
+        self.last_span_s = att.span_s
+        run = profile.run
+        idle = 0.0 if math.isnan(self.idle_w) else self.idle_w
+        run.energy_j = float(att.energy_j.sum())
+        span = att.span_s if att.span_s > 0 else run.time_s
+        run.energy_above_idle_j = run.energy_j - idle * span
+        run.idle_w = idle
+        run.power_source = self.source_name
+        run.energy_method = op_method
+        self._write_config(profile, att)
+
+    def _attribute_model(self, profile: Profile) -> Attribution:
+        ops = profile.ops
+        m = self.model
+        dyn = np.array([m.dynamic_j(op) for op in ops])
+        iters, wins = op_windows(ops)
+        static = Trace(np.array([0, 1]), np.array([m.p_static_w, m.p_static_w]), device="model")
+        if iters:
+            att = attribute_traces(ops, [static], extra_own_j=dyn)
+        else:
+            # no windows at all (hand-built profile): price each op on its mean time
+            e = np.array([m.op_energy_j(op, op.time_s) for op in ops])
+            t = np.array([op.time_s for op in ops])
+            att = Attribution(e, e, t, t, float(e.sum()), float(t.sum()), 1)
+        profile.power = [self._model_series(profile)]
+        if math.isnan(self.idle_w):
+            self.idle_w = m.p_static_w
+        return att
+
+    def _model_series(self, profile: Profile) -> PowerSeries:
+        """Synthesized trace of the first timing iteration: a step per op, P_static between."""
+        m = self.model
+        _, wins = op_windows(profile.ops)
+        items = sorted(
+            (w[0][0], w[0][1], model_op_power_w(m, op))
+            for op, w in zip(profile.ops, wins, strict=True)
+            if w
+        )
+        t, p = [], []
+        for s, e, w in items:
+            if t and s > t[-1]:
+                t.append(t[-1])
+                p.append(m.p_static_w)
+                t.append(s)
+                p.append(m.p_static_w)
+            t += [s, e]
+            p += [w, w]
+        t_arr, p_arr = downsample(np.asarray(t, np.int64), np.asarray(p, float), MAX_STORED_SAMPLES)
+        return PowerSeries(
+            device="model",
+            source="model",
+            t_ns=[int(x) for x in t_arr],
+            watts=[float(x) for x in p_arr],
+        )
+
+    def _attribute_lsq(self, profile: Profile, traces: list[Trace]) -> Attribution:
+        from .lsq import solve_trace
+
+        ops = profile.ops
+        base = attribute_traces(ops, traces)
+        # the solution's per-type power times each op's own time gives its share; gap time
+        # is priced at the solved "(between ops)" power; shares then split the measured total
+        total_w = {}
+        sols = []
+        for tr in traces:
+            sol = solve_trace(ops, tr, lags_s=_lag_grid(self.settle_s))
+            sols.append(sol)
+            for k, v in sol.powers_w.items():
+                total_w[k] = total_w.get(k, 0.0) + v
+        gap_w = total_w.get(GAP_TYPE, 0.0)
+        shares = np.array(
+            [
+                total_w.get(op_type(op), 0.0) * base.own_s[i]
+                + gap_w * (base.charged_s[i] - base.own_s[i])
+                for i, op in enumerate(ops)
+            ]
+        )
+        if shares.sum() <= 0:
+            return base
+        energy = shares / shares.sum() * base.run_energy_j
+        own = np.array([total_w.get(op_type(op), 0.0) * base.own_s[i] for i, op in enumerate(ops)])
+        own = own / shares.sum() * base.run_energy_j
+        self.lsq_solutions = sols
+        return Attribution(
+            energy, own, base.charged_s, base.own_s, base.run_energy_j, base.span_s, base.iterations
+        )
+
+    def _write_config(self, profile: Profile, att: Attribution) -> None:
+        cfg = profile.config
+        cfg["energy.source"] = self.source_name
+        cfg["energy.method"] = profile.run.energy_method
+        if self.note:
+            cfg["energy.note"] = self.note
+        cfg["energy.gap_rule"] = "nearest-op (gaps split at midpoint)"
+        cfg["energy.span_s"] = repr(float(att.span_s))
+        # per-op seconds charged (own window + share of the gaps), for average power in
+        # reports; aligned with profile.ops, 4 significant digits to stay compact
+        cfg["energy.charged_s"] = json.dumps([float(f"{x:.4g}") for x in att.charged_s])
+        cfg["energy.iterations"] = str(att.iterations)
+        if self.kind == "model":
+            m = self.model
+            cfg["energy.model"] = json.dumps(
+                {
+                    "name": m.name,
+                    "p_static_w": m.p_static_w,
+                    "e_flop_pj": m.e_flop_pj,
+                    "e_byte_pj": m.e_byte_pj,
+                    "citation": m.citation,
+                    "formula": "E = P_static*t + e_flop*FLOPs + e_byte*bytes",
+                }
+            )
+        gaps = sum(len(s.gaps) for s in profile.power)
+        if gaps:
+            cfg["energy.sensor_gaps"] = str(gaps)
+        if self.sampler is not None and self.sampler.errors:
+            cfg["energy.sensor_errors"] = "; ".join(self.sampler.errors[:3])
+        if self.meter_offset_used_s is not None:
+            cfg["energy.meter_offset_s"] = repr(self.meter_offset_used_s)
+            cfg["energy.meter_alignment"] = (
+                "given" if self.meter_offset_s is not None else "cross-correlation"
+            )
+        sols = getattr(self, "lsq_solutions", None)
+        if profile.run.energy_method == "solved" and sols:
+            cfg["energy.lsq"] = json.dumps([s.to_json() for s in sols])
+
+    # -- meter -------------------------------------------------------------------------
+
+    def _meter_raw(self):
+        assert isinstance(self.source, MeterSource)
+        return read_meter_csv(self.source.path)
+
+    def _meter_idle_now(self) -> float:
+        try:
+            tr = self._meter_trace(estimate=False)
+        except MagnetonError:
+            return float("nan")
+        return self._meter_idle_from(tr)
+
+    def _meter_idle_from(self, tr: Trace) -> float:
+        if self.idle_window_ns is None:
+            return float("nan")
+        a, b = self.idle_window_ns
+        if not tr.covers(a, b):
+            return float("nan")
+        return tr.mean_power_w(a, b)
+
+    def _meter_trace(self, ops: list[OpRecord] | None = None, estimate: bool = True) -> Trace:
+        """The meter's trace on the recording clock. Offset: the one given in the spec,
+        else estimated by cross-correlation with the ops' activity (when `ops` are given),
+        else the last one used, else 0."""
+        raw = self._meter_raw()
+        if self.meter_offset_s is not None:
+            offset = self.meter_offset_s
+        elif estimate and ops:
+            offset = self._estimate_offset(raw, ops)
+        elif self.meter_offset_used_s is not None:
+            offset = self.meter_offset_used_s
+        else:
+            offset = 0.0
+        if estimate or self.meter_offset_s is not None:
+            self.meter_offset_used_s = offset
+        t = meter_to_perf_ns(raw.t_s, offset, self.epoch_at_start_s, self.perf_at_start_ns)
+        return Trace(t, raw.watts, counter=False, device="meter")
+
+    def _meter_window_energy(self, a_ns: int, b_ns: int, wait_s: float = 5.0) -> float:
+        # the meter may still be writing: poll the file until it covers the window
+        deadline = time.perf_counter() + wait_s
+        while True:
+            tr = self._meter_trace(estimate=False)
+            if tr.covers(a_ns, b_ns) or time.perf_counter() > deadline:
+                break
+            time.sleep(0.05)
+        return float(tr.energy_j(np.array([a_ns]), np.array([b_ns]))[0])
+
+    def _estimate_offset(self, raw, ops: list[OpRecord]) -> float:
+        t_nominal = meter_to_perf_ns(raw.t_s, 0.0, self.epoch_at_start_s, self.perf_at_start_ns)
+        tpl_t, tpl_w = activity_template(ops, self.model)
+        if self.idle_window_ns is not None and len(tpl_t):
+            # the idle measurement is part of the expected shape: flat, before the run
+            a, _ = self.idle_window_ns
+            tpl_t = np.concatenate([[a], tpl_t])
+            tpl_w = np.concatenate([[0.0], tpl_w])
+        return estimate_meter_offset(t_nominal, raw.watts, tpl_t, tpl_w)
+
+
+def activity_template(
+    ops: list[OpRecord], model: ModelCoefficients
+) -> tuple[np.ndarray, np.ndarray]:
+    """Expected above-idle power shape of the run (step per op window, 0 between ops)."""
+    _, wins = op_windows(ops)
+    pts = []
+    for op, ws in zip(ops, wins, strict=True):
+        w = max(0.0, model_op_power_w(model, op) - model.p_static_w) + 1.0
+        for a, b in ws:
+            pts.append((a, b, w))
+    pts.sort()
+    t, p = [], []
+    for a, b, w in pts:
+        t += [a - 1, a, b, b + 1]
+        p += [0.0, w, w, 0.0]
+    if not t:
+        return np.zeros(0, np.int64), np.zeros(0)
+    return np.asarray(t, np.int64), np.asarray(p, float)
+
+
+GAP_TYPE = "(between ops)"
+
+
+def op_type(op: OpRecord) -> str:
+    return op.name
+
+
+def _lag_grid(settle_s: float) -> np.ndarray:
+    hi = max(0.0, settle_s)
+    if hi <= 0.005:
+        return np.array([0.0])
+    return np.arange(0.0, hi + 1e-9, max(0.0025, hi / 80))
+
+
+@dataclass
+class RunEnergySummary:
+    """Convenience view used by reports."""
+
+    energy_j: float
+    above_idle_j: float
+    idle_w: float
+    source: str
+    method: str
+    note: str = ""
+    extras: dict[str, str] = field(default_factory=dict)
+
+
+def summarize(profile: Profile) -> RunEnergySummary:
+    r = profile.run
+    return RunEnergySummary(
+        energy_j=r.energy_j,
+        above_idle_j=r.energy_above_idle_j,
+        idle_w=r.idle_w,
+        source=r.power_source,
+        method=r.energy_method,
+        note=profile.config.get("energy.note", ""),
+        extras={k: v for k, v in profile.config.items() if k.startswith("energy.")},
+    )
+
+
+def method_line(profile: Profile) -> str:
+    """One line saying how the run's energy numbers were obtained."""
+    r = profile.run
+    src = r.power_source or "unknown source"
+    note = profile.config.get("energy.note", "")
+    if r.energy_method == "estimated":
+        line = f"estimated by {src}"
+        if note:
+            line += f" — {note}"
+        return line
+    if r.energy_method == "measured":
+        return f"measured with {src} (side-thread sampling, trapezoid/counter integration)"
+    if r.energy_method == "replayed":
+        return f"replayed per operator with {src} (operator loops, paper §5.2)"
+    if r.energy_method == "solved":
+        return f"solved by least squares from {src} windows (per-type power)"
+    return f"{r.energy_method or 'unknown method'} ({src})"
