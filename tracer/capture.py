@@ -418,7 +418,9 @@ def _scalar_args(func, args, kwargs) -> str:
         flat, _ = tree_flatten(v)
         if any(isinstance(t, torch.Tensor) for t in flat):
             continue
-        r = repr(v)
+        # Opaque handles (process groups are torch.ScriptObjects) repr with their address,
+        # which would make two identical runs look different; name them by type instead.
+        r = f"<{type(v).__name__}>" if isinstance(v, torch.ScriptObject) else repr(v)
         parts.append(f"{a.name}={r if len(r) <= 60 else r[:57] + '...'}")
     return ", ".join(parts)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from magneton.graphdb.model import MagnetonError
 
@@ -60,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
         call_paths=not args.no_call_paths,
         progress=True,
     )
-    if args.nproc > 1:
+    # Under torchrun every rank runs this command: each must write its own shard, never
+    # the shared Kùzu DB (one writer only).
+    if args.nproc > 1 or ("RANK" in os.environ and "WORLD_SIZE" in os.environ):
         from magneton.tracer.distributed import record_distributed
 
         return record_distributed(args, opts)

@@ -1,0 +1,310 @@
+"""What the TUI reads and how it words it: DB access, profile cache and display helpers.
+
+The screens never talk to Kùzu directly; they go through `Store`, which
+
+- opens the DB read-only for each operation and closes it again, so `magneton record`
+  in another terminal can add runs while the TUI stays open (Kùzu lets one writer in only
+  when no process holds the file) — `refresh` then shows the new run;
+- serialises access with a lock, because screens call it from several worker threads and
+  one Kùzu connection must not be used by two threads at once;
+- caches loaded profiles by run name, so going back and forth between a finding and the
+  energy view does not reload a 10k-operator run each time.
+
+The formatting helpers keep one wording for energy provenance ("estimated by
+model:cpu-default — no power sensor") across every screen: a figure without its method
+would read as a measurement.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import linecache
+import math
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from magneton.graphdb.model import (
+    BOOKKEEPING_OPS,
+    DiffResult,
+    Finding,
+    MagnetonError,
+    Profile,
+)
+
+if TYPE_CHECKING:
+    from magneton.graphdb.db import ProfileDB, QueryResult, RunRow
+
+
+class Store:
+    """Read-only access to one Magneton DB directory, shared by all screens."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        self._profiles: dict[str, Profile] = {}
+        self._diffs: dict[tuple[str, str], DiffResult] = {}
+
+    @contextlib.contextmanager
+    def db(self) -> Iterator[ProfileDB]:
+        from magneton.graphdb import open_db
+
+        with self._lock:
+            pdb = open_db(self.path, read_only=True)
+            try:
+                yield pdb
+            finally:
+                pdb.close()
+
+    def check(self) -> list[RunRow]:
+        """Open the DB once and list its runs; raises MagnetonError if it cannot be read."""
+        return self.list_runs()
+
+    def list_runs(self) -> list[RunRow]:
+        with self.db() as pdb:
+            return pdb.list_runs()
+
+    def profile(self, run: str) -> Profile:
+        with self._lock:
+            if run not in self._profiles:
+                with self.db() as pdb:
+                    self._profiles[run] = pdb.load_profile(run)
+            return self._profiles[run]
+
+    def forget(self) -> None:
+        """Drop cached profiles and diffs (after `refresh`: a run may have been re-recorded)."""
+        with self._lock:
+            self._profiles.clear()
+            self._diffs.clear()
+
+    def query(self, cypher: str) -> QueryResult:
+        with self.db() as pdb:
+            return pdb.user_query(cypher)
+
+    def cached_diff(self, a: str, b: str) -> DiffResult | None:
+        return self._diffs.get((a, b))
+
+    def remember_diff(self, a: str, b: str, result: DiffResult) -> None:
+        self._diffs[(a, b)] = result
+
+
+# --------------------------------------------------------------------------------------
+# Energy provenance
+# --------------------------------------------------------------------------------------
+
+
+def describe_energy(method: str, source: str) -> str:
+    """How an energy figure was obtained, in one phrase a user can act on."""
+    source = source or "an unknown source"
+    if method == "measured":
+        return f"measured by {source}"
+    if method == "replayed":
+        return f"replayed per operator on {source}"
+    if method == "solved":
+        return f"solved by least squares from {source}"
+    if method == "estimated":
+        if source.startswith("model"):
+            return f"estimated by {source} — no power sensor"
+        return f"estimated from {source}"
+    return f"method not recorded ({source})"
+
+
+# --------------------------------------------------------------------------------------
+# Numbers
+# --------------------------------------------------------------------------------------
+
+
+def fmt_j(j: float) -> str:
+    if not math.isfinite(j):
+        return "? J"
+    a = abs(j)
+    if a >= 1 or a == 0:
+        return f"{j:.3g} J"
+    if a >= 1e-3:
+        return f"{j * 1e3:.3g} mJ"
+    return f"{j * 1e6:.3g} µJ"
+
+
+def fmt_s(s: float) -> str:
+    if not math.isfinite(s):
+        return "? s"
+    a = abs(s)
+    if a >= 1 or a == 0:
+        return f"{s:.3g} s"
+    if a >= 1e-3:
+        return f"{s * 1e3:.3g} ms"
+    return f"{s * 1e6:.3g} µs"
+
+
+def fmt_pct(x: float) -> str:
+    return f"{100 * x:.1f}%" if math.isfinite(x) else "?"
+
+
+def ratio(f: Finding) -> float:
+    """Wasteful over efficient energy of the matched regions (inf when one side is free)."""
+    hi = max(f.region_a.energy_j, f.region_b.energy_j)
+    lo = min(f.region_a.energy_j, f.region_b.energy_j)
+    return hi / lo if lo > 0 else math.inf
+
+
+def fmt_ratio(x: float) -> str:
+    return "∞" if math.isinf(x) else f"{x:.2f}×"
+
+
+_EIGHTHS = " ▏▎▍▌▋▊▉█"
+
+
+def bar(fraction: float, width: int = 10) -> str:
+    """A left-aligned bar of `width` cells filled to `fraction` (clipped to 0..1)."""
+    if not math.isfinite(fraction):
+        fraction = 0.0
+    eighths = round(max(0.0, min(1.0, fraction)) * width * 8)
+    full, part = divmod(eighths, 8)
+    text = "█" * full + (_EIGHTHS[part] if part else "")
+    return text.ljust(width)
+
+
+def short_op(name: str) -> str:
+    return name.removeprefix("aten::")
+
+
+def periodic_unit(seq: Sequence[str]) -> tuple[list[str], int]:
+    """The shortest unit `seq` repeats (`[mul, add, mul, add]` → `([mul, add], 2)`).
+
+    Detection folds one finding per repeated layer into one, so a region is often the
+    same operator run N times; showing the unit once with ×N keeps it readable."""
+    n = len(seq)
+    for p in range(1, n // 2 + 1):
+        if n % p == 0 and all(seq[i] == seq[i % p] for i in range(n)):
+            return list(seq[:p]), n // p
+    return list(seq), 1
+
+
+def _clip(name: str, width: int) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def ops_summary(names: Sequence[str], limit: int = 8, name_width: int = 24) -> str:
+    """`mul pow mul add mul tanh add mul ×4`: a region's operators without bookkeeping,
+    each name clipped to `name_width` so one long kernel name cannot push the other
+    side's column off an 80-column screen."""
+    real = [short_op(n) for n in names if n not in BOOKKEEPING_OPS] or [short_op(n) for n in names]
+    unit, times = periodic_unit(real)
+    shown = " ".join(_clip(n, name_width) for n in unit[:limit])
+    if len(unit) > limit:
+        shown += f" …(+{len(unit) - limit})"
+    if times > 1:
+        shown += f" ×{times}"
+    return shown or "-"
+
+
+# --------------------------------------------------------------------------------------
+# Findings
+# --------------------------------------------------------------------------------------
+
+
+def default_patch_path(base_dir: Path | None, finding_id: int) -> Path:
+    """`<base dir>/magneton-fix-<id>.patch`: next to the wasteful script, whose folder the
+    patch's paths are relative to (the working directory when the run has no script)."""
+    return (base_dir or Path.cwd()) / f"magneton-fix-{finding_id}.patch"
+
+
+@dataclass
+class SourceSnippet:
+    file: str
+    line: int
+    first_line: int
+    text: str  # the lines first_line.. joined, without trailing newline
+
+
+def source_snippet(file: str, line: int, context: int = 3) -> SourceSnippet | None:
+    """Lines around `file:line` as they are on disk now (None when unreadable)."""
+    if not file or line <= 0:
+        return None
+    linecache.checkcache(file)
+    lines = linecache.getlines(file)
+    if not lines or line > len(lines):
+        return None
+    first = max(1, line - context)
+    last = min(len(lines), line + context)
+    return SourceSnippet(file, line, first, "".join(lines[first - 1 : last]).rstrip("\n"))
+
+
+@dataclass
+class PowerSlice:
+    device: str
+    source: str
+    watts: list[float]
+    windows: int  # operator windows the samples come from
+    span_s: float  # summed duration of those windows
+    bracketing: bool = False  # region shorter than the sampling interval: its neighbours
+
+
+def power_over(profile: Profile, op_idx: Sequence[int]) -> list[PowerSlice]:
+    """Power samples of each series taken while the region's operators ran.
+
+    A folded region (one per layer) is spread over the whole run; taking the samples in
+    each operator's window, not in [first start, last end], keeps the other layers'
+    operators out of the picture. A region shorter than the sampling interval gets the
+    two samples bracketing it instead of nothing."""
+    windows = sorted(
+        (profile.ops[i].start_ns, profile.ops[i].end_ns)
+        for i in op_idx
+        if 0 <= i < len(profile.ops) and profile.ops[i].end_ns > profile.ops[i].start_ns
+    )
+    if not windows:
+        return []
+    span_s = sum(e - s for s, e in windows) / 1e9
+    out = []
+    for series in profile.power:
+        t = series.t_ns
+        if len(t) < 2:
+            continue
+        idx: list[int] = []
+        for t0, t1 in windows:
+            idx.extend(range(bisect.bisect_left(t, t0), bisect.bisect_right(t, t1)))
+        idx = sorted(set(idx))
+        bracketing = False
+        if len(idx) < 2:
+            lo = bisect.bisect_right(t, windows[0][0]) - 1
+            hi = bisect.bisect_left(t, windows[-1][1])
+            if lo < 0 or hi >= len(t):
+                continue  # the trace does not cover this region
+            idx, bracketing = list(range(lo, hi + 1)), True
+        out.append(
+            PowerSlice(
+                series.device,
+                series.source,
+                [series.watts[i] for i in idx],
+                len(windows),
+                span_s,
+                bracketing,
+            )
+        )
+    return out
+
+
+def cell(v: Any) -> str:
+    """One Cypher result value as table text (nodes as their properties, floats short)."""
+    import json
+
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, dict):
+        v = {k: x for k, x in v.items() if not str(k).startswith("_")}
+        return json.dumps(v, default=str, separators=(", ", ": "))
+    if isinstance(v, list | tuple):
+        return json.dumps(v, default=str, separators=(",", ":"))
+    return str(v)
+
+
+def error_text(e: BaseException) -> str:
+    """The one line a user sees for an error raised by a worker."""
+    if isinstance(e, MagnetonError):
+        return str(e)
+    return f"{type(e).__name__}: {e}"

@@ -1,0 +1,264 @@
+"""Differencing and diagnosis in a child process, so the TUI stays usable while they run.
+
+Diagnosis re-runs both scripts with line tracing and can take seconds to minutes. Doing it
+in a thread of the TUI process caused three failures this module prevents:
+
+- quitting had to wait for the diagnosis to finish (Python joins executor threads at exit
+  and Textual cannot cancel a thread), so `q` looked frozen;
+- the re-run scripts, PyTorch's profiler and C extensions write to fds 1 and 2 directly,
+  which scribbles over the screen; the child points both at a log file;
+- the re-run holds the GIL for long stretches, which made key presses lag.
+
+The child is a plain `python -m magneton.tui.jobs` subprocess rather than a
+`multiprocessing` one: under Textual `sys.stderr` has no file descriptor, and
+multiprocessing's resource tracker fails to start with "bad value(s) in fds_to_keep".
+The child keeps a private duplicate of its stdout pipe for results, opens the DB
+read-only itself and sends pickled `(kind, DiffResult | None, message)` tuples:
+`("diff", result)` as soon as detection is done, `("progress", result, "k/n")` after
+each diagnosed finding (when diagnosis reports progress), then `("diagnosed", result)`, or
+`("error" | "diagnosis-error", None, line)`. `DiffJob.cancel()` terminates it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import pickle
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from magneton.graphdb.model import DiffResult
+
+
+@dataclass
+class JobEvent:
+    kind: str  # "diff" | "progress" | "diagnosed" | "error" | "diagnosis-error"
+    result: DiffResult | None = None
+    message: str = ""
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+# --------------------------------------------------------------------------------------
+# Child side
+# --------------------------------------------------------------------------------------
+
+
+def _send(out: IO[bytes], kind: str, result: DiffResult | None = None, message: str = "") -> None:
+    pickle.dump((kind, result, message), out, protocol=pickle.HIGHEST_PROTOCOL)
+    out.flush()
+
+
+def _diagnose(db, result: DiffResult, rerun: bool, out: IO[bytes]) -> DiffResult:
+    """`diagnose_result`, sending the partial result after each finding when it offers a
+    `progress` callback (so the TUI shows k of n and the first causes early)."""
+    from magneton.diagnose.rootcause import diagnose_result
+
+    if "progress" not in inspect.signature(diagnose_result).parameters:
+        return diagnose_result(db, result, rerun=rerun)
+
+    def progress(done: int, total: int, *_: object) -> None:
+        if done < total:
+            _send(out, "progress", result, f"{done}/{total}")
+
+    return diagnose_result(db, result, rerun=rerun, progress=progress)
+
+
+def child_main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m magneton.tui.jobs")
+    p.add_argument("--db", required=True)
+    p.add_argument("--threshold", type=float, default=0.10)
+    p.add_argument("--no-diagnose", action="store_true")
+    p.add_argument("--no-rerun", action="store_true")
+    p.add_argument("a")
+    p.add_argument("b")
+    args = p.parse_args(argv)
+    # results go through a private copy of the stdout pipe; fd 1 then joins fd 2 (the log),
+    # so anything the re-run scripts or C extensions print cannot corrupt the stream
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    from magneton.graphdb import open_db
+    from magneton.graphdb.model import MagnetonError
+
+    try:
+        from magneton.diagnose.diff import diff_runs
+
+        with open_db(args.db, read_only=True) as db:
+            result = diff_runs(db, args.a, args.b, threshold=args.threshold)
+            _send(out, "diff", result)
+            if args.no_diagnose or not result.findings:
+                return 0
+            try:
+                result = _diagnose(db, result, not args.no_rerun, out)
+            except MagnetonError as e:
+                _send(out, "diagnosis-error", message=str(e))
+                return 0
+            except Exception as e:  # a bug in diagnosis must not lose the findings shown
+                import traceback
+
+                traceback.print_exc()
+                _send(out, "diagnosis-error", message=f"{type(e).__name__}: {_first_line(e)}")
+                return 1
+            _send(out, "diagnosed", result)
+    except MagnetonError as e:
+        _send(out, "error", message=str(e))
+    except Exception as e:
+        import traceback
+
+        traceback.print_exc()
+        _send(out, "error", message=f"{type(e).__name__}: {_first_line(e)}")
+        return 1
+    finally:
+        out.close()
+    return 0
+
+
+# --------------------------------------------------------------------------------------
+# Parent side
+# --------------------------------------------------------------------------------------
+
+
+_LIVE: set[DiffJob] = set()
+
+
+def cancel_all() -> None:
+    """Terminate every child still running (the TUI calls this when it exits)."""
+    for job in list(_LIVE):
+        job.cancel()
+
+
+class DiffJob:
+    """One diff (+ diagnosis) of runs a and b of the DB at `db_path`, in a child process."""
+
+    def __init__(
+        self,
+        db_path: str | Path,
+        a: str,
+        b: str,
+        threshold: float = 0.10,
+        diagnose: bool = True,
+        rerun: bool = True,
+    ):
+        self.db_path = str(db_path)
+        self.a, self.b = a, b
+        self.threshold = threshold
+        self.diagnose = diagnose
+        self.rerun = rerun
+        self.log = ""
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._failed = False
+        self.started = 0.0
+
+    def start(self) -> None:
+        fd, self.log = tempfile.mkstemp(prefix="magneton-tui-", suffix=".log")
+        cmd = [sys.executable, "-m", "magneton.tui.jobs", "--db", self.db_path]
+        cmd += ["--threshold", repr(self.threshold)]
+        if not self.diagnose:
+            cmd.append("--no-diagnose")
+        if not self.rerun:
+            cmd.append("--no-rerun")
+        cmd += ["--", self.a, self.b]
+        try:
+            self._proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=fd,
+            )
+        finally:
+            os.close(fd)
+        _LIVE.add(self)
+        self.started = time.monotonic()
+
+    def poll(self, timeout: float) -> JobEvent | None:
+        """The next event, or None if none came within `timeout`. A child that ends without
+        a final event becomes an "error" event carrying the tail of its log."""
+        proc = self._proc
+        if proc is None or proc.stdout is None:
+            return JobEvent("error", message="the diff job is not running")
+        try:
+            ready, _, _ = select.select([proc.stdout], [], [], timeout)
+            if not ready:
+                return None
+            kind, result, message = pickle.load(proc.stdout)
+        except (EOFError, pickle.UnpicklingError, OSError, ValueError):
+            # ValueError: the pipe was closed under us (the job is being cancelled)
+            return self._died()
+        if kind in ("error", "diagnosis-error"):
+            self._failed = True
+        return JobEvent(kind, result, message)
+
+    def _died(self) -> JobEvent:
+        assert self._proc is not None
+        try:
+            code = self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        self._failed = True
+        tail = ""
+        try:
+            lines = Path(self.log).read_text(errors="replace").strip().splitlines()
+            tail = lines[-1] if lines else ""
+        except OSError:
+            pass
+        msg = f"the diff/diagnosis process stopped (exit status {code})"
+        return JobEvent("error", message=f"{msg}: {tail} (log: {self.log})" if tail else msg)
+
+    def finish(self) -> None:
+        """Reap the child after its last event; its log is kept only after a failure."""
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.cancel()
+                return
+            if self._proc.stdout is not None:
+                self._proc.stdout.close()
+        _LIVE.discard(self)
+        if not self._failed and self.log:
+            Path(self.log).unlink(missing_ok=True)
+
+    def terminate(self) -> None:
+        """Stop the child (safe from any thread; the pipe is left to the reader)."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+
+    def cancel(self) -> None:
+        """Stop the child and release the pipe and log (from the reading thread)."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=3)
+        if proc is not None and proc.stdout is not None:
+            proc.stdout.close()
+        _LIVE.discard(self)
+        if self.log:
+            Path(self.log).unlink(missing_ok=True)
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started if self.started else 0.0
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+
+if __name__ == "__main__":
+    sys.exit(child_main())

@@ -1,0 +1,551 @@
+"""Renderables and small widgets of the TUI: findings rows, regions, call paths, root cause.
+
+Everything here is text (Rich `Text`, `Table`, `Syntax`), never images or mouse-only
+controls, so the screens work over ssh and in an 80×24 terminal. The builders are plain
+functions of the data contract (`Finding`, `Profile`), which keeps them testable without
+a running app and keeps screen code about layout and keys only.
+
+Diagnosis fields (`divergence`, `root_cause`, `fix`) are dicts documented in
+diagnose/rootcause.py and diagnose/divergence.py; every key is optional here (a finding
+still being diagnosed, or one diagnosis could not explain, must render, not crash), and
+a root cause's `note` and `error` are always shown, so "why nothing was found" is visible.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from magneton.graphdb.model import BOOKKEEPING_OPS, DiffResult, Finding, Profile, Region
+from magneton.graphdb.paths import IGNORED_OPS
+from rich.console import Group, RenderableType
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, Label, Sparkline, Static
+
+from .data import (
+    PowerSlice,
+    bar,
+    describe_energy,
+    fmt_j,
+    fmt_pct,
+    fmt_ratio,
+    fmt_s,
+    ops_summary,
+    ratio,
+    short_op,
+    source_snippet,
+)
+
+# ------------------------------------------------------------------------------------
+# Findings table
+# ------------------------------------------------------------------------------------
+
+FINDING_COLUMNS = (
+    ("#", "id"),
+    ("saved", "saved"),
+    ("share of run", "share"),
+    ("ops A", "ops_a"),
+    ("ops B", "ops_b"),
+    ("A J", "ja"),
+    ("B J", "jb"),
+    ("A s", "sa"),
+    ("B s", "sb"),
+    ("ratio", "ratio"),
+    ("verdict", "verdict"),
+    ("cause", "cause"),
+)
+
+
+def verdict_text(f: Finding) -> Text:
+    style = "bold red" if f.verdict == "waste" else "yellow"
+    return Text(f.verdict, style=style)
+
+
+def side_style(f: Finding, side: str) -> str:
+    """Red for the wasteful side, green for the efficient one."""
+    return "red" if f.wasteful == side else "green"
+
+
+def cause_text(f: Finding, diagnosing: bool) -> Text:
+    if f.category:
+        return Text(f.category, style="bold")
+    return Text("diagnosing…" if diagnosing else "-", style="dim")
+
+
+def finding_row(f: Finding, diagnosing: bool = False) -> list[RenderableType]:
+    share = Text(bar(f.saving_share, 6), style="magenta")
+    share.append(f" {fmt_pct(f.saving_share):>6}", style="bold")
+    return [
+        Text(str(f.id), style="bold"),
+        Text(fmt_j(f.saving_j), style="bold"),
+        share,
+        Text(ops_summary(f.ops_a), style=side_style(f, "a")),
+        Text(ops_summary(f.ops_b), style=side_style(f, "b")),
+        fmt_j(f.region_a.energy_j),
+        fmt_j(f.region_b.energy_j),
+        fmt_s(f.region_a.time_s),
+        fmt_s(f.region_b.time_s),
+        fmt_ratio(ratio(f)),
+        verdict_text(f),
+        cause_text(f, diagnosing),
+    ]
+
+
+def energy_header(result: DiffResult) -> Text:
+    """Two lines, one per run: energy and time per call and how the energy was obtained."""
+    t = Text()
+    for label, s in (("A", result.a), ("B", result.b)):
+        if t:
+            t.append("\n")
+        t.append(f"{label} ", style="bold reverse")
+        t.append(f" {s.run} ", style="bold")
+        t.append(f"{fmt_j(s.energy_j)}, {fmt_s(s.time_s)}/call — ")
+        t.append(describe_energy(s.energy_method, s.power_source), style="italic")
+    return t
+
+
+# ------------------------------------------------------------------------------------
+# Finding detail
+# ------------------------------------------------------------------------------------
+
+
+def finding_summary(result: DiffResult, f: Finding) -> Text:
+    waste_run = result.a.run if f.wasteful == "a" else result.b.run
+    t = Text()
+    t.append(f"Finding {f.id} ", style="bold")
+    t.append_text(verdict_text(f))
+    t.append(f"  saves {fmt_j(f.saving_j)} per call ({fmt_pct(f.saving_share)} of '{waste_run}')")
+    t.append(f"  ratio {fmt_ratio(ratio(f))}")
+    if f.occurrences > 1:
+        t.append(f"  in {f.occurrences} places (e.g. one per layer)")
+    if f.category:
+        t.append(f"  [{f.category}]", style="bold cyan")
+    if f.output_rel_diff:
+        t.append(f"  outputs differ by {f.output_rel_diff:.2g} (relative)", style="dim")
+    return t
+
+
+def fill_region_table(
+    table: DataTable, profile: Profile | None, region: Region, names: Sequence[str]
+) -> None:
+    """Operators of one side: name, module path, energy and time per call."""
+    table.clear(columns=True)
+    table.add_columns("op", "module", "energy", "time")
+    if profile is None:  # profile not loaded (yet): the names the finding carries
+        for n in names:
+            table.add_row(short_op(n), "", "", "")
+        return
+    for i in region.ops:
+        if not 0 <= i < len(profile.ops):
+            continue
+        op = profile.ops[i]
+        style = "dim" if op.name in BOOKKEEPING_OPS else ""
+        table.add_row(
+            Text(short_op(op.name), style=style),
+            Text(op.module or "(root)", style="cyan"),
+            fmt_j(op.energy_j),
+            fmt_s(op.time_s),
+        )
+    table.add_row(
+        Text("total", style="bold"),
+        "",
+        Text(fmt_j(region.energy_j), style="bold"),
+        Text(fmt_s(region.time_s), style="bold"),
+    )
+
+
+class PowerView(Vertical):
+    """A label and a sparkline of the power samples over one region (text only)."""
+
+    def compose(self) -> ComposeResult:
+        yield Label("power: loading…", classes="power-label")
+        yield Sparkline([], classes="power-spark")
+
+    def show(self, slices: list[PowerSlice], method: str, source: str) -> None:
+        label = self.query_one(Label)
+        spark = self.query_one(Sparkline)
+        if not slices:
+            label.update(
+                Text(
+                    f"power: no samples over this region ({describe_energy(method, source)})",
+                    style="dim",
+                )
+            )
+            spark.display = False
+            return
+        s = max(slices, key=lambda p: len(p.watts))
+        kind = "modelled" if s.source == "model" else s.source
+        where = (
+            "around it (region shorter than the sampling interval)"
+            if s.bracketing
+            else f"in its {s.windows} op windows ({fmt_s(s.span_s)})"
+        )
+        label.update(
+            Text(
+                f"power {s.device} ({kind}) {min(s.watts):.4g}–{max(s.watts):.4g} W, "
+                f"{len(s.watts)} samples {where}"
+            )
+        )
+        spark.data = s.watts
+        spark.display = True
+
+
+# ------------------------------------------------------------------------------------
+# Call paths and divergence
+# ------------------------------------------------------------------------------------
+
+
+def _short_path(path: str) -> str:
+    """`…/site-packages/transformers/activations.py` → `transformers/activations.py`;
+    a file below the working directory relative to it."""
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def _loc(where: str) -> str:
+    """`/abs/file.py:12` as `transformers/x.py:12` for a library, relative to the working
+    directory below it, else just `a.py:12` (the two runs' scripts, side by side)."""
+    file, _, line = where.rpartition(":")
+    if not file:
+        return where
+    short = _short_path(file)
+    return f"{os.path.basename(short) if os.path.isabs(short) else short}:{line}"
+
+
+def element_text(el: Any, side: str | None = None) -> Text:
+    """One element of a kernel call path (docs/diagnosis.md): a Python frame, an aten op
+    of the dispatch chain, a device kernel, an argument difference, or nothing."""
+    if not isinstance(el, dict):
+        return Text(str(el))
+    kind = el.get("kind")
+    t = Text()
+    if kind == "frame":
+        t.append(str(el.get("function") or "?"), style="bold")
+        if el.get("file"):
+            t.append(f"  {_short_path(el['file'])}:{el.get('line', '?')}")
+        elif "a" in el or "b" in el:  # a common frame: where each side has it
+            wa, wb = _loc(el.get("a", "")), _loc(el.get("b", ""))
+            t.append(f"  {wa}" if wa == wb or not wb else f"  A {wa} · B {wb}")
+        if el.get("code"):
+            t.append(f"\n      {el['code'].strip()}", style="italic")
+    elif kind == "op":
+        t.append("aten op ", style="dim")
+        t.append(str(el.get("name")), style="bold")
+    elif kind == "kernel":
+        t.append("kernel ", style="dim")
+        t.append(str(el.get("name")), style="bold")
+    elif kind == "args":
+        t.append(f"{el.get('op')}", style="bold")
+        if el.get("kernel"):
+            t.append(f" (kernel {el['kernel']})")
+        diff = el.get("diff") or {}
+        if diff:
+            t.append(" with " + ", ".join(f"{k}={v}" for k, v in diff.items()))
+        else:
+            t.append(" — same kernel, same arguments")
+    elif kind == "none":
+        t.append("nothing here: the other side does extra work", style="italic")
+    else:
+        t.append(", ".join(f"{k}={v}" for k, v in el.items()))
+    return t
+
+
+def kernel_paths(profile: Profile | None, region: Region, names: Sequence[str]) -> list[str]:
+    """Distinct kernel call paths of a region's non-bookkeeping operators, in order of
+    first use (the operator names the finding carries until the profile is loaded)."""
+    paths: list[str] = []
+    if profile is not None:
+        for i in region.ops:
+            if 0 <= i < len(profile.ops) and profile.ops[i].name not in BOOKKEEPING_OPS:
+                op = profile.ops[i]
+                for chain in op.call_paths or [op.name]:
+                    # drop the steps divergence analysis ignores (allocations, views)
+                    steps = [x for x in chain.split(" > ") if x not in IGNORED_OPS]
+                    paths.append(" > ".join(steps or [op.name]))
+    else:
+        paths = [n for n in names if n not in BOOKKEEPING_OPS]
+    return list(dict.fromkeys(paths))
+
+
+PREFIX_SHOWN = 8  # common-prefix elements shown before eliding the middle
+
+
+def divergence_view(
+    f: Finding, prof_a: Profile | None, prof_b: Profile | None, run_a: str, run_b: str
+) -> RenderableType:
+    """The divergence point: the common prefix of the two kernel call paths (dim, the
+    middle elided when long), then each side's first differing element highlighted,
+    then the kernel call paths of both regions."""
+    parts: list[RenderableType] = []
+    d = f.divergence
+    if d:
+        t = Text()
+        t.append("Divergence", style="bold underline")
+        if d.get("level"):
+            t.append(f" at the {d['level']} level", style="bold")
+        shared = d.get("identical_paths")
+        if shared:
+            t.append(f"  ({shared} kernel paths identical on both sides)", style="dim")
+        t.append("\n")
+        common = list(d.get("common_prefix") or [])
+        if common:
+            t.append(f"common to both ({len(common)}):\n", style="dim")
+            shown = common
+            if len(common) > PREFIX_SHOWN:
+                head, tail = common[:2], common[-(PREFIX_SHOWN - 2) :]
+                shown = [*head, None, *tail]
+            for el in shown:
+                if el is None:
+                    t.append(f"  ⋮ {len(common) - PREFIX_SHOWN} more\n", style="dim")
+                    continue
+                line = Text("  ")
+                line.append_text(element_text(el))
+                line.stylize("dim")
+                t.append_text(line)
+                t.append("\n")
+        ops = d.get("ops") or {}
+        for side, run, prof in (("a", run_a, prof_a), ("b", run_b, prof_b)):
+            style = side_style(f, side)
+            t.append(f" {side.upper()} ", style="bold reverse")
+            t.append(f" {run} ", style="bold")
+            t.append("wasteful" if f.wasteful == side else "efficient", style=style)
+            op_i = ops.get(side)
+            if prof is not None and isinstance(op_i, int) and 0 <= op_i < len(prof.ops):
+                op = prof.ops[op_i]
+                t.append(f" — op {short_op(op.name)} in {op.module or '(root)'}", style="dim")
+            t.append("\n  ▶ ", style="bold " + style)
+            el = element_text(d.get(side))
+            el.stylize("bold " + style)
+            t.append_text(el)
+            t.append("\n")
+            site = (d.get("site") or {}).get(side)
+            if site:
+                how = "decided by a branch in " if site.get("branch") else "decided after "
+                t.append(f"    {how}", style="dim")
+                t.append_text(element_text(site))
+                t.append("\n")
+        parts.append(t)
+    else:
+        parts.append(
+            Text(
+                "Divergence: not diagnosed yet (diagnosis runs in the background)"
+                if f.category is None
+                else "Divergence: diagnosis found no divergence point for this finding",
+                style="dim",
+            )
+        )
+    for side, run, prof, region, names in (
+        ("a", run_a, prof_a, f.region_a, f.ops_a),
+        ("b", run_b, prof_b, f.region_b, f.ops_b),
+    ):
+        t = Text()
+        t.append(f"\n {side.upper()} ", style="bold reverse")
+        t.append(f" {run}: kernel call paths of the region\n", style="bold")
+        for p in kernel_paths(prof, region, names):
+            t.append(f"  {p}\n", style=side_style(f, side))
+        parts.append(t)
+    return Group(*parts)
+
+
+# ------------------------------------------------------------------------------------
+# Root cause and fix
+# ------------------------------------------------------------------------------------
+
+
+def _value(v: Any) -> str:
+    """A value as diagnosis reports it: already source-like text ("'gelu_new'", "True")."""
+    return "None" if v is None else str(v)
+
+
+def _where(file: Any, line: Any) -> str:
+    return f"{_short_path(str(file))}:{line}" if file else ""
+
+
+def root_cause_view(f: Finding, run_a: str, run_b: str) -> RenderableType:
+    """Variable, its value on each side and where each value comes from, the source
+    lines at the origin (read from the file now), the data flow from the key variable to
+    the origin, and the knowledge rule that names the pattern."""
+    rc = f.root_cause
+    if not rc:
+        msg = (
+            "Root cause: not diagnosed yet (diagnosis runs in the background)"
+            if f.category is None
+            else "Root cause: diagnosis could not tie this finding to a variable"
+        )
+        return Text(msg, style="dim")
+    parts: list[RenderableType] = []
+    t = Text()
+    t.append("Root cause", style="bold underline")
+    if rc.get("kind"):
+        t.append(f"  {rc['kind']}", style="bold cyan")
+    if f.category:
+        t.append(f" · {f.category}", style="cyan")
+    t.append("\n")
+    if rc.get("error"):
+        t.append(f"diagnosis failed: {rc['error']}\n", style="bold red")
+    values = {k: v for k, v in (rc.get("values") or {}).items() if v is not None}
+    origins = rc.get("origins") or {}
+    if rc.get("variable") is None and not values:
+        t.append("no variable found that decides this difference\n", style="yellow")
+    else:
+        t.append("variable ")
+        t.append(str(rc.get("variable") or "?"), style="bold yellow")
+        if rc.get("library_default"):
+            t.append(
+                "  (the wasteful value is the library's default, not written in the code)",
+                style="dim",
+            )
+        t.append("\n")
+    for side, run in (("a", run_a), ("b", run_b)):
+        if side not in values and not (origins.get(side) or {}).get("file"):
+            continue
+        t.append(f"  {side.upper()} {run}: ", style="bold")
+        t.append(_value(values.get(side)), style="bold " + side_style(f, side))
+        o = origins.get(side) or {}
+        if o.get("file"):
+            origin = _loc(f"{o['file']}:{o.get('line')}")
+            t.append(f"  ← {origin}", style="dim")
+            if o.get("note"):
+                t.append(f" ({o['note']})", style="dim")
+        t.append("\n")
+    file, line = rc.get("file") or "", rc.get("line") or 0
+    if file:
+        t.append("change it at ")
+        t.append(_where(file, line), style="bold underline")
+        t.append("\n")
+    parts.append(t)
+    snip = source_snippet(file, int(line or 0))
+    if snip is not None:
+        parts.append(
+            Syntax(
+                snip.text,
+                "python",
+                line_numbers=True,
+                start_line=snip.first_line,
+                highlight_lines={snip.line},
+                theme="ansi_dark",
+                word_wrap=True,
+            )
+        )
+    elif file:
+        code = rc.get("code")
+        parts.append(
+            Text(f"  {code}" if code else f"(source not readable here: {file})", style="dim")
+        )
+    flow = rc.get("data_flow") or []
+    kv = rc.get("key_variable") or {}
+    t = Text()
+    if flow:
+        t.append("\nHow the value reaches the kernels", style="bold underline")
+        t.append(" (key variable first)\n", style="dim")
+    for k, hop in enumerate(flow, start=1):
+        t.append(f" {k}. ", style="bold")
+        t.append(_where(hop.get("file"), hop.get("line")), style="underline")
+        if hop.get("note"):
+            t.append(f"  {hop['note']}", style="dim")
+        t.append("\n")
+        if hop.get("code"):
+            t.append(f"    {hop['code'].strip()}\n", style="italic")
+        hv = hop.get("values") or {}
+        if hop.get("expr") and hv:
+            t.append(f"    {hop['expr']}: ", style="dim")
+            t.append(f"A {_value(hv.get('a'))}", style=side_style(f, "a"))
+            t.append(" · ", style="dim")
+            t.append(f"B {_value(hv.get('b'))}", style=side_style(f, "b"))
+            t.append("\n")
+    rerun = kv.get("rerun") or {}
+    if kv.get("expr"):
+        t.append(f"key variable {kv['expr']} ({kv.get('kind', '?')})", style="dim")
+        if rerun.get("ran"):
+            t.append(
+                f", found by re-running both scripts with line tracing "
+                f"({float(rerun.get('seconds') or 0):.1f} s)",
+                style="dim",
+            )
+        t.append("\n")
+    for note in dict.fromkeys(n for n in (kv.get("note"), rc.get("note")) if n):
+        t.append(f"{note}\n", style="dim")
+    if t:
+        parts.append(t)
+    rule = rc.get("rule")
+    if isinstance(rule, dict) and rule:
+        t = Text()
+        t.append("\nKnown pattern ", style="bold underline")
+        t.append(f" {rule.get('id', '')}", style="bold")
+        if rule.get("title"):
+            t.append(f": {rule['title']}")
+        if rule.get("grounding"):
+            t.append(f" ({rule['grounding']})", style="dim")
+        for ref in rule.get("references") or []:
+            t.append(f"\n  {ref}", style="underline")
+        parts.append(t)
+    return Group(*parts)
+
+
+def fix_view(f: Finding, exported: str | None = None) -> RenderableType:
+    """The suggested change, the patch preview (syntax-highlighted diff) or, when the
+    change is not mechanical, the efficient side's code as guidance."""
+    fx = f.fix
+    if not fx:
+        msg = (
+            "Fix: waiting for diagnosis"
+            if f.category is None
+            else "Fix: no automatic fix for this finding (see the root cause above)"
+        )
+        return Text(msg, style="dim")
+    parts: list[RenderableType] = []
+    t = Text()
+    t.append("\nSuggested fix\n", style="bold underline")
+    t.append(str(fx.get("summary") or "(no summary)"), style="bold green")
+    refs = fx.get("references") or []
+    for ref in refs if isinstance(refs, list) else [refs]:
+        t.append(f"\n  {ref}", style="underline")
+    parts.append(t)
+    patch = fx.get("patch")
+    if patch:
+        where = f" (paths relative to {fx['base_dir']})" if fx.get("base_dir") else ""
+        parts.append(Text(f"\nPatch preview{where} · x: export, never applied here", style="dim"))
+        parts.append(Syntax(patch.rstrip("\n"), "diff", theme="ansi_dark", word_wrap=True))
+    else:
+        parts.append(Text("\nNo patch: the change is not mechanical here.", style="dim"))
+        if fx.get("snippet"):
+            parts.append(Text("The efficient side's code, as guidance:", style="dim"))
+            parts.append(Syntax(str(fx["snippet"]).rstrip("\n"), "python", theme="ansi_dark"))
+    if exported:
+        parts.append(Text(f"\nexported to {exported}", style="bold"))
+    return Group(*parts)
+
+
+# ------------------------------------------------------------------------------------
+# Help
+# ------------------------------------------------------------------------------------
+
+
+def keys_table(sections: Iterable[tuple[str, Sequence[tuple[str, str]]]]) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold cyan", no_wrap=True)
+    table.add_column()
+    first = True
+    for title, rows in sections:
+        if not first:
+            table.add_row("", "")
+        first = False
+        table.add_row(Text(title, style="bold underline"), "")
+        for key, what in rows:
+            table.add_row(key, what)
+    return table
+
+
+class Note(Static):
+    """A one- or few-line message (info, warning, error) shown inside a screen."""
