@@ -1059,7 +1059,7 @@ def _value_findings(
         from magneton.diagnose.diff import diff_runs
     except ImportError:
         return [], 0
-    sub = diff_runs(h, run_a, run_b, threshold)
+    sub = diff_runs(h, run_a, run_b, threshold, diagnose=False)
     if sub.message:
         msgs.append(f"rank {rank}: {sub.message}")
     for f in sub.findings:

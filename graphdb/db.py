@@ -5,11 +5,19 @@
 stored). Choices and the failures they prevent:
 
 - Bulk loads only: every table is written with one `COPY <table> FROM $rows` of an
-  Arrow table built from `schema.arrow_schema` (one CREATE per row took minutes for a
-  10k-operator run; COPY takes well under a second). Reads use `get_as_arrow()`.
+  Arrow table typed by `schema.arrow_schema` (measured here: an `UNWIND ... MATCH ...
+  CREATE` of 10k rels took 89 s, the COPY of the same rows 0.4 s). Reads use
+  `get_as_arrow()`. Every table of a run is built, and every index checked, before the
+  first write, so a malformed profile fails without touching the DB.
 - The Run node is written first with status "loading" and flipped to its real status
   last, so a crash mid-load is visible in `magneton runs` instead of looking complete;
   on an exception the partial run is removed.
+- Kùzu 0.11.3 defects this module steers around (each reproduced while building it):
+  its float compression zeroed some DOUBLE[] elements written by a later COPY
+  (databases are opened with compression=False); `DETACH DELETE` followed by a
+  checkpoint or COPY lost rels of *other* runs, so deleting rewrites the DB without the
+  deleted rows (`delete_where`); a ROLLBACK of a transaction holding a rel COPY dropped
+  existing rels, so loads are not wrapped in a transaction.
 - Opening checks the `Meta` table: a DB of another schema version, a Kùzu DB that
   Magneton did not write, a corrupt file and a DB locked by another process each give
   one `MagnetonError` line instead of a Kùzu traceback or a misread graph.
@@ -24,6 +32,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
+import os
 import re
 import threading
 import weakref
@@ -156,7 +166,10 @@ def open_db(path: str | Path, read_only: bool = False, create: bool = True) -> P
 
 def _open_kuzu(file: Path, read_only: bool) -> kuzu.Database:
     try:
-        return kuzu.Database(str(file), read_only=read_only)
+        # compression=False: Kùzu 0.11.3's float compression zeroes some DOUBLE[] list
+        # elements written by a later COPY into a non-empty table (tensor stats and
+        # quantiles came back as 0.0); uncompressed storage round-trips exactly.
+        return kuzu.Database(str(file), read_only=read_only, compression=False)
     except Exception as e:  # kuzu raises RuntimeError for everything
         msg = str(e)
         if "lock" in msg.lower():
@@ -205,13 +218,16 @@ _IDENT_START = re.compile(r"[A-Za-z_]")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _words(cypher: str) -> list[tuple[str, str, str]]:
-    """Bare words of a Cypher text as (word, previous symbol, next symbol).
+def _scan(cypher: str) -> tuple[list[tuple[str, str, str]], set[str]]:
+    """Bare words of a Cypher text as (word, previous symbol, next symbol), and the
+    names of the $parameters it uses.
 
-    String literals, `escaped names`, $parameters, numbers and comments are skipped, so
-    a value 'CREATE' or a property `settings` is never taken for a clause.
+    String literals, `escaped names`, numbers and comments are skipped, so a value
+    'CREATE', a property `settings` or a '$x' inside a string is never taken for a clause
+    or a parameter.
     """
     out: list[tuple[str, str, str]] = []
+    params: set[str] = set()
     i, n = 0, len(cypher)
     prev = ""
     pending: list[int] = []  # indices in `out` still waiting for their next symbol
@@ -236,7 +252,12 @@ def _words(cypher: str) -> list[tuple[str, str, str]]:
             j = cypher.find("*/", i + 2)
             i = n if j < 0 else j + 2
             continue
-        elif ch == "$" or ch.isdigit():
+        elif ch == "$":
+            m = _IDENT.match(cypher, i + 1)
+            if m:
+                params.add(m.group(0))
+            i, sym = (m.end() if m else i + 1), "0"
+        elif ch.isdigit():
             j = i + 1
             while j < n and (cypher[j].isalnum() or cypher[j] in "_."):
                 j += 1
@@ -258,7 +279,16 @@ def _words(cypher: str) -> list[tuple[str, str, str]]:
             out[k] = (out[k][0], out[k][1], sym)
         pending = []
         prev = sym
-    return out
+    return out, params
+
+
+def _words(cypher: str) -> list[tuple[str, str, str]]:
+    return _scan(cypher)[0]
+
+
+def query_params(cypher: str) -> set[str]:
+    """Names of the $parameters a Cypher text uses (outside strings and comments)."""
+    return _scan(cypher)[1]
 
 
 def find_write_clause(cypher: str) -> str | None:
@@ -293,14 +323,40 @@ def _refused(clause: str) -> MagnetonError:
 # --------------------------------------------------------------------------------------
 
 
+def _used(cypher: str, params: dict) -> dict:
+    """The parameters `cypher` refers to (Kùzu rejects unused ones)."""
+    return {k: v for k, v in params.items() if re.search(rf"\${re.escape(k)}\b", cypher)}
+
+
 def _uids(run: str, n: int) -> list[str]:
     return [f"{run}/{i}" for i in range(n)]
 
 
-def _check_dense(what: str, items: list) -> None:
-    for i, it in enumerate(items):
-        if it.idx != i:
-            raise ValueError(f"{what}[{i}].idx is {it.idx}: profile indices must be dense 0..n-1")
+def _check_profile(p: Profile) -> None:
+    """Dense indices and in-range references, so a bad profile fails before any write
+    (a negative index would otherwise silently point at the last node)."""
+    sizes = {w: len(getattr(p, w)) for w in ("ops", "tensors", "modules", "frames", "kernels")}
+    for what in sizes:
+        idx = [it.idx for it in getattr(p, what)]
+        if idx != list(range(len(idx))):
+            i = next(i for i, x in enumerate(idx) if x != i)
+            raise ValueError(f"{what}[{i}].idx is {idx[i]}: indices must be dense 0..n-1")
+
+    def check(what: str, field_: str, lists: list[list[int]], target: str, lo: int = 0) -> None:
+        flat = [x for xs in lists for x in xs]
+        n = sizes[target]
+        if flat and (min(flat) < lo or max(flat) >= n):  # rare: find the culprit for the message
+            i = next(i for i, xs in enumerate(lists) if xs and (min(xs) < lo or max(xs) >= n))
+            raise ValueError(f"{what}[{i}].{field_} = {lists[i]} is out of range for {n} {target}")
+
+    ops = p.ops
+    check("ops", "inputs", [o.inputs for o in ops], "tensors")
+    check("ops", "outputs", [o.outputs for o in ops], "tensors")
+    check("ops", "frames", [o.frames for o in ops], "frames")
+    check("ops", "kernels", [o.kernels for o in ops], "kernels")
+    check("ops", "module_idx", [[o.module_idx] for o in ops], "modules", lo=-1)
+    check("tensors", "producer", [[t.producer] for t in p.tensors], "ops", lo=-1)
+    check("modules", "parent", [[m.parent] for m in p.modules], "modules", lo=-1)
 
 
 def _group(n: int, owner: np.ndarray, pos: np.ndarray, value: np.ndarray) -> list[list[int]]:
@@ -308,9 +364,144 @@ def _group(n: int, owner: np.ndarray, pos: np.ndarray, value: np.ndarray) -> lis
     if len(owner) == 0:
         return [[] for _ in range(n)]
     order = np.lexsort((pos, owner))
-    vals = value[order]
-    counts = np.bincount(owner, minlength=n)
-    return [a.tolist() for a in np.split(vals, np.cumsum(counts)[:-1])]
+    vals = value[order].tolist()
+    ends = np.cumsum(np.bincount(owner, minlength=n)).tolist()
+    starts = [0, *ends[:-1]]
+    return [vals[a:b] for a, b in zip(starts, ends, strict=True)]
+
+
+def _profile_tables(p: Profile) -> list[tuple[S.Table, pa.Table]]:
+    """Every table of one run as COPY-ready Arrow, in load order (nodes, then rels)."""
+    out_tables: list[tuple[S.Table, pa.Table]] = []
+
+    def add(spec: S.Table, columns: dict[str, list]) -> None:
+        out_tables.append((spec, pa.Table.from_pydict(columns, schema=S.arrow_schema(spec))))
+
+    run = p.run.name
+    ops, tensors = p.ops, p.tensors
+    op_uid = _uids(run, len(ops))
+    t_uid = _uids(run, len(tensors))
+    m_uid = _uids(run, len(p.modules))
+    f_uid = _uids(run, len(p.frames))
+    k_uid = _uids(run, len(p.kernels))
+
+    def node(spec: S.NodeTable, items: list, uids: list[str], **special: list) -> None:
+        names = [c.name for c in spec.columns[2:] if c.name not in special]
+        # one C-level attrgetter per item instead of a getattr per cell (3x faster)
+        cols: dict[str, list] = {"uid": uids, "run": [run] * len(uids)}
+        if items and names:
+            get = operator.attrgetter(*names)
+            rows = [get(it) for it in items]
+            columns = list(zip(*rows, strict=True)) if len(names) > 1 else [rows]
+            cols.update(zip(names, (list(c) for c in columns), strict=True))
+        else:
+            cols.update({n: [] for n in names})
+        cols.update(special)
+        add(spec, {c.name: cols[c.name] for c in spec.columns})
+
+    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    node(
+        S.OPERATOR,
+        ops,
+        op_uid,
+        input_shapes=[dumps(o.input_shapes) for o in ops],
+        output_shapes=[dumps(o.output_shapes) for o in ops],
+    )
+    node(S.TENSOR, tensors, t_uid)
+    node(S.MODULE, p.modules, m_uid)
+    node(S.FRAME, p.frames, f_uid)
+    node(S.KERNEL, p.kernels, k_uid)
+    cfg = list(p.config.items())
+    c_uid = _uids(run, len(cfg))
+    add(
+        S.CONFIG_ENTRY,
+        {
+            "uid": c_uid,
+            "run": [run] * len(cfg),
+            "idx": list(range(len(cfg))),
+            "key": [k for k, _ in cfg],
+            "value": [str(v) for _, v in cfg],
+        },
+    )
+    add(
+        S.POWER_SERIES,
+        {
+            "uid": _uids(run, len(p.power)),
+            "run": [run] * len(p.power),
+            "idx": list(range(len(p.power))),
+            "device": [s.device for s in p.power],
+            "source": [s.source for s in p.power],
+            "gap_start_ns": [[g[0] for g in s.gaps] for s in p.power],
+            "gap_end_ns": [[g[1] for g in s.gaps] for s in p.power],
+        },
+    )
+    sample: dict[str, list] = {c.name: [] for c in S.POWER_SAMPLE.columns}
+    for si, s in enumerate(p.power):
+        if len(s.t_ns) != len(s.watts):
+            raise ValueError(f"power series {si}: {len(s.t_ns)} times, {len(s.watts)} watts")
+        k = len(s.t_ns)
+        sample["uid"] += [f"{run}/{si}/{i}" for i in range(k)]
+        sample["run"] += [run] * k
+        sample["series"] += [si] * k
+        sample["idx"] += list(range(k))
+        sample["device"] += [s.device] * k
+        sample["source"] += [s.source] * k
+        sample["t_ns"] += list(s.t_ns)
+        sample["watts"] += list(s.watts)
+    add(S.POWER_SAMPLE, sample)
+
+    # ---- rels ----
+    producer = [t.producer for t in tensors]
+    flows: dict[str, list] = {k: [] for k in ("from", "to", "tensor", "arg", "shape", "dtype")}
+    inp: dict[str, list] = {"from": [], "to": [], "arg": []}
+    out: dict[str, list] = {"from": [], "to": [], "index": []}
+    called: dict[str, list] = {"from": [], "to": [], "depth": []}
+    launched: dict[str, list] = {"from": [], "to": [], "launch_order": []}
+    in_mod: dict[str, list] = {"from": [], "to": []}
+    for o in ops:
+        ou = op_uid[o.idx]
+        k = len(o.inputs)
+        inp["from"] += [t_uid[t] for t in o.inputs]
+        inp["to"] += [ou] * k
+        inp["arg"] += range(k)
+        for arg, t in enumerate(o.inputs):
+            src = producer[t]
+            if src >= 0:
+                flows["from"].append(op_uid[src])
+                flows["to"].append(ou)
+                flows["tensor"].append(t)
+                flows["arg"].append(arg)
+                flows["shape"].append(tensors[t].shape)
+                flows["dtype"].append(tensors[t].dtype)
+        k = len(o.outputs)
+        out["from"] += [ou] * k
+        out["to"] += [t_uid[t] for t in o.outputs]
+        out["index"] += range(k)
+        k = len(o.frames)
+        called["from"] += [ou] * k
+        called["to"] += [f_uid[f] for f in o.frames]
+        called["depth"] += range(k)
+        k = len(o.kernels)
+        launched["from"] += [ou] * k
+        launched["to"] += [k_uid[kk] for kk in o.kernels]
+        launched["launch_order"] += range(k)
+        if o.module_idx >= 0:
+            in_mod["from"].append(ou)
+            in_mod["to"].append(m_uid[o.module_idx])
+    child = {
+        "from": [m_uid[m.idx] for m in p.modules if m.parent >= 0],
+        "to": [m_uid[m.parent] for m in p.modules if m.parent >= 0],
+    }
+    add(S.FLOWS, flows)
+    add(S.INPUT, inp)
+    add(S.OUTPUT, out)
+    add(S.CALLED_FROM, called)
+    add(S.LAUNCHED, launched)
+    add(S.IN_MODULE, in_mod)
+    add(S.CHILD_OF, child)
+    add(S.HAS_OP, {"from": [run] * len(op_uid), "to": op_uid})
+    add(S.HAS_CONFIG, {"from": [run] * len(c_uid), "to": c_uid})
+    return out_tables
 
 
 class ProfileDB:
@@ -363,8 +554,7 @@ class ProfileDB:
             return
         if "Meta" not in tables:
             raise MagnetonError(
-                f"{self.file} is a Kùzu DB but not a Magneton DB (no Meta table); "
-                "use another --db"
+                f"{self.file} is a Kùzu DB but not a Magneton DB (no Meta table); use another --db"
             )
         meta = dict(self._conn.execute("MATCH (m:Meta) RETURN m.key, m.value").get_all())
         if meta.get("app") != APP:
@@ -384,12 +574,15 @@ class ProfileDB:
                 self._conn.execute(t.ddl())
 
     def _create_schema(self) -> None:
+        # one transaction: a commit per DDL statement doubled the cost of a new DB
+        self._conn.execute("BEGIN TRANSACTION")
         for stmt in S.ddl():
             self._conn.execute(stmt)
         self._conn.execute(
             "CREATE (:Meta {key: 'app', value: $app}), (:Meta {key: 'schema_version', value: $v})",
             {"app": APP, "v": str(SCHEMA_VERSION)},
         )
+        self._conn.execute("COMMIT")
 
     def _writable(self) -> None:
         if self._db is None:
@@ -428,11 +621,6 @@ class ProfileDB:
     def _copy(self, table: str, data: pa.Table) -> None:
         self._conn.execute(f"COPY {table} FROM $rows", {"rows": data})
 
-    def _copy_columns(self, spec: S.Table, columns: dict[str, list]) -> None:
-        data = pa.Table.from_pydict(columns, schema=S.arrow_schema(spec))
-        if data.num_rows:
-            self._copy(spec.name, data)
-
     # ---- runs ------------------------------------------------------------------------
 
     def has_run(self, name: str) -> bool:
@@ -449,21 +637,131 @@ class ProfileDB:
 
     def require_run(self, name: str) -> None:
         if not self.has_run(name):
-            names = [r.name for r in self.list_runs()]
+            names = sorted(r.name for r in self.list_runs())
             raise MagnetonError(
                 f"no run '{name}' in DB (runs: {', '.join(names) if names else 'none yet'})"
             )
 
     def delete_run(self, name: str) -> None:
-        """Remove a run with all its nodes and rels (no error when it is absent)."""
+        """Remove a run with all its nodes and rels (no error when it is absent).
+
+        Rows of extension tables with a `run` column go too; tables keyed otherwise
+        (e.g. `Diff` with run_a/run_b) keep theirs, minus rels to the removed nodes.
+        """
         self._writable()
+        if not self.has_run(name):
+            return
+        nodes = {
+            t.name: "{v}.run = $run"
+            for t in S.all_tables()
+            if isinstance(t, S.NodeTable) and t.per_run
+        }
+        nodes["Run"] = "{v}.name = $run"
+        self.delete_where(nodes=nodes, params={"run": name})
+
+    def delete_where(
+        self,
+        nodes: dict[str, str] | None = None,
+        rels: dict[str, str] | None = None,
+        params: dict | None = None,
+    ) -> int:
+        """Delete rows matching Cypher predicates — the only safe way to delete here.
+
+        `nodes` maps a node table to a predicate over `{v}` (e.g.
+        `{"Diff": "{v}.run_a = $a AND {v}.run_b = $b"}`); matching nodes go with all
+        their rels. `rels` maps a rel table to a predicate over `{v}` (the rel); matching
+        rels go. Returns the number of node and rel rows deleted (0: nothing rewritten).
+
+        Why not `DETACH DELETE`: in Kùzu 0.11.3, deleting rels and then checkpointing or
+        COPYing into the same rel table loses rels of *other* nodes (seen: every IN_MODULE
+        rel of two untouched runs gone after deleting a third run) and leaves "has
+        connected edges" ghosts. This rewrites the DB without the deleted rows, in bulk,
+        into a fresh file swapped in atomically (a crash leaves the old DB intact).
+        Cost: about one bulk load of everything that stays.
+        """
+        self._writable()
+        nodes, rels, params = nodes or {}, rels or {}, params or {}
+        for t in (*nodes, *rels):
+            S.table(t)  # KeyError for a typo, before anything happens
         tables = self._table_names()
+        dropped = 0
         for spec in S.all_tables():
-            if isinstance(spec, S.NodeTable) and spec.per_run and spec.name in tables:
-                self._conn.execute(
-                    f"MATCH (n:{spec.name}) WHERE n.run = $n DETACH DELETE n", {"n": name}
-                )
-        self._conn.execute("MATCH (r:Run {name: $n}) DETACH DELETE r", {"n": name})
+            pred = (nodes if isinstance(spec, S.NodeTable) else rels).get(spec.name)
+            if pred and spec.name in tables:
+                dropped += self._count(spec, f"coalesce({pred.format(v='x')}, false)", params)
+        # rels hanging on deleted nodes are deleted with them, nothing else to count
+        if dropped:
+            self._rebuild(nodes, rels, params)
+        return dropped
+
+    def _count(self, spec: S.Table, cond: str, params: dict) -> int:
+        pattern = f"(x:{spec.name})" if isinstance(spec, S.NodeTable) else f"()-[x:{spec.name}]->()"
+        cypher = f"MATCH {pattern} WHERE {cond} RETURN count(*)"
+        res = self._conn.execute(cypher, _used(cypher, params))
+        return int(res.get_all()[0][0])
+
+    def _rebuild(self, nodes: dict[str, str], rels: dict[str, str], params: dict) -> None:
+        tables = self._table_names()
+        unknown = sorted(tables - {t.name for t in S.all_tables()})
+        if unknown:
+            raise MagnetonError(
+                f"cannot delete from {self.file}: it has tables this magneton does not know "
+                f"({', '.join(unknown)}); use the magneton version that wrote them"
+            )
+        tmp = self.file.with_name(self.file.name + ".rebuild")
+        for stale in (tmp, tmp.with_name(tmp.name + ".wal")):
+            stale.unlink(missing_ok=True)
+        new_db = kuzu.Database(str(tmp), compression=False)
+        try:
+            new = kuzu.Connection(new_db)
+            new.execute("BEGIN TRANSACTION")
+            for stmt in S.ddl():
+                new.execute(stmt)
+            new.execute("COMMIT")
+            ordered = sorted(S.all_tables(), key=lambda t: isinstance(t, S.RelTable))
+            for spec in ordered:  # nodes before the rels that point at them
+                if spec.name in tables:
+                    rows = self._kept_rows(spec, nodes, rels, params)
+                    if rows.num_rows:
+                        new.execute(f"COPY {spec.name} FROM $rows", {"rows": rows})
+            new.close()
+        finally:
+            new_db.close()
+        self._conn.close()
+        self._db.close()
+        os.replace(tmp, self.file)
+        self._db = _open_kuzu(self.file, read_only=False)
+        self._conn = kuzu.Connection(self._db)
+
+    def _kept_rows(
+        self, spec: S.Table, nodes: dict[str, str], rels: dict[str, str], params: dict
+    ) -> pa.Table:
+        """The rows of `spec` that survive, as a COPY-ready Arrow table."""
+
+        def keep(var: str, pred: str | None) -> str | None:
+            # a predicate that is null (e.g. on a null property) deletes nothing
+            return f"NOT coalesce({pred.format(v=var)}, false)" if pred else None
+
+        if isinstance(spec, S.NodeTable):
+            conds = [keep("n", nodes.get(spec.name))]
+            ret = [f"n.{c.name}" for c in spec.columns]
+            match = f"MATCH (n:{spec.name})"
+        else:
+            conds = [
+                keep("a", nodes.get(spec.src)),
+                keep("b", nodes.get(spec.dst)),
+                keep("r", rels.get(spec.name)),
+            ]
+            ret = [f"a.{S.table(spec.src).primary_key}", f"b.{S.table(spec.dst).primary_key}"]
+            ret += [f"r.{c.name}" for c in spec.columns]
+            match = f"MATCH (a:{spec.src})-[r:{spec.name}]->(b:{spec.dst})"
+        where = " AND ".join(c for c in conds if c)
+        cypher = f"{match} {'WHERE ' + where if where else ''} RETURN {', '.join(ret)}"
+        got = self._conn.execute(cypher, _used(cypher, params)).get_as_arrow()
+        target = S.arrow_schema(spec)
+        return pa.Table.from_arrays(
+            [got.column(i).cast(f.type) for i, f in enumerate(target)], schema=target
+        )
 
     def _claim_name(self, name: str, replace: bool) -> None:
         if not name:
@@ -476,10 +774,13 @@ class ProfileDB:
             self.delete_run(name)
 
     def _insert_run(self, run: RunInfo, status: str, op_count: int) -> None:
+        # one row: a parameterized CREATE costs ~10 ms where a COPY costs ~100 ms
         row = {f.name: getattr(run, f.name) for f in fields(RunInfo)}
         row["status"] = status
         row["op_count"] = op_count
-        self.bulk_insert("Run", [row])
+        cols = [c.name for c in S.RUN.columns]
+        props = ", ".join(f"{c}: $p_{c}" for c in cols)
+        self._conn.execute(f"CREATE (:Run {{{props}}})", {f"p_{c}": row.get(c) for c in cols})
 
     def save_failed_run(self, run: RunInfo, replace: bool = False) -> None:
         """Store only the Run node, status "failed", for a script that raised or was
@@ -493,12 +794,15 @@ class ProfileDB:
         `replace` (then it is deleted first)."""
         self._writable()
         run = profile.run.name
-        for what in ("ops", "tensors", "modules", "frames", "kernels"):
-            _check_dense(what, getattr(profile, what))
+        _check_profile(profile)
+        # every Arrow table is built (and every index checked) before the first write
+        tables = _profile_tables(profile)
         self._claim_name(run, replace)
         self._insert_run(profile.run, "loading", len(profile.ops))
         try:
-            self._copy_profile(profile)
+            for spec, data in tables:
+                if data.num_rows:
+                    self._copy(spec.name, data)
         except BaseException:
             # never leave half a run behind; the original error is the one to show
             with contextlib.suppress(Exception):
@@ -508,134 +812,6 @@ class ProfileDB:
             "MATCH (r:Run {name: $n}) SET r.status = $s",
             {"n": run, "s": profile.run.status or "ok"},
         )
-
-    def _copy_profile(self, p: Profile) -> None:
-        run = p.run.name
-        ops, tensors = p.ops, p.tensors
-        op_uid = _uids(run, len(ops))
-        t_uid = _uids(run, len(tensors))
-        m_uid = _uids(run, len(p.modules))
-        f_uid = _uids(run, len(p.frames))
-        k_uid = _uids(run, len(p.kernels))
-
-        def node(spec: S.NodeTable, items: list, uids: list[str], **special: list) -> None:
-            cols: dict[str, list] = {"uid": uids, "run": [run] * len(uids)}
-            for c in spec.columns[2:]:
-                if c.name in special:
-                    cols[c.name] = special[c.name]
-                else:
-                    cols[c.name] = [getattr(it, c.name) for it in items]
-            self._copy_columns(spec, cols)
-
-        dumps = json.JSONEncoder(separators=(",", ":")).encode
-        node(
-            S.OPERATOR,
-            ops,
-            op_uid,
-            input_shapes=[dumps(o.input_shapes) for o in ops],
-            output_shapes=[dumps(o.output_shapes) for o in ops],
-        )
-        node(S.TENSOR, tensors, t_uid)
-        node(S.MODULE, p.modules, m_uid)
-        node(S.FRAME, p.frames, f_uid)
-        node(S.KERNEL, p.kernels, k_uid)
-        cfg = list(p.config.items())
-        c_uid = _uids(run, len(cfg))
-        self._copy_columns(
-            S.CONFIG_ENTRY,
-            {
-                "uid": c_uid,
-                "run": [run] * len(cfg),
-                "idx": list(range(len(cfg))),
-                "key": [k for k, _ in cfg],
-                "value": [str(v) for _, v in cfg],
-            },
-        )
-        ps_uid = _uids(run, len(p.power))
-        self._copy_columns(
-            S.POWER_SERIES,
-            {
-                "uid": ps_uid,
-                "run": [run] * len(p.power),
-                "idx": list(range(len(p.power))),
-                "device": [s.device for s in p.power],
-                "source": [s.source for s in p.power],
-                "gap_start_ns": [[g[0] for g in s.gaps] for s in p.power],
-                "gap_end_ns": [[g[1] for g in s.gaps] for s in p.power],
-            },
-        )
-        sample: dict[str, list] = {c.name: [] for c in S.POWER_SAMPLE.columns}
-        for si, s in enumerate(p.power):
-            if len(s.t_ns) != len(s.watts):
-                raise ValueError(f"power series {si}: {len(s.t_ns)} times, {len(s.watts)} watts")
-            k = len(s.t_ns)
-            sample["uid"] += [f"{run}/{si}/{i}" for i in range(k)]
-            sample["run"] += [run] * k
-            sample["series"] += [si] * k
-            sample["idx"] += list(range(k))
-            sample["device"] += [s.device] * k
-            sample["source"] += [s.source] * k
-            sample["t_ns"] += list(s.t_ns)
-            sample["watts"] += list(s.watts)
-        self._copy_columns(S.POWER_SAMPLE, sample)
-
-        # ---- rels ----
-        flows: dict[str, list] = {k: [] for k in ("from", "to", "tensor", "arg", "shape", "dtype")}
-        inp: dict[str, list] = {"from": [], "to": [], "arg": []}
-        out: dict[str, list] = {"from": [], "to": [], "index": []}
-        called: dict[str, list] = {"from": [], "to": [], "depth": []}
-        launched: dict[str, list] = {"from": [], "to": [], "launch_order": []}
-        in_mod: dict[str, list] = {"from": [], "to": []}
-        for o in ops:
-            ou = op_uid[o.idx]
-            for arg, t in enumerate(o.inputs):
-                inp["from"].append(t_uid[t])
-                inp["to"].append(ou)
-                inp["arg"].append(arg)
-                tr = tensors[t]
-                if tr.producer >= 0:
-                    flows["from"].append(op_uid[tr.producer])
-                    flows["to"].append(ou)
-                    flows["tensor"].append(t)
-                    flows["arg"].append(arg)
-                    flows["shape"].append(tr.shape)
-                    flows["dtype"].append(tr.dtype)
-            for i, t in enumerate(o.outputs):
-                out["from"].append(ou)
-                out["to"].append(t_uid[t])
-                out["index"].append(i)
-            for d, f in enumerate(o.frames):
-                called["from"].append(ou)
-                called["to"].append(f_uid[f])
-                called["depth"].append(d)
-            for j, k in enumerate(o.kernels):
-                launched["from"].append(ou)
-                launched["to"].append(k_uid[k])
-                launched["launch_order"].append(j)
-            if o.module_idx >= 0:
-                in_mod["from"].append(ou)
-                in_mod["to"].append(m_uid[o.module_idx])
-        child = {
-            "from": [m_uid[m.idx] for m in p.modules if m.parent >= 0],
-            "to": [m_uid[m.parent] for m in p.modules if m.parent >= 0],
-        }
-        self._copy_columns(S.FLOWS, flows)
-        self._copy_columns(S.INPUT, inp)
-        self._copy_columns(S.OUTPUT, out)
-        self._copy_columns(S.CALLED_FROM, called)
-        self._copy_columns(S.LAUNCHED, launched)
-        self._copy_columns(S.IN_MODULE, in_mod)
-        self._copy_columns(S.CHILD_OF, child)
-        for spec, uids in (
-            (S.HAS_OP, op_uid),
-            (S.HAS_TENSOR, t_uid),
-            (S.HAS_MODULE, m_uid),
-            (S.HAS_FRAME, f_uid),
-            (S.HAS_KERNEL, k_uid),
-            (S.HAS_CONFIG, c_uid),
-            (S.HAS_POWER, ps_uid),
-        ):
-            self._copy_columns(spec, {"from": [run] * len(uids), "to": uids})
 
     # ---- load ------------------------------------------------------------------------
 
@@ -667,8 +843,8 @@ class ProfileDB:
 
         oc = self._nodes(S.OPERATOR, run)
         n = len(oc["idx"])
-        for c in _JSON_OP_COLUMNS:
-            oc[c] = [json.loads(s) for s in oc[c]]
+        for c in _JSON_OP_COLUMNS:  # one parse for the whole column, not one per row
+            oc[c] = json.loads("[" + ",".join(oc[c]) + "]")
         inputs = self._rel(
             "MATCH (t:Tensor)-[e:INPUT]->(o:Operator) WHERE o.run = $run "
             "RETURN o.idx, e.arg, t.idx",
@@ -694,34 +870,47 @@ class ProfileDB:
             n,
         )
         module_idx = [-1] * n
-        for i, m in self._conn.execute(
+        mods = self._arrow(
             "MATCH (o:Operator)-[:IN_MODULE]->(m:Module) WHERE o.run = $run RETURN o.idx, m.idx",
-            {"run": run},
-        ).get_all():
+            run,
+        )
+        for i, m in zip(mods.column(0).to_pylist(), mods.column(1).to_pylist(), strict=True):
             module_idx[i] = m
         op_cols = list(oc)
         ops = [
             OpRecord(
-                **{c: oc[c][i] for c in op_cols},
-                module_idx=module_idx[i],
-                inputs=inputs[i],
-                outputs=outputs[i],
-                frames=frames[i],
-                kernels=kernels[i],
+                **dict(zip(op_cols, vals, strict=True)),
+                module_idx=mi,
+                inputs=ins,
+                outputs=outs,
+                frames=frs,
+                kernels=ks,
             )
-            for i in range(n)
+            for vals, mi, ins, outs, frs, ks in zip(
+                zip(*oc.values(), strict=True),
+                module_idx,
+                inputs,
+                outputs,
+                frames,
+                kernels,
+                strict=True,
+            )
         ]
 
         tc = self._nodes(S.TENSOR, run)
         t_cols = list(tc)
-        tensors = [TensorRecord(**{c: tc[c][i] for c in t_cols}) for i in range(len(tc["idx"]))]
+        tensors = [
+            TensorRecord(**dict(zip(t_cols, vals, strict=True)))
+            for vals in zip(*tc.values(), strict=True)
+        ]
 
         mc = self._nodes(S.MODULE, run)
         parent = [-1] * len(mc["idx"])
-        for c, par in self._conn.execute(
+        kids = self._arrow(
             "MATCH (c:Module)-[:CHILD_OF]->(p:Module) WHERE c.run = $run RETURN c.idx, p.idx",
-            {"run": run},
-        ).get_all():
+            run,
+        )
+        for c, par in zip(kids.column(0).to_pylist(), kids.column(1).to_pylist(), strict=True):
             parent[c] = par
         modules = [
             ModuleRecord(idx=i, name=nm, type=ty, parent=parent[i])
@@ -729,7 +918,8 @@ class ProfileDB:
         ]
         fc = self._nodes(S.FRAME, run)
         frames_ = [
-            FrameRecord(*r) for r in zip(fc["idx"], fc["file"], fc["line"], fc["function"], strict=True)
+            FrameRecord(*r)
+            for r in zip(fc["idx"], fc["file"], fc["line"], fc["function"], strict=True)
         ]
         kc = self._nodes(S.KERNEL, run)
         kernels_ = [KernelRecord(*r) for r in zip(kc["idx"], kc["name"], kc["device"], strict=True)]
@@ -779,8 +969,18 @@ class ProfileDB:
         clause = find_write_clause(cypher)
         if clause:
             raise _refused(clause)
+        params = params or {}
+        wanted = query_params(cypher)
+        missing = sorted(wanted - set(params))
+        if missing:  # Kùzu would run it with the parameter silently unset
+            raise MagnetonError(
+                f"the query uses {', '.join('$' + m for m in missing)}; pass "
+                + " ".join(f"-p {m}=VALUE" for m in missing)
+            )
         try:
-            return self.query(cypher, params)
+            # unused parameters are dropped (Kùzu rejects them) so one set of `-p` values
+            # serves a whole file of queries
+            return self.query(cypher, {k: v for k, v in params.items() if k in wanted})
         except RuntimeError as e:
             if "read-only" in str(e):
                 raise _refused("the query") from None

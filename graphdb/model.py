@@ -295,6 +295,7 @@ class Finding:
     divergence: dict | None = None
     root_cause: dict | None = None
     fix: dict | None = None
+    occurrences: int = 1  # matched region pairs folded into this finding (one per layer)
 
     def to_json(self) -> dict:
         return {

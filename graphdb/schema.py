@@ -50,8 +50,7 @@ class NodeTable:
     def ddl(self) -> str:
         cols = ", ".join(f"{c.name} {c.type}" for c in self.columns)
         return (
-            f"CREATE NODE TABLE IF NOT EXISTS {self.name}"
-            f"({cols}, PRIMARY KEY ({self.primary_key}))"
+            f"CREATE NODE TABLE IF NOT EXISTS {self.name}({cols}, PRIMARY KEY ({self.primary_key}))"
         )
 
 
@@ -318,13 +317,10 @@ LAUNCHED = RelTable(
     (Column("launch_order", "INT64", "position in the operator's launch order"),),
     "Operator launched this kernel.",
 )
+# Run → node links only where users start a traversal at a Run; every per-run node also
+# has a `run` property, and each extra rel table costs one COPY (~10-100 ms fixed) per save.
 HAS_OP = RelTable("HAS_OP", "Run", "Operator", (), "Run contains this operator.")
-HAS_TENSOR = RelTable("HAS_TENSOR", "Run", "Tensor", (), "Run contains this tensor.")
-HAS_MODULE = RelTable("HAS_MODULE", "Run", "Module", (), "Run contains this module.")
-HAS_FRAME = RelTable("HAS_FRAME", "Run", "Frame", (), "Run contains this frame.")
-HAS_KERNEL = RelTable("HAS_KERNEL", "Run", "Kernel", (), "Run contains this kernel.")
 HAS_CONFIG = RelTable("HAS_CONFIG", "Run", "ConfigEntry", (), "Run's configuration.")
-HAS_POWER = RelTable("HAS_POWER", "Run", "PowerSeries", (), "Run's power traces.")
 
 CORE_TABLES: list[Table] = [
     META,
@@ -345,12 +341,7 @@ CORE_TABLES: list[Table] = [
     CALLED_FROM,
     LAUNCHED,
     HAS_OP,
-    HAS_TENSOR,
-    HAS_MODULE,
-    HAS_FRAME,
-    HAS_KERNEL,
     HAS_CONFIG,
-    HAS_POWER,
 ]
 
 # --------------------------------------------------------------------------------------
@@ -358,10 +349,195 @@ CORE_TABLES: list[Table] = [
 # (e.g. `Match`/`Finding` nodes, `MATCHED` rels). They are created on every writable open
 # when missing, so no SCHEMA_VERSION bump is needed. Give per-run node tables a `run`
 # column (and `uid` first, as the primary key) so `ProfileDB.delete_run` removes their
-# rows with the run; load rows with `ProfileDB.bulk_insert(table_name, rows)`.
+# rows with the run; load rows with `ProfileDB.bulk_insert(table_name, rows)`, and remove
+# rows ONLY with `ProfileDB.delete_where(nodes={...}, rels={...}, params)`: in Kùzu 0.11.3
+# `DELETE` / `DETACH DELETE` followed by a checkpoint or COPY loses rels of other rows.
 # --------------------------------------------------------------------------------------
 
-EXTENSION_TABLES: list[Table] = []
+# ---- differential matching (graphdb/matches.py writes these; `magneton diff`) --------
+# Keyed by the ordered run pair; they have run_a/run_b rather than `run`, so deleting one
+# run leaves them, and graphdb/matches.py ignores a stored diff whose runs are gone or
+# were re-recorded (started_at differs). Diff → region/finding links are the run_a/run_b
+# properties, not rels: each rel table costs a COPY per stored diff.
+
+DIFF = NodeTable(
+    "Diff",
+    (
+        Column("uid", "STRING", 'key of the ordered run pair: "<len(a)>:<a>|<b>"'),
+        Column("run_a", "STRING", "run on side a"),
+        Column("run_b", "STRING", "run on side b"),
+        Column("started_a", "STRING", "started_at of run a when diffed (staleness check)"),
+        Column("started_b", "STRING", "started_at of run b when diffed"),
+        Column("threshold", "DOUBLE", "flagging threshold, fraction of the larger side's energy"),
+        Column("tau", "DOUBLE", "tensor-equivalence tolerance used for matching"),
+        Column("matched_pairs", "INT64", "number of matched region pairs"),
+        Column("findings", "INT64", "number of findings"),
+        Column("message", "STRING", 'why nothing could be compared ("" when compared)'),
+        Column("created_at", "STRING", "ISO-8601 wall clock of the diff"),
+        Column("result_json", "STRING", "the full stored result (DiffResult with regions)"),
+    ),
+    "One `magneton diff A B` result; re-running the diff of that pair replaces it.",
+)
+
+MATCHED_REGION = NodeTable(
+    "MatchedRegion",
+    (
+        Column("uid", "STRING", 'key: "<Diff uid>|<region>"'),
+        Column("run_a", "STRING", "run on side a"),
+        Column("run_b", "STRING", "run on side b"),
+        Column("region", "INT64", "region pair number (execution order of side a)"),
+        Column("kind", "STRING", "matched | empty-a | empty-b (that side computes nothing)"),
+        Column("energy_a_j", "DOUBLE", "energy of the region's ops in run a, joules per call"),
+        Column("energy_b_j", "DOUBLE", "energy of the region's ops in run b, joules per call"),
+        Column("time_a_s", "DOUBLE", "time of the region's ops in run a, seconds per call"),
+        Column("time_b_s", "DOUBLE", "time of the region's ops in run b, seconds per call"),
+        Column("ops_a", "INT64[]", "operator idx in run a, execution order"),
+        Column("ops_b", "INT64[]", "operator idx in run b, execution order"),
+        Column("inputs_a", "INT64[]", "tensor idx entering the region in run a"),
+        Column("outputs_a", "INT64[]", "tensor idx leaving the region in run a"),
+        Column("inputs_b", "INT64[]", "tensor idx entering the region in run b"),
+        Column("outputs_b", "INT64[]", "tensor idx leaving the region in run b"),
+        Column("finding", "INT64", "id of the finding it belongs to, -1 when not flagged"),
+    ),
+    "A pair of subgraphs, one per run, that compute equivalent values from equivalent inputs.",
+)
+
+DIFF_FINDING = NodeTable(
+    "DiffFinding",
+    (
+        Column("uid", "STRING", 'key: "<Diff uid>|<id>"'),
+        Column("run_a", "STRING", "run on side a"),
+        Column("run_b", "STRING", "run on side b"),
+        Column("id", "INT64", "finding id, 1 = largest saving"),
+        Column("wasteful", "STRING", '"a" or "b": the side that spends more'),
+        Column("verdict", "STRING", "waste | trade-off"),
+        Column("energy_a_j", "DOUBLE", "energy of side a, joules per call"),
+        Column("energy_b_j", "DOUBLE", "energy of side b, joules per call"),
+        Column("time_a_s", "DOUBLE", "time of side a, seconds per call"),
+        Column("time_b_s", "DOUBLE", "time of side b, seconds per call"),
+        Column("saving_j", "DOUBLE", "wasteful minus efficient energy, joules per call"),
+        Column("saving_share", "DOUBLE", "saving_j / energy of the wasteful run"),
+        Column("output_rel_diff", "DOUBLE", "proxy of the max element-wise output difference"),
+        Column("occurrences", "INT64", "matched region pairs folded into it (e.g. one per layer)"),
+        Column("ops_a", "STRING[]", "operator names of side a, execution order"),
+        Column("ops_b", "STRING[]", "operator names of side b, execution order"),
+        Column("modules_a", "STRING[]", "module paths of side a"),
+        Column("modules_b", "STRING[]", "module paths of side b"),
+        Column("json", "STRING", "Finding.to_json() (diagnosis fields included when filled)"),
+    ),
+    "A matched region pair (or folded repeats) whose energies differ by ≥ the threshold.",
+)
+
+IN_REGION = RelTable(
+    "IN_REGION",
+    "Operator",
+    "MatchedRegion",
+    (Column("side", "STRING", '"a" or "b"'),),
+    "Operator belongs to this matched region (side a or b).",
+)
+FLAGS = RelTable(
+    "FLAGS", "DiffFinding", "MatchedRegion", (), "Finding consists of this region pair."
+)
+
+# ---- knowledge rules (graphdb/rules.py writes these; knowledge/rules/*.toml) ---------
+# Shared by all runs (no `run` column): one copy of the shipped rules, replaced when the
+# rule files change (KnowledgeVersion.hash). EXPLAINS links a rule to the operators of a
+# diagnosed finding, so Cypher can ask "which operators did rule X explain".
+
+KNOWLEDGE_VERSION = NodeTable(
+    "KnowledgeVersion",
+    (
+        Column("key", "STRING", '"rules"'),
+        Column("hash", "STRING", "SHA-256 of the loaded rule files' content"),
+        Column("rules", "INT64", "number of rules"),
+        Column("knobs", "INT64", "number of knobs"),
+    ),
+    "Which version of the knowledge files is loaded.",
+)
+
+RULE = NodeTable(
+    "Rule",
+    (
+        Column("id", "STRING", "rule id, e.g. mkldnn-conv-disabled"),
+        Column("title", "STRING", "one line"),
+        Column("category", "STRING", "api-misuse | misconfiguration | redundant"),
+        Column("description", "STRING", "what happens and why it costs energy"),
+        Column("knob", "STRING", 'key of the knob that steers it ("" none)'),
+        Column("efficient_value", "STRING", 'the knob value of the efficient side ("" unknown)'),
+        Column("symmetric", "BOOL", "either side may be the wasteful one"),
+        Column("levels", "STRING[]", "divergence levels it applies to (empty: any)"),
+        Column("devices", "STRING[]", "device types it applies to (empty: any)"),
+        Column("fix", "STRING", "fix template"),
+        Column("refs", "STRING[]", "references: paper case, docs or issue URLs"),
+        Column("grounding", "STRING", "where the rule comes from"),
+        Column("file", "STRING", "rule file"),
+        Column("line", "INT64", "line of its [[rule]] header"),
+    ),
+    "A known energy-waste pattern (knowledge/rules/*.toml).",
+)
+
+KNOB = NodeTable(
+    "Knob",
+    (
+        Column("key", "STRING", 'config-snapshot key, e.g. "torch.backends.mkldnn.enabled"'),
+        Column("kind", "STRING", "global-flag | env | config | api-argument"),
+        Column("description", "STRING", "what it controls"),
+        Column("default_value", "STRING", 'library default ("" unknown)'),
+        Column("snapshot_keys", "STRING[]", "ConfigEntry keys that reflect it"),
+        Column("assign", "STRING[]", "dotted attribute targets that set it"),
+        Column("calls", "STRING[]", 'setter calls, "qual.name(arg)"'),
+        Column("env", "STRING[]", "environment variables that set it"),
+        Column("attribute", "STRING", 'settings attribute / keyword name ("" none)'),
+        Column("refs", "STRING[]", "documentation"),
+    ),
+    "A setting that steers kernel selection.",
+)
+
+RULE_PATTERN = NodeTable(
+    "RulePattern",
+    (
+        Column("uid", "STRING", 'key: "<rule>|<side>|<field>|<pattern>"'),
+        Column("rule", "STRING", "rule id"),
+        Column("side", "STRING", "wasteful | efficient"),
+        Column(
+            "field",
+            "STRING",
+            "ops | any_ops | absent_ops | call_paths | absent_call_paths | kernels",
+        ),
+        Column("pattern", "STRING", 'operator name, call-path fragment "A > B" or kernel glob'),
+    ),
+    "One piece of a rule's evidence (match it against Operator.name / call_paths / Kernel.name).",
+)
+
+ABOUT_KNOB = RelTable("ABOUT_KNOB", "Rule", "Knob", (), "Rule is steered by this knob.")
+HAS_PATTERN = RelTable("HAS_PATTERN", "Rule", "RulePattern", (), "Rule's evidence.")
+EXPLAINS = RelTable(
+    "EXPLAINS",
+    "Rule",
+    "Operator",
+    (
+        Column("run_a", "STRING", "run on side a of the diff"),
+        Column("run_b", "STRING", "run on side b of the diff"),
+        Column("finding", "INT64", "finding id"),
+        Column("side", "STRING", '"a" or "b": which side\'s operator'),
+    ),
+    "Diagnosis named this rule for a finding containing the operator.",
+)
+
+EXTENSION_TABLES: list[Table] = [
+    DIFF,
+    MATCHED_REGION,
+    DIFF_FINDING,
+    IN_REGION,
+    FLAGS,
+    KNOWLEDGE_VERSION,
+    RULE,
+    KNOB,
+    RULE_PATTERN,
+    ABOUT_KNOB,
+    HAS_PATTERN,
+    EXPLAINS,
+]
 
 # --------------------------------------------------------------------------------------
 

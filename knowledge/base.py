@@ -89,10 +89,10 @@ class Knob:
 class Evidence:
     """What one side of a finding must show for a rule to apply.
 
-    `ops`, `any_ops` and `absent_ops` test the side's vocabulary: operator names, the APIs
-    they were entered through and every element of their dispatch call paths (so
-    `aten::scaled_dot_product_attention` is found even though the dispatcher recorded its
-    CPU decomposition). `call_paths` are contiguous fragments of a chain
+    `ops`, `any_ops` and `absent_ops` test the side's operators: dispatched op names and
+    the APIs they were entered through (so `aten::scaled_dot_product_attention` is found
+    even though the dispatcher recorded its CPU decomposition), not the internals of their
+    call paths. `call_paths` are contiguous fragments of a chain
     (`"aten::_convolution > aten::mkldnn_convolution"`); `kernels` are fnmatch globs over
     kernel names. Every field that is given must hold.
     """
@@ -345,7 +345,9 @@ def _parse_rule(d: dict, file: str, line: int, knobs: dict[str, Knob]) -> Rule:
     fields = {f for _, f, _, _ in string.Formatter().parse(d["fix"]) if f}
     bad = fields - FIX_FIELDS
     if bad:
-        raise ValueError(f"fix template uses unknown field(s) {sorted(bad)}; known: {sorted(FIX_FIELDS)}")
+        raise ValueError(
+            f"fix template uses unknown field(s) {sorted(bad)}; known: {sorted(FIX_FIELDS)}"
+        )
     return Rule(
         id=d["id"].strip(),
         title=d["title"].strip(),

@@ -26,10 +26,10 @@ class SideFacts:
     devices: set[str] = field(default_factory=set)
 
     def vocabulary(self) -> set[str]:
-        vocab = set(self.ops) | set(self.apis)
-        for cp in self.call_paths:
-            vocab.update(_tokens(cp))
-        return vocab
+        """Names of what ran as operators: dispatched op names and the APIs they were
+        entered through. Call-path internals (an `aten::_to_copy` inside a scalar `mul`)
+        are not operators the user ran; `call_paths` evidence matches those."""
+        return set(self.ops) | set(self.apis)
 
 
 @dataclass

@@ -96,7 +96,7 @@ def child_main(argv: list[str] | None = None) -> int:
         from magneton.diagnose.diff import diff_runs
 
         with open_db(args.db, read_only=True) as db:
-            result = diff_runs(db, args.a, args.b, threshold=args.threshold)
+            result = diff_runs(db, args.a, args.b, threshold=args.threshold, diagnose=False)
             _send(out, "diff", result)
             if args.no_diagnose or not result.findings:
                 return 0

@@ -51,9 +51,20 @@ def run(args: argparse.Namespace) -> int:
 
     if args.top is not None and args.top < 1:
         raise MagnetonError("--top must be at least 1")
+    from magneton.diagnose.ranks import print_rank_report, rank_report
+
     with open_db(args.db, read_only=True) as db:
-        db.require_run(args.run)
-        profile = db.load_profile(args.run)
+        # a torch.distributed job is stored as NAME/rank0, NAME/rank1, ...
+        job = None if db.has_run(args.run) else rank_report(db, args.run)
+        if job is None:
+            db.require_run(args.run)
+            profile = db.load_profile(args.run)
+    if job is not None:
+        if args.json:
+            print(json.dumps(job.to_json(), indent=2))
+        else:
+            print_rank_report(job)
+        return 0
     if profile.run.status != "ok":
         raise MagnetonError(
             f"run '{args.run}' is {profile.run.status}"

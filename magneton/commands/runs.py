@@ -6,6 +6,10 @@ import argparse
 import json
 import os
 from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,6 +21,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", required=True, help="profile DB directory")
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     p.set_defaults(func=run)
+
+
+def _console() -> Console:
+    """A rich console. Piped output gets a wide page instead of rich's 80 columns, so
+    `magneton runs | less` and captured output keep whole cells."""
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)
+    return console
 
 
 def _script(path: str) -> str:
@@ -31,7 +46,6 @@ def _script(path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from magneton.graphdb import open_db
@@ -41,9 +55,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([asdict(r) for r in runs], indent=2))
         return 0
-    console = Console()
+    console = _console()
     if not runs:
-        console.print(f"no runs in {args.db} (record one: magneton record SCRIPT --db DIR --run NAME)")
+        console.print(
+            f"no runs in {args.db} (record one: magneton record SCRIPT --db DIR --run NAME)"
+        )
         return 0
     show_errors = any(r.error for r in runs)
     table = Table(title=f"runs in {args.db}")
@@ -57,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
     if show_errors:
         table.add_column("error", overflow="fold")
     for r in runs:
-        status = {"ok": "[green]ok[/]", "failed": "[red]failed[/]"}.get(r.status, f"[yellow]{r.status}[/]")
+        status = {"ok": "[green]ok[/]", "failed": "[red]failed[/]"}.get(
+            r.status, f"[yellow]{r.status}[/]"
+        )
         ok = r.status == "ok"
         energy = f"{r.energy_j:.4g} ({r.energy_method or '?'})" if ok else "-"
         cells = [

@@ -1,0 +1,143 @@
+"""How fast a recorded run goes into and out of the Kùzu DB (`save_profile` / `load_profile`).
+
+Builds a synthetic GPT-2-shaped profile of N operators (default 10k; realistic tensor,
+dataflow, frame and kernel counts: see tests/test_graphdb.py::synthetic_profile), saves
+it into a fresh DB next to an already stored run (so COPY appends to non-empty tables,
+as in real use), loads it back, checks the round trip, and times a replace (delete by
+rebuild + save). Prints a rich table; `--json OUT` writes the numbers.
+
+    python benchmarks/load_speed.py [--ops 10000] [--repeat 3] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from magneton.graphdb import open_db
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _synthetic():
+    # the generator lives with the tests that pin its shape; load it by path (tests/ is
+    # not a package)
+    spec = importlib.util.spec_from_file_location(
+        "_graphdb_tests", ROOT / "tests" / "test_graphdb.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _cpu_ref() -> float:
+    """Seconds for a fixed pure-Python loop (sum(range(10**7)); ~0.15 s on an idle
+    modern core): scale the other numbers by it to compare machines."""
+    t0 = time.perf_counter()
+    sum(range(10**7))
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ops", type=int, default=10_000, help="operators in the profile")
+    ap.add_argument("--repeat", type=int, default=3, help="timed repetitions (median)")
+    ap.add_argument("--json", metavar="OUT", help="write the numbers as JSON")
+    args = ap.parse_args(argv)
+
+    t = _synthetic()
+    prof = t.synthetic_profile("big", n_ops=args.ops, seed=1)
+    rows = {
+        "operators": len(prof.ops),
+        "tensors": len(prof.tensors),
+        "modules": len(prof.modules),
+        "flows": len(prof.flows()),
+        "inputs": sum(len(o.inputs) for o in prof.ops),
+        "called_from": sum(len(o.frames) for o in prof.ops),
+        "launched": sum(len(o.kernels) for o in prof.ops),
+        "power_samples": sum(len(s.t_ns) for s in prof.power),
+    }
+    total_rows = sum(rows.values()) + len(prof.ops)  # + OUTPUT rels (one per op here)
+    save_s, load_s, replace_s = [], [], []
+    save_cpu, load_cpu = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.repeat):
+            with open_db(Path(tmp) / f"db{i}") as db:
+                db.save_profile(t.synthetic_profile("other", n_ops=200, seed=2))
+                t0, c0 = time.perf_counter(), time.process_time()
+                db.save_profile(prof)
+                save_s.append(time.perf_counter() - t0)
+                save_cpu.append(time.process_time() - c0)
+                t0, c0 = time.perf_counter(), time.process_time()
+                back = db.load_profile("big")
+                load_s.append(time.perf_counter() - t0)
+                load_cpu.append(time.process_time() - c0)
+                if not t.same(back, t.without_windows(prof)):
+                    print("round trip differs", file=sys.stderr)
+                    return 1
+                if i == 0:
+                    t0 = time.perf_counter()
+                    db.save_profile(prof, replace=True)
+                    replace_s.append(time.perf_counter() - t0)
+    save, load = statistics.median(save_s), statistics.median(load_s)
+    result = {
+        "ops": args.ops,
+        "save_10k_s": save,
+        "load_10k_s": load,
+        "replace_s": replace_s[0],
+        # CPU seconds of this process (Kùzu's threads included): on a shared machine wall
+        # time also counts waiting for a core, CPU time does not
+        "save_10k_cpu_s": statistics.median(save_cpu),
+        "load_10k_cpu_s": statistics.median(load_cpu),
+        "loadavg_1min": os.getloadavg()[0],
+        "cpu_ref_s": _cpu_ref(),
+        "cpus": os.cpu_count(),
+        "save_rows_per_s": total_rows / save,
+        "load_rows_per_s": total_rows / load,
+        "rows": rows,
+        "repeat": args.repeat,
+    }
+    if args.ops != 10_000:  # the keys name 10k; say what was measured
+        result["note"] = f"measured with {args.ops} operators"
+
+    table = Table(title=f"Kùzu load speed, {args.ops} operators ({total_rows} node+rel rows)")
+    table.add_column("step")
+    table.add_column("wall s (median)", justify="right")
+    table.add_column("CPU s", justify="right")
+    table.add_column("rows/s (wall)", justify="right")
+    table.add_row(
+        "save_profile",
+        f"{save:.3f}",
+        f"{result['save_10k_cpu_s']:.3f}",
+        f"{total_rows / save:,.0f}",
+    )
+    table.add_row(
+        "load_profile",
+        f"{load:.3f}",
+        f"{result['load_10k_cpu_s']:.3f}",
+        f"{total_rows / load:,.0f}",
+    )
+    table.add_row("replace (rebuild + save)", f"{replace_s[0]:.3f}", "", "")
+    Console().print(table)
+    Console().print(", ".join(f"{k}={v}" for k, v in rows.items()))
+    Console().print(
+        f"load average {result['loadavg_1min']:.1f} on {result['cpus']} CPUs; "
+        f"reference loop {result['cpu_ref_s']:.3f} s"
+    )
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

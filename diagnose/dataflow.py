@@ -1,0 +1,1085 @@
+"""Backward data-flow with libcst: from a key variable to the line a user can change.
+
+Paper §4.3: once the key variable is known (the branch condition or call target that made
+the two programs reach different kernels, or the global knob that steered native
+dispatch), Magneton follows its value backwards — assignment chains inside a function,
+`self.x` across a class's methods, parameters to the caller's arguments (from the recorded
+call stacks), settings objects' attributes to the keyword argument that built them, module
+level flags and environment variables — and stops at a literal in the user's code or at a
+library default (then it says where to override it).
+
+The first half of this module is `SourceIndex`: a parsed file with libcst metadata
+(PositionProvider, ParentNodeProvider, ScopeProvider, QualifiedNameProvider), cached per
+file, shared by the key-variable and patch code. Nodes are always located by *position*,
+never by matching source text — two statements can read alike, and a user's formatting
+must not change what Magneton finds. Library files only pay for positions; scopes and
+qualified names are resolved on first use because they cost as much as parsing.
+"""
+
+from __future__ import annotations
+
+import os
+import site
+import sysconfig
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import libcst as cst
+from libcst.metadata import (
+    CodeRange,
+    MetadataWrapper,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedName,
+    QualifiedNameProvider,
+    ScopeProvider,
+)
+from magneton.knowledge.base import Knob
+
+
+@dataclass(frozen=True)
+class Span:
+    """A node's source range: 1-based lines, 0-based columns, end exclusive."""
+
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+    @classmethod
+    def of(cls, r: CodeRange) -> Span:
+        return cls(r.start.line, r.start.column, r.end.line, r.end.column)
+
+    def contains_line(self, line: int) -> bool:
+        return self.line <= line <= self.end_line
+
+    def to_json(self) -> list[int]:
+        return [self.line, self.col, self.end_line, self.end_col]
+
+
+class SourceIndex:
+    def __init__(self, path: str, text: str):
+        self.path = path
+        self.text = text
+        self.lines = text.splitlines()
+        self.module = cst.parse_module(text)
+        # unsafe_skip_copy: we never mutate the tree, and the deep copy doubled parse time
+        self.wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
+        self.positions = self.wrapper.resolve(PositionProvider)
+        self._parents = None
+        self._scopes = None
+        self._qnames = None
+
+    # ---- lazily resolved metadata -----------------------------------------------------
+
+    @property
+    def parents(self):
+        if self._parents is None:
+            self._parents = self.wrapper.resolve(ParentNodeProvider)
+        return self._parents
+
+    @property
+    def scopes(self):
+        if self._scopes is None:
+            self._scopes = self.wrapper.resolve(ScopeProvider)
+        return self._scopes
+
+    def qualified_names(self, node: cst.CSTNode) -> set[str]:
+        """Fully qualified names of an expression (import aliases resolved)."""
+        if self._qnames is None:
+            collector = _QNameCollector()
+            self.wrapper.visit(collector)
+            self._qnames = collector.names
+        names: set[QualifiedName] = self._qnames.get(id(node), set())
+        return {q.name for q in names}
+
+    # ---- positions ---------------------------------------------------------------------
+
+    def span(self, node: cst.CSTNode) -> Span:
+        return Span.of(self.positions[node])
+
+    def line_of(self, node: cst.CSTNode) -> int:
+        return self.positions[node].start.line
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    def line_text(self, line: int) -> str:
+        return self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+
+    def walk(self, node: cst.CSTNode | None = None) -> Iterator[cst.CSTNode]:
+        """Every node under `node` (default: the module), pre-order."""
+        stack = [node or self.module]
+        while stack:
+            n = stack.pop()
+            yield n
+            stack.extend(reversed(n.children))
+
+    def nodes_of(self, kind: type, within: cst.CSTNode | None = None) -> Iterator[cst.CSTNode]:
+        return (n for n in self.walk(within) if isinstance(n, kind))
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.parents.get(node)
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        p = self.parent(node)
+        while p is not None:
+            yield p
+            p = self.parent(p)
+
+    def enclosing(self, node: cst.CSTNode, kind: type) -> cst.CSTNode | None:
+        for a in self.ancestors(node):
+            if isinstance(a, kind):
+                return a
+        return None
+
+    def function_at(self, line: int, name: str | None = None) -> cst.FunctionDef | None:
+        """The innermost function whose body spans `line` (optionally with this name)."""
+        best = None
+        for fn in self.nodes_of(cst.FunctionDef):
+            sp = self.span(fn)
+            if sp.contains_line(line) and (name is None or fn.name.value == name):
+                if best is None or self.span(best).line <= sp.line:
+                    best = fn
+        return best
+
+    def function_by_firstline(self, firstline: int) -> cst.FunctionDef | None:
+        """The function whose `def` (or first decorator) is on `firstline` (co_firstlineno)."""
+        for fn in self.nodes_of(cst.FunctionDef):
+            sp = self.span(fn)
+            def_line = self.line_of(fn.name)
+            if firstline in (sp.line, def_line):
+                return fn
+        return None
+
+    def statement_at(self, line: int, within: cst.CSTNode | None = None) -> cst.CSTNode | None:
+        """The innermost simple statement line or compound statement starting at/spanning line."""
+        best = None
+        for n in self.walk(within):
+            if isinstance(n, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                sp = self.span(n)
+                if sp.contains_line(line):
+                    if best is None or sp.line >= self.span(best).line:
+                        best = n
+        if isinstance(best, cst.BaseCompoundStatement):
+            # a line inside a compound statement's *header* (e.g. an `if` test) → the header
+            return best
+        return best
+
+    def calls_on_line(self, line: int, within: cst.CSTNode | None = None) -> list[cst.Call]:
+        """Calls whose source range covers `line`, innermost (shortest) first."""
+        out = [c for c in self.nodes_of(cst.Call, within) if self.span(c).contains_line(line)]
+        out.sort(key=lambda c: (self.span(c).end_line - self.span(c).line, -self.span(c).line))
+        return out
+
+    def class_of(self, fn: cst.FunctionDef) -> cst.ClassDef | None:
+        p = self.parent(fn)
+        # a method's parent chain: FunctionDef -> IndentedBlock -> ClassDef
+        while p is not None and not isinstance(p, (cst.ClassDef, cst.FunctionDef, cst.Module)):
+            p = self.parent(p)
+        return p if isinstance(p, cst.ClassDef) else None
+
+    def methods(self, cls: cst.ClassDef) -> list[cst.FunctionDef]:
+        body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else []
+        return [s for s in body if isinstance(s, cst.FunctionDef)]
+
+    def class_named(self, name: str) -> cst.ClassDef | None:
+        for c in self.nodes_of(cst.ClassDef):
+            if c.name.value == name:
+                return c
+        return None
+
+
+class _QNameCollector(cst.CSTVisitor):
+    METADATA_DEPENDENCIES = (QualifiedNameProvider,)
+
+    def __init__(self):
+        super().__init__()
+        self.names: dict[int, set[QualifiedName]] = {}
+
+    def _record(self, node: cst.CSTNode) -> None:
+        try:
+            q = self.get_metadata(QualifiedNameProvider, node, set())
+        except Exception:  # names libcst cannot resolve (star imports, dynamic code)
+            q = set()
+        if q:
+            self.names[id(node)] = set(q)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._record(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self._record(node)
+
+
+@lru_cache(maxsize=64)
+def _cached(path: str, mtime_ns: int, size: int) -> SourceIndex:
+    return SourceIndex(path, Path(path).read_text(encoding="utf-8"))
+
+
+def source_index(path: str | os.PathLike) -> SourceIndex | None:
+    """Parsed source of `path`, or None when it is missing or not parseable Python."""
+    p = str(path)
+    try:
+        st = os.stat(p)
+        return _cached(p, st.st_mtime_ns, st.st_size)
+    except (OSError, UnicodeDecodeError, cst.ParserSyntaxError):
+        return None
+
+
+# --------------------------------------------------------------------------------------
+# Whose code is it?
+# --------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _library_roots() -> tuple[str, ...]:
+    roots = set()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        p = sysconfig.get_paths().get(key)
+        if p:
+            roots.add(os.path.realpath(p))
+    for p in site.getsitepackages() + [site.getusersitepackages()]:
+        roots.add(os.path.realpath(p))
+    return tuple(sorted(roots, key=len, reverse=True))
+
+
+def is_library_file(path: str) -> bool:
+    """Installed library or stdlib code (site-packages, the interpreter's lib dir)."""
+    if not path or path.startswith("<"):
+        return True
+    real = os.path.realpath(path)
+    if "site-packages" in real.split(os.sep) or "dist-packages" in real.split(os.sep):
+        return True
+    return any(real.startswith(r + os.sep) for r in _library_roots())
+
+
+def is_user_file(path: str, script: str) -> bool:
+    """The recorded script or a module next to it that is not installed library code."""
+    if not path or not script or is_library_file(path):
+        return False
+    real = os.path.realpath(path)
+    root = os.path.dirname(os.path.realpath(script))
+    return real == os.path.realpath(script) or real.startswith(root + os.sep)
+
+
+def user_files(script: str) -> list[str]:
+    """The script plus the sibling modules it imports (where a user's settings live)."""
+    if not script or not os.path.isfile(script):
+        return []
+    out = [os.path.realpath(script)]
+    idx = source_index(script)
+    if idx is None:
+        return out
+    root = os.path.dirname(out[0])
+    for node in idx.walk():
+        names: list[str] = []
+        if isinstance(node, cst.Import):
+            names = [_dotted(a.name) for a in node.names]
+        elif isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
+            names = [_dotted(node.module)]
+        for name in names:
+            cand = os.path.join(root, *name.split(".")) + ".py"
+            if os.path.isfile(cand) and os.path.realpath(cand) not in out:
+                out.append(os.path.realpath(cand))
+    return out
+
+
+def _dotted(node: cst.BaseExpression) -> str:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return f"{_dotted(node.value)}.{node.attr.value}"
+    return ""
+
+
+def dotted_name(node: cst.BaseExpression) -> str:
+    """`a.b.c` for Name/Attribute chains, "" otherwise."""
+    return _dotted(node)
+
+
+def literal_value(node: cst.BaseExpression) -> object:
+    """The Python value of a literal node, or the sentinel `NOT_LITERAL`."""
+    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+        v = node.evaluated_value
+        return v if v is not None else NOT_LITERAL
+    if isinstance(node, cst.Integer):
+        return node.evaluated_value
+    if isinstance(node, cst.Float):
+        return node.evaluated_value
+    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[node.value]
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = literal_value(node.expression)
+        if isinstance(inner, (int, float)) and not isinstance(inner, bool):
+            return -inner
+    return NOT_LITERAL
+
+
+class _NotLiteral:
+    def __repr__(self) -> str:
+        return "NOT_LITERAL"
+
+
+NOT_LITERAL = _NotLiteral()
+
+
+def is_literal(node: cst.BaseExpression) -> bool:
+    return literal_value(node) is not NOT_LITERAL
+
+
+def same_value(literal_code: str | None, observed: str | None) -> bool:
+    """Does a literal's source text denote the observed value (repr or str form)?"""
+    if literal_code is None or observed is None:
+        return False
+    try:
+        node = cst.parse_expression(literal_code)
+    except cst.ParserSyntaxError:
+        return False
+    v = literal_value(node)
+    if v is NOT_LITERAL:
+        return False
+    return observed in (repr(v), str(v))
+
+
+# --------------------------------------------------------------------------------------
+# Backward data-flow
+# --------------------------------------------------------------------------------------
+
+MAX_HOPS = 24
+
+
+@dataclass
+class Hop:
+    """One step of the backward slice: where the followed expression lives and why."""
+
+    file: str
+    line: int
+    code: str  # the statement on that line
+    expr: str  # the expression followed
+    note: str
+    values: dict[str, str] = field(default_factory=dict)  # side -> observed value (re-run)
+
+    def to_json(self) -> dict:
+        d = {"file": self.file, "line": self.line, "code": self.code, "expr": self.expr}
+        d["note"] = self.note
+        if self.values:
+            d["values"] = dict(self.values)
+        return d
+
+
+@dataclass
+class Origin:
+    """Where the key variable's value is set — what a user edits to change it."""
+
+    kind: str  # "config" | "api-argument" | "global-flag" | "env" | "code"
+    variable: str
+    file: str | None = None
+    line: int | None = None
+    code: str | None = None  # the statement
+    value: str | None = None  # source text of the value (a literal when patchable)
+    span: Span | None = None  # the value node: what a patch replaces
+    library_default: bool = False  # the value is a library default (file/line point there)
+    insert: dict | None = None  # where to add `keyword=value` when the user never set it
+    env_var: str | None = None
+    note: str = ""
+
+    def to_json(self) -> dict:
+        d = {
+            "kind": self.kind,
+            "variable": self.variable,
+            "file": self.file,
+            "line": self.line,
+            "code": self.code,
+            "value": self.value,
+            "library_default": self.library_default,
+        }
+        if self.env_var:
+            d["env_var"] = self.env_var
+        if self.note:
+            d["note"] = self.note
+        return d
+
+
+@dataclass
+class DataFlow:
+    hops: list[Hop] = field(default_factory=list)
+    terminal: str = ""  # what stopped the walk: "config-attribute", "knob", "literal", ...
+    attribute: str | None = None  # config attribute / keyword name reached
+    knob_name: str | None = None  # dotted global flag reached (e.g. torch.backends...)
+    unresolved: str = ""
+
+
+@dataclass
+class SideContext:
+    """What the walk needs to know about one side once it leaves shared library code."""
+
+    script: str
+    files: list[str]  # user files to search for settings
+    frames: list[tuple[str, int, str]] = field(default_factory=list)  # (file, line, function)
+    observed: str | None = None  # the key variable's value on this side (re-run)
+
+
+@dataclass
+class SliceContext:
+    """Both sides of a finding, walked in lockstep through shared library code.
+
+    `values` are what the key-variable re-run observed: (file, line, expr) → {side: repr}.
+    They decide which operand of a call to follow (the one whose value differs between
+    the two sides) so the walk follows the data that actually steered the dispatch.
+    """
+
+    sides: dict[str, SideContext]
+    values: dict[tuple[str, int, str], dict[str, str]] = field(default_factory=dict)
+    call_sites: dict[str, dict[tuple[str, int], tuple[str, int]]] = field(default_factory=dict)
+    config_attributes: frozenset[str] = frozenset()  # knob attributes known to the KB
+
+
+_CONFIG_HINTS = ("config", "cfg", "hparams", "settings", "options", "opts", "args")
+
+
+def _norm_attr(name: str) -> str:
+    return name.lstrip("_")
+
+
+def _is_config_base(node: cst.BaseExpression) -> bool:
+    """`config`, `self.config`, `model.config`, `args` ... — an object of settings."""
+    last = ""
+    if isinstance(node, cst.Name):
+        last = node.value
+    elif isinstance(node, cst.Attribute):
+        last = node.attr.value
+    low = last.lower()
+    return any(h in low for h in _CONFIG_HINTS)
+
+
+def _first_param(fn: cst.FunctionDef) -> str | None:
+    params = fn.params.params or fn.params.posonly_params
+    return params[0].name.value if params else None
+
+
+def _assigned_value(idx: SourceIndex, target: cst.CSTNode) -> cst.BaseExpression | None:
+    """The expression assigned to `target` by its enclosing assignment statement."""
+    for anc in idx.ancestors(target):
+        if isinstance(anc, cst.Assign):
+            if len(anc.targets) == 1 and isinstance(anc.targets[0].target, (cst.Tuple, cst.List)):
+                elements = anc.targets[0].target.elements
+                if isinstance(anc.value, (cst.Tuple, cst.List)) and len(anc.value.elements) == len(
+                    elements
+                ):
+                    for el, val in zip(elements, anc.value.elements, strict=True):
+                        if el.value is target:
+                            return val.value
+            return anc.value
+        if isinstance(anc, cst.AnnAssign):
+            return anc.value
+        if isinstance(anc, cst.AugAssign):
+            return anc.value
+        if isinstance(anc, (cst.For, cst.CompFor)):
+            return anc.iter
+        if isinstance(anc, (cst.WithItem,)):
+            return anc.item
+        if isinstance(anc, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return None
+    return None
+
+
+class BackwardSlicer:
+    """Follow a key variable back to the line a user can change (paper §4.3, Algorithm 2).
+
+    Rules, in order: a literal stops the walk; a local name goes to its reaching
+    assignment (ScopeProvider); a parameter goes to the caller's argument (recorded call
+    stacks, or call sites captured by the re-run for constructors); `self.x` goes to the
+    assignments of `x` in the class's methods; `container[key]` follows the key; a call
+    follows the operand whose observed value differs between the sides (else the most
+    setting-like one); an attribute of a settings object (`config.activation_function`)
+    ends at the keyword argument or assignment that set it in the user's code; a dotted
+    global flag ends at the knob search.
+    """
+
+    def __init__(self, ctx: SliceContext):
+        self.ctx = ctx
+
+    # ---- entry points ------------------------------------------------------------------
+
+    def from_node(self, idx: SourceIndex, node: cst.BaseExpression, note: str) -> DataFlow:
+        flow = DataFlow()
+        fn = self._function_of(idx, node)
+        self._walk(idx, fn, node, note, flow)
+        return flow
+
+    # ---- helpers ----------------------------------------------------------------------
+
+    def _function_of(self, idx: SourceIndex, node: cst.CSTNode) -> cst.FunctionDef | None:
+        return idx.enclosing(node, cst.FunctionDef)
+
+    def _values(self, idx: SourceIndex, line: int, code: str) -> dict[str, str]:
+        return dict(self.ctx.values.get((idx.path, line, code), {}))
+
+    def _hop(self, flow: DataFlow, idx: SourceIndex, node: cst.CSTNode, note: str) -> None:
+        line = idx.line_of(node)
+        code = idx.code(node)
+        flow.hops.append(
+            Hop(
+                file=idx.path,
+                line=line,
+                code=idx.line_text(line),
+                expr=" ".join(code.split()),
+                note=note,
+                values=self._values(idx, line, code),
+            )
+        )
+
+    def _walk(
+        self,
+        idx: SourceIndex,
+        fn: cst.FunctionDef | None,
+        node: cst.BaseExpression,
+        note: str,
+        flow: DataFlow,
+    ) -> None:
+        seen: set[tuple[str, int, int]] = set()
+        for _ in range(MAX_HOPS):
+            sp = idx.span(node)
+            key = (idx.path, sp.line, sp.col)
+            if key in seen:
+                flow.unresolved = "the data-flow loops back on itself"
+                return
+            seen.add(key)
+            self._hop(flow, idx, node, note)
+            if is_literal(node):
+                flow.terminal = "literal"
+                return
+            if isinstance(node, cst.Name):
+                step = self._resolve_name(idx, fn, node)
+                if step is None:
+                    flow.terminal = "name"
+                    flow.unresolved = f"{node.value!r} is not assigned in code Magneton can read"
+                    return
+                idx, fn, node, note = step
+                continue
+            if isinstance(node, cst.Attribute):
+                attr = node.attr.value
+                dotted = dotted_name(node)
+                qnames = idx.qualified_names(node) if dotted else set()
+                if any(q.startswith(("torch.", "os.environ")) for q in qnames):
+                    flow.terminal = "knob"
+                    flow.knob_name = sorted(qnames)[0]
+                    return
+                if fn is not None and isinstance(node.value, cst.Name):
+                    if node.value.value == _first_param(fn) and idx.class_of(fn) is not None:
+                        step = self._self_attribute(idx, fn, attr)
+                        if step is not None:
+                            idx, fn, node, note = step
+                            continue
+                if _is_config_base(node.value) or _norm_attr(attr) in self.ctx.config_attributes:
+                    flow.terminal = "config-attribute"
+                    flow.attribute = attr
+                    return
+                # an attribute of some other object: its value comes from that object
+                node, note = node.value, f"object whose .{attr} is read"
+                continue
+            if isinstance(node, cst.Subscript):
+                el = node.slice[0].slice if node.slice else None
+                if isinstance(el, cst.Index):
+                    node, note = el.value, f"key looked up in {idx.code(node.value)}"
+                    continue
+                flow.unresolved = "a slice expression selects the value"
+                return
+            if isinstance(node, cst.Call):
+                nxt = self._pick_operand(idx, node)
+                if nxt is None:
+                    flow.terminal = "call"
+                    flow.unresolved = f"the value is computed by {idx.code(node.func)}(...)"
+                    return
+                node, note = nxt, f"argument of {idx.code(node.func)}(...)"
+                continue
+            if isinstance(node, (cst.Comparison, cst.BooleanOperation, cst.UnaryOperation)):
+                operands = [
+                    n
+                    for n in idx.walk(node)
+                    if isinstance(n, (cst.Name, cst.Attribute, cst.Subscript)) and not is_literal(n)
+                ]
+                operands = [n for n in operands if not self._inside_other(n, operands)]
+                choice = self._choose(idx, operands)
+                if choice is None:
+                    flow.unresolved = "the condition reads no variable"
+                    return
+                node, note = choice, "operand of the condition"
+                continue
+            if isinstance(node, cst.IfExp):
+                node, note = node.test, "condition of the conditional expression"
+                continue
+            flow.unresolved = f"cannot follow a {type(node).__name__} expression"
+            return
+        flow.unresolved = "the data-flow is longer than Magneton follows"
+
+    @staticmethod
+    def _inside_other(n: cst.CSTNode, others: list[cst.CSTNode]) -> bool:
+        return any(o is not n and any(c is n for c in _descendants(o)) for o in others)
+
+    def _choose(
+        self, idx: SourceIndex, cands: list[cst.BaseExpression]
+    ) -> cst.BaseExpression | None:
+        """The operand whose observed values differ between sides; else the most
+        setting-like one (config attribute > self attribute > parameter > local)."""
+        if not cands:
+            return None
+        for c in cands:
+            vals = self._values(idx, idx.line_of(c), idx.code(c))
+            if len(set(vals.values())) > 1:
+                return c
+        return max(cands, key=lambda c: self._score(idx, c))
+
+    def _score(self, idx: SourceIndex, node: cst.BaseExpression) -> int:
+        if is_literal(node):
+            return 0
+        if isinstance(node, cst.Attribute):
+            if (
+                _is_config_base(node.value)
+                or _norm_attr(node.attr.value) in self.ctx.config_attributes
+            ):
+                return 10
+            return 5
+        if isinstance(node, cst.Name):
+            fn = idx.enclosing(node, cst.FunctionDef)
+            if fn is not None:
+                for p in _all_params(fn):
+                    if p.name.value == node.value:
+                        return 4
+            scope = idx.scopes.get(node)
+            if scope is not None:
+                for a in scope.assignments[node.value]:
+                    if isinstance(
+                        a.node, (cst.FunctionDef, cst.ClassDef, cst.Import, cst.ImportFrom)
+                    ):
+                        return -1
+            return 3
+        return 1
+
+    def _pick_operand(self, idx: SourceIndex, call: cst.Call) -> cst.BaseExpression | None:
+        cands = [a.value for a in call.args if not is_literal(a.value)]
+        if isinstance(call.func, cst.Attribute):
+            cands.append(call.func.value)  # the receiver of a method call
+        return self._choose(idx, cands)
+
+    def _resolve_name(self, idx: SourceIndex, fn: cst.FunctionDef | None, node: cst.Name):
+        scope = idx.scopes.get(node)
+        if scope is None:
+            return None
+        line = idx.line_of(node)
+        best = None
+        for a in scope.assignments[node.value]:
+            target = a.node
+            if isinstance(target, cst.Param):
+                return self._parameter(idx, fn, target)
+            if isinstance(target, (cst.Import, cst.ImportFrom, cst.FunctionDef, cst.ClassDef)):
+                continue
+            if target not in idx.positions:
+                continue
+            tline = idx.line_of(target)
+            in_same_fn = fn is not None and idx.enclosing(target, cst.FunctionDef) is fn
+            if in_same_fn and tline > line:
+                continue  # assigned after the use: not the reaching definition
+            if best is None or tline > idx.line_of(best):
+                best = target
+        if best is None:
+            return None
+        value = _assigned_value(idx, best)
+        if value is None:
+            return None
+        return idx, idx.enclosing(best, cst.FunctionDef), value, f"{node.value} assigned here"
+
+    def _self_attribute(self, idx: SourceIndex, fn: cst.FunctionDef, attr: str):
+        cls = idx.class_of(fn)
+        if cls is None:
+            return None
+        found: list[tuple[int, cst.FunctionDef, cst.BaseExpression]] = []
+        for m in idx.methods(cls):
+            self_name = _first_param(m)
+            if self_name is None:
+                continue
+            for n in idx.walk(m):
+                targets: list[cst.BaseExpression] = []
+                if isinstance(n, cst.Assign):
+                    targets = [t.target for t in n.targets]
+                elif isinstance(n, cst.AnnAssign) and n.value is not None:
+                    targets = [n.target]
+                for t in targets:
+                    if (
+                        isinstance(t, cst.Attribute)
+                        and t.attr.value == attr
+                        and isinstance(t.value, cst.Name)
+                        and t.value.value == self_name
+                    ):
+                        rank = 0 if m.name.value == "__init__" else 1
+                        found.append((rank, m, n.value))
+        if not found:
+            return None
+        found.sort(key=lambda f: (f[0], idx.line_of(f[2])))
+        _, m, value = found[0]
+        return idx, m, value, f"self.{attr} set in {cls.name.value}.{m.name.value}"
+
+    def _parameter(self, idx: SourceIndex, fn: cst.FunctionDef | None, param: cst.Param):
+        """A parameter's value is the caller's argument: find the caller's call site."""
+        if fn is None:
+            return None
+        site = self._caller_site(idx, fn)
+        if site is None:
+            return None
+        cfile, cline = site
+        cidx = source_index(cfile)
+        if cidx is None:
+            return None
+        arg = _argument_for(cidx, cline, fn, param)
+        if arg is None:
+            return None
+        return (
+            cidx,
+            cidx.enclosing(arg, cst.FunctionDef),
+            arg,
+            f"argument for parameter {param.name.value}",
+        )
+
+    def _caller_site(self, idx: SourceIndex, fn: cst.FunctionDef) -> tuple[str, int] | None:
+        def_line = idx.line_of(fn)
+        name = fn.name.value
+        for side in self.ctx.sides.values():
+            frames = side.frames
+            for i in range(1, len(frames)):
+                f, ln, fname = frames[i]
+                if f == idx.path and fname == name and idx.function_at(ln, name) is fn:
+                    return frames[i - 1][0], frames[i - 1][1]
+        for sites in self.ctx.call_sites.values():
+            hit = sites.get((idx.path, def_line)) or sites.get((idx.path, idx.span(fn).line))
+            if hit:
+                return hit
+        return None
+
+
+def _descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    stack = list(node.children)
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(n.children)
+
+
+def _all_params(fn: cst.FunctionDef) -> list[cst.Param]:
+    p = fn.params
+    out = list(p.posonly_params) + list(p.params) + list(p.kwonly_params)
+    if isinstance(p.star_arg, cst.Param):
+        out.append(p.star_arg)
+    if p.star_kwarg is not None:
+        out.append(p.star_kwarg)
+    return out
+
+
+def _argument_for(
+    cidx: SourceIndex, line: int, fn: cst.FunctionDef, param: cst.Param
+) -> cst.BaseExpression | None:
+    """The argument expression passed for `param` by a call on `line` of the caller."""
+    pname = param.name.value
+    positional = list(fn.params.posonly_params) + list(fn.params.params)
+    names = [p.name.value for p in positional]
+    is_method = bool(names) and names[0] in ("self", "cls")
+    for call in cidx.calls_on_line(line):
+        callee = (
+            call.func.attr.value
+            if isinstance(call.func, cst.Attribute)
+            else (call.func.value if isinstance(call.func, cst.Name) else "")
+        )
+        # module calls (`self.mlp(x)`) reach `forward`; constructors reach `__init__`
+        if callee not in (fn.name.value,) and fn.name.value not in (
+            "forward",
+            "__init__",
+            "__call__",
+        ):
+            continue
+        for a in call.args:
+            if a.keyword is not None and a.keyword.value == pname:
+                return a.value
+        pos = [a for a in call.args if a.keyword is None and not a.star]
+        offset = 1 if is_method else 0
+        if pname in names:
+            i = names.index(pname) - offset
+            if 0 <= i < len(pos):
+                return pos[i].value
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# Origins in the user's code
+# --------------------------------------------------------------------------------------
+
+
+def _callee_name(call: cst.Call) -> str:
+    f = call.func
+    if isinstance(f, cst.Attribute):
+        return f.attr.value
+    if isinstance(f, cst.Name):
+        return f.value
+    return ""
+
+
+def _origin_rank(idx: SourceIndex, value: cst.BaseExpression, observed: str | None) -> tuple:
+    lit = is_literal(value)
+    return (
+        bool(lit and observed is not None and same_value(idx.code(value), observed)),
+        lit,
+        idx.line_of(value),
+    )
+
+
+def _follow_user_value(
+    idx: SourceIndex, value: cst.BaseExpression, depth: int = 0
+) -> tuple[SourceIndex, cst.BaseExpression, str | None]:
+    """A user-code value that is a name → its module/function assignment (to a literal),
+    or an environment read → the variable's name. Returns (index, node, env_var)."""
+    if depth > 6 or is_literal(value):
+        return idx, value, None
+    env = _env_read(idx, value)
+    if env is not None:
+        return idx, value, env
+    if isinstance(value, cst.Name):
+        scope = idx.scopes.get(value)
+        if scope is not None:
+            targets = [
+                a.node
+                for a in scope.assignments[value.value]
+                if isinstance(a.node, cst.Name) and a.node in idx.positions
+            ]
+            if targets:
+                t = max(targets, key=idx.line_of)
+                v = _assigned_value(idx, t)
+                if v is not None:
+                    return _follow_user_value(idx, v, depth + 1)
+    if isinstance(value, cst.Comparison) or isinstance(value, cst.Call):
+        for n in idx.walk(value):
+            env = _env_read(idx, n) if isinstance(n, (cst.Call, cst.Subscript)) else None
+            if env is not None:
+                return idx, value, env
+    return idx, value, None
+
+
+def _env_read(idx: SourceIndex, node: cst.CSTNode) -> str | None:
+    """`os.environ["X"]`, `os.environ.get("X")`, `os.getenv("X")` → "X"."""
+    if isinstance(node, cst.Subscript):
+        if "os.environ" in idx.qualified_names(node.value) and node.slice:
+            el = node.slice[0].slice
+            if isinstance(el, cst.Index):
+                v = literal_value(el.value)
+                if isinstance(v, str):
+                    return v
+    if isinstance(node, cst.Call) and node.args:
+        q = idx.qualified_names(node.func)
+        if q & {"os.environ.get", "os.getenv"}:
+            v = literal_value(node.args[0].value)
+            if isinstance(v, str):
+                return v
+    return None
+
+
+def find_attribute_origin(attribute: str, files: list[str], observed: str | None) -> Origin | None:
+    """Where a settings attribute got its value in the user's code.
+
+    Candidates: a keyword argument of that name (`GPT2Config(activation_function=...)`,
+    `_from_config(config, attn_implementation=...)`; leading underscores ignored because
+    libraries store `attn_implementation` as `_attn_implementation`), an attribute
+    assignment (`config.activation_function = ...`) or a dict entry. A literal equal to the
+    observed value wins; then any literal; then the last one in the file.
+    """
+    want = _norm_attr(attribute)
+    best: tuple[tuple, SourceIndex, cst.BaseExpression, str, cst.CSTNode] | None = None
+    for f in files:
+        idx = source_index(f)
+        if idx is None:
+            continue
+        for n in idx.walk():
+            cands: list[tuple[cst.BaseExpression, str, cst.CSTNode]] = []
+            if isinstance(n, cst.Call):
+                for a in n.args:
+                    if a.keyword is not None and _norm_attr(a.keyword.value) == want:
+                        # a settings class built by the user (`GPT2Config(...)`) vs an API call
+                        # taking the setting as an argument (`_from_config(..., x=...)`)
+                        kind = "config" if _callee_name(n).endswith("Config") else "api-argument"
+                        cands.append((a.value, kind, n))
+            elif isinstance(n, (cst.Assign, cst.AnnAssign)):
+                targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
+                for t in targets:
+                    if (
+                        isinstance(t, cst.Attribute)
+                        and _norm_attr(t.attr.value) == want
+                        and n.value is not None
+                    ):
+                        cands.append((n.value, "config", n))
+            elif isinstance(n, cst.Dict):
+                for el in n.elements:
+                    if isinstance(el, cst.DictElement) and literal_value(el.key) == attribute:
+                        cands.append((el.value, "config", n))
+            for value, kind, holder in cands:
+                rank = _origin_rank(idx, value, observed)
+                if best is None or rank > best[0]:
+                    best = (rank, idx, value, kind, holder)
+    if best is None:
+        return None
+    _, idx, value, kind, holder = best
+    vidx, vnode, env = _follow_user_value(idx, value)
+    line = vidx.line_of(vnode)
+    origin = Origin(
+        kind="env" if env else kind,
+        variable=holder_keyword(holder, want) or attribute,
+        file=vidx.path,
+        line=line,
+        code=vidx.line_text(line),
+        value=vidx.code(vnode),
+        span=vidx.span(vnode) if is_literal(vnode) else None,
+        env_var=env,
+    )
+    if isinstance(holder, cst.Call):
+        origin.note = f"keyword argument of {idx.code(holder.func)}(...)"
+    return origin
+
+
+def holder_keyword(holder: cst.CSTNode, want: str) -> str | None:
+    """The keyword as the user spelled it in the call that carries the setting."""
+    if isinstance(holder, cst.Call):
+        for a in holder.args:
+            if a.keyword is not None and _norm_attr(a.keyword.value) == want:
+                return a.keyword.value
+    return None
+
+
+def find_library_default(
+    attribute: str, class_name: str, class_file: str
+) -> tuple[str, int, str] | None:
+    """The default of a settings attribute in its class: a class-level annotated
+    assignment (dataclass-style configs) or an `__init__` parameter default.
+    Returns (file, line, value source)."""
+    idx = source_index(class_file)
+    if idx is None:
+        return None
+    cls = idx.class_named(class_name)
+    if cls is None:
+        return None
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else []
+    for stmt in body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for s in stmt.body:
+                if (
+                    isinstance(s, (cst.AnnAssign, cst.Assign))
+                    and s.value is not None
+                    and any(
+                        isinstance(t, cst.Name) and t.value == attribute
+                        for t in (
+                            [s.target]
+                            if isinstance(s, cst.AnnAssign)
+                            else [x.target for x in s.targets]
+                        )
+                    )
+                ):
+                    return idx.path, idx.line_of(s), idx.code(s.value)
+    for m in idx.methods(cls):
+        if m.name.value != "__init__":
+            continue
+        for p in _all_params(m):
+            if p.name.value == attribute and p.default is not None:
+                return idx.path, idx.line_of(p), idx.code(p.default)
+    return None
+
+
+def find_constructor_call(class_name: str, files: list[str]) -> tuple[SourceIndex, cst.Call] | None:
+    """The user's call that builds `class_name` (e.g. `GPT2Config(...)`): where a missing
+    keyword argument would be added."""
+    for f in files:
+        idx = source_index(f)
+        if idx is None:
+            continue
+        for call in idx.nodes_of(cst.Call):
+            if _callee_name(call) == class_name:
+                return idx, call
+    return None
+
+
+def find_knob_origin(knob: Knob, files: list[str], observed: str | None) -> Origin | None:
+    """The statement in the user's code that sets a global knob.
+
+    Matches attribute assignments to the knob's dotted targets (`torch.backends.mkldnn.
+    enabled = False`, with import aliases resolved by QualifiedNameProvider), its setter
+    calls (`torch.set_num_threads(1)`, `torch.backends.mkldnn.flags(enabled=False)`) and
+    environment writes (`os.environ["OMP_NUM_THREADS"] = "1"`, `os.environ.setdefault`,
+    `os.putenv`). Later statements win (they run last), a literal equal to the observed
+    value wins over everything.
+    """
+    assign = set(knob.assign)
+    calls = {c.qualname: c for c in knob.calls}
+    env = set(knob.env)
+    best: tuple[tuple, SourceIndex, cst.BaseExpression, str, str | None] | None = None
+
+    def offer(idx: SourceIndex, value: cst.BaseExpression, kind: str, env_var: str | None):
+        nonlocal best
+        rank = _origin_rank(idx, value, observed)
+        if best is None or rank > best[0]:
+            best = (rank, idx, value, kind, env_var)
+
+    for f in files:
+        idx = source_index(f)
+        if idx is None:
+            continue
+        for n in idx.walk():
+            if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+                targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
+                for t in targets:
+                    if isinstance(t, cst.Attribute) and n.value is not None:
+                        names = idx.qualified_names(t) | {dotted_name(t)}
+                        if names & assign:
+                            offer(idx, n.value, "global-flag", None)
+                    elif isinstance(t, cst.Subscript) and n.value is not None and env:
+                        if "os.environ" in idx.qualified_names(t.value) and t.slice:
+                            el = t.slice[0].slice
+                            if isinstance(el, cst.Index) and literal_value(el.value) in env:
+                                offer(idx, n.value, "env", literal_value(el.value))
+            elif isinstance(n, cst.Call):
+                q = idx.qualified_names(n.func) | {dotted_name(n.func)}
+                for name in q & set(calls):
+                    setter = calls[name]
+                    value = _call_argument(n, setter.arg)
+                    if value is not None:
+                        offer(idx, value, "global-flag", None)
+                if env and q & {"os.environ.setdefault", "os.putenv"} and len(n.args) >= 2:
+                    var = literal_value(n.args[0].value)
+                    if var in env:
+                        offer(idx, n.args[1].value, "env", var)
+    if best is None:
+        return None
+    _, idx, value, kind, env_var = best
+    vidx, vnode, env_read = _follow_user_value(idx, value)
+    setter_line = idx.line_of(value)
+    # when the setter reads a name (`enabled = USE_MKLDNN`), the literal to change is where
+    # that name is assigned; point there and mention the setter
+    line = vidx.line_of(vnode) if is_literal(vnode) else setter_line
+    return Origin(
+        kind="env" if (env_read or kind == "env") else kind,
+        variable=knob.key if kind != "env" else (env_var or knob.key),
+        file=vidx.path,
+        line=line,
+        code=vidx.line_text(line),
+        value=vidx.code(vnode),
+        span=vidx.span(vnode) if is_literal(vnode) else None,
+        env_var=env_read or env_var,
+        note="" if line == setter_line else f"read by the setter at line {setter_line}",
+    )
+
+
+def _call_argument(call: cst.Call, arg: int | str | None) -> cst.BaseExpression | None:
+    if arg is None:
+        return call.func
+    if isinstance(arg, str):
+        for a in call.args:
+            if a.keyword is not None and a.keyword.value == arg:
+                return a.value
+        return None
+    pos = [a for a in call.args if a.keyword is None and not a.star]
+    return pos[arg].value if arg < len(pos) else None

@@ -1,0 +1,174 @@
+"""Detection (paper §6.1): flag matched region pairs whose energies differ, and decide
+whether the difference is waste or a performance trade-off.
+
+Rules, and the failure each prevents:
+
+- **Fold repeats first.** Pairs with the same operator sequence on both sides (one per
+  layer, typically) are folded into one finding whose regions are the union and whose
+  energies and times are sums. A per-layer difference that is tiny on its own but
+  repeats in all 32 layers is exactly the kind of waste the paper finds (a concat in
+  every layer worth 6% of the run), and one finding per layer would bury it under
+  near-identical rows. The threshold and the tiny-region floor apply to the folded sums.
+  Adjacent *different* regions are never merged: each finding must point at one
+  implementation choice, and merging two would mix their causes.
+- **Flag** when |E_a − E_b| ≥ threshold × max(E_a, E_b) (default 10%, allowed down to
+  5%: the paper's floor without false positives from power noise).
+- **Ignore tiny regions**: both sides below `TINY_SHARE` (0.1%) of their run's energy.
+  Below that, per-operator attribution error and timer jitter dominate the difference.
+- **Verdict "waste"** when the cheaper side is not slower by more than 1% (plus
+  `TIME_ABS_SLACK_S`, the dispatch jitter of a microsecond-scale region) *and* the
+  region outputs agree within 1%; otherwise "trade-off" (cheaper but slower, or cheaper
+  but numerically different).
+- **Output agreement is a proxy.** Records hold summaries, not data, so the element-wise
+  relative difference cannot be computed after the fact. The proxy compares the
+  outputs' quantiles and extremes, each relative to max(|q_a|, |q_b|, 1e-3·max|x|). For
+  any pairing of elements the sorted differences lower-bound the largest element-wise
+  difference, so the proxy can only under-estimate it: "waste" means "no evidence of a
+  numerical difference", not a proof of ≤1% element-wise.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+from magneton.graphdb.model import Finding, MagnetonError, Profile, Region
+
+from .equivalence import Signature, signature
+from .match import MatchResult, RegionPair
+
+DEFAULT_THRESHOLD = 0.10
+MIN_THRESHOLD = 0.05
+TINY_SHARE = 0.001
+TIME_SLACK = 0.01
+TIME_ABS_SLACK_S = 2e-6
+OUTPUT_TOL = 0.01
+_ATOL_FRAC = 1e-3
+
+
+def check_threshold(threshold: float) -> None:
+    if not (MIN_THRESHOLD <= threshold < 1.0):
+        raise MagnetonError(
+            f"--threshold must be between {MIN_THRESHOLD} and 1 (got {threshold}); below 5% "
+            "power noise produces false positives"
+        )
+
+
+def run_energy_j(p: Profile) -> float:
+    """Energy of one entry call: the run's figure, or the sum over operators."""
+    return p.run.energy_j if p.run.energy_j > 0 else sum(op.energy_j for op in p.ops)
+
+
+def output_rel_diff(sa: Signature, sb: Signature) -> float:
+    """Proxy of the max element-wise relative difference of two matched outputs."""
+    if not (sa.comparable and sb.comparable) or sa.cls != sb.cls:
+        return float("inf")
+    if sa.cls in ("i", "b"):
+        return 0.0 if sa.multiset == sb.multiset else 1.0
+    scale = max(sa.scale, sb.scale)
+    if scale == 0.0 or sa.numel == 0:
+        return 0.0
+    if len(sa.quantiles) != len(sb.quantiles):
+        return float("inf")
+    qa = np.asarray([*sa.quantiles, *sa.stats[2:4]], dtype=np.float64)
+    qb = np.asarray([*sb.quantiles, *sb.stats[2:4]], dtype=np.float64)
+    den = np.maximum(np.maximum(np.abs(qa), np.abs(qb)), _ATOL_FRAC * scale)
+    return float(np.max(np.abs(qa - qb) / den))
+
+
+def _union(p: Profile, regions: list[Region]) -> Region:
+    """One region from several; energy and time are summed from the profile's operators
+    (the authority, e.g. after a replay refined them), not copied from the regions."""
+    ops = sorted({o for r in regions for o in r.ops})
+    return Region(
+        ops=ops,
+        inputs=list(dict.fromkeys(t for r in regions for t in r.inputs)),
+        outputs=list(dict.fromkeys(t for r in regions for t in r.outputs)),
+        energy_j=sum(p.ops[o].energy_j for o in ops),
+        time_s=sum(p.ops[o].time_s for o in ops),
+    )
+
+
+def _modules(p: Profile, ops: list[int]) -> list[str]:
+    return list(dict.fromkeys(p.ops[o].module for o in ops if p.ops[o].module))
+
+
+def detect(
+    pa: Profile,
+    pb: Profile,
+    match: MatchResult,
+    threshold: float = DEFAULT_THRESHOLD,
+) -> list[Finding]:
+    """Findings for the flagged region pairs, ranked by energy saved (ids from 1)."""
+    fa = dict(match.anchors)
+    fb = {b: a for a, b in match.anchors}
+    for side, t, partner in match.identity:
+        (fa if side == "a" else fb)[t] = partner
+    sig_a: dict[int, Signature] = {}
+    sig_b: dict[int, Signature] = {}
+
+    def sa_(t: int) -> Signature:
+        if t not in sig_a:
+            sig_a[t] = signature(pa.tensors[t])
+        return sig_a[t]
+
+    def sb_(t: int) -> Signature:
+        if t not in sig_b:
+            sig_b[t] = signature(pb.tensors[t])
+        return sig_b[t]
+
+    def out_diff(rp: RegionPair) -> float:
+        worst = 0.0
+        pairs = [(t, fa[t]) for t in rp.a.outputs if t in fa]
+        pairs += [(fb[t], t) for t in rp.b.outputs if t in fb]
+        for a, b in dict.fromkeys(pairs):
+            worst = max(worst, output_rel_diff(sa_(a), sb_(b)))
+        return worst
+
+    folded: dict[tuple, list[RegionPair]] = defaultdict(list)
+    for rp in match.pairs:
+        key = (
+            tuple(pa.ops[o].name for o in rp.a.ops),
+            tuple(pb.ops[o].name for o in rp.b.ops),
+        )
+        folded[key].append(rp)
+
+    e_run_a, e_run_b = run_energy_j(pa), run_energy_j(pb)
+    findings: list[Finding] = []
+    for group in folded.values():
+        ra = _union(pa, [rp.a for rp in group])
+        rb = _union(pb, [rp.b for rp in group])
+        ea, eb = ra.energy_j, rb.energy_j
+        big = max(ea, eb)
+        if big <= 0.0 or abs(ea - eb) < threshold * big:
+            continue
+        if ea < TINY_SHARE * e_run_a and eb < TINY_SHARE * e_run_b:
+            continue
+        wasteful = "a" if ea > eb else "b"
+        e_w, e_eff = (ea, eb) if wasteful == "a" else (eb, ea)
+        t_w, t_eff = (ra.time_s, rb.time_s) if wasteful == "a" else (rb.time_s, ra.time_s)
+        diff = max(out_diff(rp) for rp in group)
+        time_ok = t_eff <= t_w * (1.0 + TIME_SLACK) + TIME_ABS_SLACK_S * len(group)
+        verdict = "waste" if time_ok and diff <= OUTPUT_TOL else "trade-off"
+        saving = e_w - e_eff
+        e_run_w = e_run_a if wasteful == "a" else e_run_b
+        f = Finding(
+            id=0,
+            wasteful=wasteful,
+            verdict=verdict,
+            region_a=ra,
+            region_b=rb,
+            saving_j=saving,
+            saving_share=saving / e_run_w if e_run_w > 0 else 0.0,
+            output_rel_diff=diff if np.isfinite(diff) else 1.0,
+            ops_a=[pa.ops[o].name for o in ra.ops],
+            ops_b=[pb.ops[o].name for o in rb.ops],
+            modules_a=_modules(pa, ra.ops),
+            modules_b=_modules(pb, rb.ops),
+            occurrences=len(group),
+        )
+        findings.append(f)
+    findings.sort(key=lambda f: (-f.saving_j, f.region_a.ops[:1], f.region_b.ops[:1]))
+    for i, f in enumerate(findings, start=1):
+        f.id = i
+    return findings

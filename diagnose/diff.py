@@ -1,0 +1,141 @@
+"""`diff_runs`: match two recorded runs and flag where one spends more energy (the
+matching → detection half of differential energy debugging; diagnosis wraps it).
+
+Outcomes that are not findings are reported in `DiffResult.message`, never as an empty
+table or an exception: a diff that legitimately finds nothing comparable is an answer
+about the two programs, and scripts (and the diagnosis stage) must be able to read it
+from `--json` with exit code 0. Only user errors raise `MagnetonError`: a run that does
+not exist or whose recording failed, an out-of-range threshold.
+
+Messages:
+- *different inputs*: both entries took tensor inputs, some on each side have no
+  equivalent on the other, and nothing (or no input at all) matched. Everything
+  downstream of a differing input differs, so this names the inputs to fix.
+- *nothing in common*: no region pair with equivalent boundaries was found.
+- *no per-operator energy*: regions were matched but a run carries no operator energy
+  (recorded without attribution), so nothing can be flagged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from magneton.graphdb.model import DiffResult, MagnetonError, Profile, Region, RunSummary
+
+from .detect import DEFAULT_THRESHOLD, check_threshold, detect, run_energy_j
+from .equivalence import DEFAULT_TAU
+from .match import MatchResult, match_runs
+
+
+def summary(p: Profile) -> RunSummary:
+    return RunSummary(
+        run=p.run.name,
+        energy_j=run_energy_j(p),
+        time_s=p.run.time_s if p.run.time_s > 0 else sum(op.time_s for op in p.ops),
+        power_source=p.run.power_source,
+        energy_method=p.run.energy_method,
+    )
+
+
+def _different_inputs(m: MatchResult, pa: Profile, pb: Profile) -> str:
+    """Non-empty when the entries were evidently given different inputs: none of A's
+    inputs has an equivalent among B's, or nothing matched and inputs are unmatched on
+    both sides (an extra input on one side alone, e.g. an attention mask, is fine)."""
+    odd_a, odd_b = m.unmatched_inputs_a, m.unmatched_inputs_b
+    if not (odd_a and odd_b):
+        return ""
+    if m.inputs_matched and m.pairs:
+        return ""
+
+    def label(p: Profile, ts: list[int]) -> str:
+        return ", ".join(p.tensors[t].name or f"tensor #{t}" for t in ts[:3])
+
+    return (
+        f"the two runs were given different inputs: {label(pa, odd_a)} of '{pa.run.name}' "
+        f"and {label(pb, odd_b)} of '{pb.run.name}' have no equivalent on the other side; "
+        "record both with the same inputs (same values and seed) to compare them"
+    )
+
+
+def diff_profiles(
+    pa: Profile,
+    pb: Profile,
+    threshold: float = DEFAULT_THRESHOLD,
+    tau: float = DEFAULT_TAU,
+) -> tuple[DiffResult, MatchResult]:
+    """Match and detect on two in-memory profiles (no DB)."""
+    check_threshold(threshold)
+    m = match_runs(pa, pb, tau=tau)
+    result = DiffResult(a=summary(pa), b=summary(pb), threshold=threshold)
+    msg = _different_inputs(m, pa, pb)
+    if msg:
+        result.message = msg
+        m.pairs = []
+        return result, m
+    result.matched_pairs = len(m.pairs)
+    if not m.pairs:
+        result.message = (
+            f"nothing in common: no region of '{pa.run.name}' computes values equivalent to "
+            f"a region of '{pb.run.name}' from equivalent inputs (are they the same task "
+            "on the same inputs and weights?)"
+        )
+        return result, m
+    no_energy = [p.run.name for p in (pa, pb) if not any(op.energy_j > 0 for op in p.ops)]
+    if no_energy:
+        result.message = (
+            f"{len(m.pairs)} regions matched, but run {' and '.join(repr(n) for n in no_energy)} "
+            "has no per-operator energy, so no difference can be flagged"
+        )
+        return result, m
+    result.findings = detect(pa, pb, m, threshold=threshold)
+    return result, m
+
+
+def region_findings(result: DiffResult, m: MatchResult) -> dict[int, int]:
+    """Region-pair number → id of the finding that contains it."""
+    owner = {}
+    for f in result.findings:
+        ops = set(f.region_a.ops)
+        ops_b = set(f.region_b.ops)
+        for k, rp in enumerate(m.pairs):
+            if (rp.a.ops and rp.a.ops[0] in ops) or (rp.b.ops and rp.b.ops[0] in ops_b):
+                owner.setdefault(k, f.id)
+    return owner
+
+
+def diff_runs(
+    db: Any,
+    a: str,
+    b: str,
+    threshold: float = DEFAULT_THRESHOLD,
+    *,
+    tau: float = DEFAULT_TAU,
+    store: bool = True,
+    diagnose: bool = True,
+    rerun: bool = True,
+) -> DiffResult:
+    """Diff runs `a` and `b` of an open ProfileDB; findings sorted by energy saved.
+
+    When `store` and the DB is writable, the result replaces any stored diff of (a, b).
+    """
+    check_threshold(threshold)
+    profiles = []
+    for name in (a, b):
+        db.require_run(name)
+        p = db.load_profile(name)
+        if p.run.status != "ok":
+            why = f": {p.run.error}" if p.run.error else ""
+            raise MagnetonError(f"run '{name}' did not record successfully ({p.run.status}{why})")
+        profiles.append(p)
+    pa, pb = profiles
+    result, m = diff_profiles(pa, pb, threshold=threshold, tau=tau)
+    if diagnose and result.findings:
+        from magneton.diagnose.rootcause import diagnose_result
+
+        diagnose_result(db, result, rerun=rerun, profiles=(pa, pb))
+    if store and not getattr(db, "read_only", True):
+        from magneton.graphdb.matches import store_diff
+
+        regions: list[tuple[str, Region, Region]] = [(rp.kind, rp.a, rp.b) for rp in m.pairs]
+        store_diff(db, result, regions, tau=tau, finding_of_region=region_findings(result, m))
+    return result

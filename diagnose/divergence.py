@@ -1,0 +1,352 @@
+"""Where the two sides of a finding stop doing the same thing (paper §4.3, FindDeviationPoint).
+
+Input: a finding's two regions. The pairwise common prefixes of their kernel paths come
+from Cypher (`graphdb.paths.DIVERGENCE_QUERY`); this module picks the deviation point:
+
+1. Paths that occur identically on both sides are set aside: they reach the same kernels
+   the same way and cannot explain an energy difference.
+2. Among the remaining pairs, the one with the longest common prefix is the deviation —
+   the latest point up to which both sides agree (ties: both paths continue past it,
+   then earliest operators). Its first differing element sets the level: a Python frame
+   (`python`), an aten op of the dispatch chain (`dispatch`) or a device kernel (`kernel`).
+3. If one side has no unmatched path, the other side ran extra kernels (`b` or `a` is
+   {"kind": "none"}: redundant work). If neither has one, the same kernels ran the same
+   way and the difference is in their arguments (shapes, dtypes, contiguity, scalar
+   arguments) or outside the kernels (thread count, busy-waiting): level `kernel`.
+
+The result (`Divergence.to_json()`, documented in docs/diagnosis.md):
+
+    {"level": "python" | "dispatch" | "kernel",
+     "ops": {"a": idx, "b": idx},                 # the diverging operator pair
+     "a": {...}, "b": {...},                       # first differing element per side
+     "site": {"a": frame, "b": frame},             # last Python frame both agree on
+     "common_prefix": [element, ...],              # what both sides share, entry first
+     "identical_paths": n}                         # kernel paths found on both sides
+
+Elements are {"kind": "frame", "file", "line", "function", "code"}, {"kind": "op", "name"},
+{"kind": "kernel", "name"}, {"kind": "args", "op", "diff": {...}} or {"kind": "none"}.
+"""
+
+from __future__ import annotations
+
+import linecache
+from dataclasses import dataclass, field
+
+from magneton.diagnose.dataflow import source_index
+from magneton.graphdb.model import Finding, FrameRecord, OpRecord, Profile
+from magneton.graphdb.paths import PathPair, kernel_paths, path_pairs
+
+LEVEL_OF_PREFIX = {"py": "python", "at": "dispatch", "k": "kernel"}
+
+
+@dataclass
+class Divergence:
+    level: str
+    op_a: int | None
+    op_b: int | None
+    a: dict
+    b: dict
+    site_a: dict | None = None
+    site_b: dict | None = None
+    common_prefix: list[dict] = field(default_factory=list)
+    identical_paths: int = 0
+    common: int = 0  # length of the common prefix (path elements)
+    path_a: tuple[str, ...] = ()
+    path_b: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {
+            "level": self.level,
+            "ops": {"a": self.op_a, "b": self.op_b},
+            "a": self.a,
+            "b": self.b,
+            "site": {"a": self.site_a, "b": self.site_b},
+            "common_prefix": self.common_prefix,
+            "identical_paths": self.identical_paths,
+        }
+
+
+def frame_json(fr: FrameRecord) -> dict:
+    # linecache, not a parse: showing a line must not cost a libcst pass over the file
+    code = linecache.getline(fr.file, fr.line).strip() if fr.file else ""
+    return {
+        "kind": "frame",
+        "file": fr.file,
+        "line": fr.line,
+        "function": fr.function,
+        "code": code,
+    }
+
+
+def _element(path: tuple[str, ...], i: int, op: OpRecord | None, prof: Profile) -> dict:
+    """Path element i as a JSON dict (frames resolved to file/line/code)."""
+    if i >= len(path):
+        return {"kind": "none"}
+    el = path[i]
+    prefix, _, rest = el.partition(":")
+    if prefix == "py" and op is not None and i < len(op.frames):
+        return frame_json(prof.frames[op.frames[i]])
+    if prefix == "at":
+        return {"kind": "op", "name": rest}
+    if prefix == "k":
+        return {"kind": "kernel", "name": rest}
+    return {"kind": "frame", "function": rest.rsplit(":", 1)[-1], "file": "", "line": 0}
+
+
+def _level(pair: PathPair) -> str:
+    for path in (pair.path_a, pair.path_b):
+        if pair.common < len(path):
+            return LEVEL_OF_PREFIX.get(path[pair.common].split(":", 1)[0], "kernel")
+    return "kernel"
+
+
+def _site(op: OpRecord | None, prof: Profile, common: int) -> dict | None:
+    """The last Python frame inside the common prefix (where the two sides chose)."""
+    if op is None or not op.frames:
+        return None
+    i = min(common, len(op.frames)) - 1
+    if i < 0:
+        return None
+    return frame_json(prof.frames[op.frames[i]])
+
+
+def _prefix(pair: PathPair, op_a: OpRecord, op_b: OpRecord, pa: Profile, pb: Profile) -> list[dict]:
+    out = []
+    for i in range(pair.common):
+        el = pair.path_a[i]
+        prefix, _, rest = el.partition(":")
+        if prefix == "py":
+            fa = pa.frames[op_a.frames[i]] if i < len(op_a.frames) else None
+            fb = pb.frames[op_b.frames[i]] if i < len(op_b.frames) else None
+            out.append(
+                {
+                    "kind": "frame",
+                    "function": fa.function if fa else rest.rsplit(":", 1)[-1],
+                    "a": f"{fa.file}:{fa.line}" if fa else "",
+                    "b": f"{fb.file}:{fb.line}" if fb else "",
+                }
+            )
+        elif prefix == "at":
+            out.append({"kind": "op", "name": rest})
+        else:
+            out.append({"kind": "kernel", "name": rest})
+    return out
+
+
+def _arg_diff(oa: OpRecord, ob: OpRecord) -> dict:
+    diff = {}
+    for name in (
+        "input_shapes",
+        "input_dtypes",
+        "input_contiguous",
+        "scalar_args",
+        "output_shapes",
+    ):
+        va, vb = getattr(oa, name), getattr(ob, name)
+        if va != vb:
+            diff[name] = {"a": va, "b": vb}
+    return diff
+
+
+def find_divergence(
+    db, finding: Finding, run_a: str, run_b: str, prof_a: Profile, prof_b: Profile
+) -> Divergence | None:
+    """The deviation point of one finding, or None when neither region launched a kernel."""
+    ops_a, ops_b = list(finding.region_a.ops), list(finding.region_b.ops)
+    pairs = path_pairs(db, run_a, run_b, ops_a, ops_b)
+    if not pairs and (ops_a or ops_b):
+        # one region computes nothing the other side needed (or launched no kernel): its
+        # paths are all extra; compare them with the whole other run to find where the
+        # two programs part ways
+        if not _launches(db, run_b, ops_b):
+            return _one_sided(
+                db, run_a, run_b, ops_a, list(range(len(prof_b.ops))), "a", prof_a, prof_b
+            )
+        if not _launches(db, run_a, ops_a):
+            return _one_sided(
+                db, run_a, run_b, list(range(len(prof_a.ops))), ops_b, "b", prof_a, prof_b
+            )
+    paths_a: dict[tuple[str, ...], int] = {}
+    paths_b: dict[tuple[str, ...], int] = {}
+    for p in pairs:
+        paths_a.setdefault(p.path_a, p.op_a)
+        paths_b.setdefault(p.path_b, p.op_b)
+    if not paths_a and not paths_b:
+        return None
+    shared = set(paths_a) & set(paths_b)
+    only_a = {p for p in paths_a if p not in shared}
+    only_b = {p for p in paths_b if p not in shared}
+    if only_a and only_b:
+        cands = [p for p in pairs if p.path_a in only_a and p.path_b in only_b]
+        best = max(
+            cands,
+            key=lambda p: (
+                p.common,
+                p.common < len(p.path_a) and p.common < len(p.path_b),
+                -p.op_a,
+                -p.op_b,
+            ),
+        )
+        return _build(best, prof_a, prof_b, len(shared))
+    if only_a or only_b:
+        # one side ran kernel paths the other never did: redundant work on that side
+        extra_side = "a" if only_a else "b"
+        extra = only_a if only_a else only_b
+        cands = [p for p in pairs if (p.path_a if extra_side == "a" else p.path_b) in extra]
+        best = max(cands, key=lambda p: (p.common, -p.op_a, -p.op_b))
+        d = _build(best, prof_a, prof_b, len(shared))
+        if extra_side == "a":
+            d.b = {"kind": "none"}
+        else:
+            d.a = {"kind": "none"}
+        return d
+    # identical kernel paths on both sides: compare the arguments of twin operators,
+    # pairing the k-th operator of a path on side a with the k-th on side b (several
+    # operators share a path when one line issues them, e.g. the muls of one GELU line)
+    twins = [p for p in pairs if p.identical]
+    by_path: dict[tuple[str, ...], tuple[set[int], set[int]]] = {}
+    for p in twins:
+        sa, sb = by_path.setdefault(p.path_a, (set(), set()))
+        sa.add(p.op_a)
+        sb.add(p.op_b)
+    pair_of = {(p.path_a, p.op_a, p.op_b): p for p in twins}
+    zipped = []
+    for path, (sa, sb) in by_path.items():
+        for oa_i, ob_i in zip(sorted(sa), sorted(sb), strict=False):
+            zipped.append(pair_of[(path, oa_i, ob_i)])
+    first = None
+    for p in sorted(zipped, key=lambda p: (p.op_a, p.op_b)):
+        diff = _arg_diff(prof_a.ops[p.op_a], prof_b.ops[p.op_b])
+        if diff:
+            first = (p, diff)
+            break
+    if first is None:
+        p = min(twins, key=lambda p: (p.op_a, p.op_b))
+        oa, ob = prof_a.ops[p.op_a], prof_b.ops[p.op_b]
+        kern = p.path_a[-1].split(":", 1)[-1] if p.path_a else oa.name
+        same = {"kind": "args", "op": oa.name, "kernel": kern, "diff": {}}
+        return Divergence(
+            level="kernel",
+            op_a=p.op_a,
+            op_b=p.op_b,
+            a=same,
+            b=dict(same),
+            site_a=_site(oa, prof_a, len(oa.frames)),
+            site_b=_site(ob, prof_b, len(ob.frames)),
+            common_prefix=_prefix(p, oa, ob, prof_a, prof_b),
+            identical_paths=len(shared),
+            common=p.common,
+            path_a=p.path_a,
+            path_b=p.path_b,
+        )
+    p, diff = first
+    oa, ob = prof_a.ops[p.op_a], prof_b.ops[p.op_b]
+    kern = p.path_a[-1].split(":", 1)[-1] if p.path_a else oa.name
+    return Divergence(
+        level="kernel",
+        op_a=p.op_a,
+        op_b=p.op_b,
+        a={
+            "kind": "args",
+            "op": oa.name,
+            "kernel": kern,
+            "diff": {k: v["a"] for k, v in diff.items()},
+        },
+        b={
+            "kind": "args",
+            "op": ob.name,
+            "kernel": kern,
+            "diff": {k: v["b"] for k, v in diff.items()},
+        },
+        site_a=_site(oa, prof_a, len(oa.frames)),
+        site_b=_site(ob, prof_b, len(ob.frames)),
+        common_prefix=_prefix(p, oa, ob, prof_a, prof_b),
+        identical_paths=len(shared),
+        common=p.common,
+        path_a=p.path_a,
+        path_b=p.path_b,
+    )
+
+
+def _launches(db, run: str, ops: list[int]) -> bool:
+    return bool(ops) and bool(kernel_paths(db, run, ops))
+
+
+def _one_sided(
+    db,
+    run_a: str,
+    run_b: str,
+    ops_a: list[int],
+    ops_b: list[int],
+    extra: str,
+    pa: Profile,
+    pb: Profile,
+) -> Divergence | None:
+    pairs = path_pairs(db, run_a, run_b, ops_a, ops_b)
+    if not pairs:
+        return None
+    best = max(pairs, key=lambda p: (p.common, -(p.op_a if extra == "a" else p.op_b)))
+    d = _build(best, pa, pb, 0)
+    if extra == "a":
+        d.b = {"kind": "none"}
+    else:
+        d.a = {"kind": "none"}
+    if d.level == "kernel" and best.identical:
+        # the same path exists elsewhere in the other run: more of the same work
+        d.level = "dispatch"
+    return d
+
+
+def _same_function(file: str, line_a: int, line_b: int) -> bool:
+    """Two lines of one file inside the same function definition (not just two methods
+    called `forward` of different classes)."""
+    idx = source_index(file)
+    if idx is None:
+        return False
+    fa, fb = idx.function_at(line_a), idx.function_at(line_b)
+    return fa is not None and fa is fb
+
+
+def _build(p: PathPair, pa: Profile, pb: Profile, n_shared: int) -> Divergence:
+    oa, ob = pa.ops[p.op_a], pb.ops[p.op_b]
+    ea = _element(p.path_a, p.common, oa, pa)
+    eb = _element(p.path_b, p.common, ob, pb)
+    if (
+        ea.get("kind") == "frame"
+        and eb.get("kind") == "frame"
+        and ea.get("file")
+        and ea.get("file") == eb.get("file")
+        and ea.get("function") == eb.get("function")
+        and _same_function(ea["file"], ea["line"], eb["line"])
+    ):
+        # same function, different lines: the two sides took different branches *inside*
+        # it, so that function (not its caller) is where the choice was made
+        site = dict(ea, line=max(ea["line"], eb["line"]), branch=True)
+        return Divergence(
+            level="python",
+            op_a=p.op_a,
+            op_b=p.op_b,
+            a=ea,
+            b=eb,
+            site_a=site,
+            site_b=dict(site),
+            common_prefix=_prefix(p, oa, ob, pa, pb),
+            identical_paths=n_shared,
+            common=p.common,
+            path_a=p.path_a,
+            path_b=p.path_b,
+        )
+    return Divergence(
+        level=_level(p),
+        op_a=p.op_a,
+        op_b=p.op_b,
+        a=ea,
+        b=eb,
+        site_a=_site(oa, pa, p.common),
+        site_b=_site(ob, pb, p.common),
+        common_prefix=_prefix(p, oa, ob, pa, pb),
+        identical_paths=n_shared,
+        common=p.common,
+        path_a=p.path_a,
+        path_b=p.path_b,
+    )

@@ -1,0 +1,469 @@
+"""Tensor equivalence across two runs: "do these two records hold the same value?"
+
+A record never holds data, only the layout-invariant summary written by
+`magneton.tracer.invariants.summarize`. Two tensors are *equivalent* when
+
+* they are of the same dtype class (float / complex / integer / bool) and numel — a
+  reshape keeps numel, and flattening ids for an embedding lookup must still match;
+* integer/bool: the layout-invariant multiset hash of their values is equal (exact);
+* float/complex: `distance(a, b) <= tolerance(tau, dtype_a, dtype_b)` where `distance` is
+  the largest of
+  - stats: |Δsum| / max abs_sum, |Δabs_sum| / max abs_sum, |Δmin|, |Δmax|, |Δstd| / scale
+    (scale = the larger max|x| of the two),
+  - quantiles: max |Δq_k| / scale,
+  - spectra: for every unfolding key both tensors have (an (m, n) unfolding of a
+    permuted or mode-refined tensor has the same key), max |Δσ_i| / σ_max, spectra
+    paired by the best assignment when a key occurs more than once (shape (2, 3, 2) has
+    two (2, 6) unfoldings). Tensors of order ≥ 2 with no common key have incompatible
+    mode structures (e.g. (6, 4) vs (8, 3)) and are not equivalent; a vector or scalar
+    is compared on stats and quantiles only.
+  Every term is relative to the tensor's own magnitude, so one τ serves activations of
+  1e-3 and logits of 1e3 alike.
+
+Tolerance: the default `DEFAULT_TAU` comes from the sensitivity sweep in
+`benchmarks/matching_sensitivity.py` (docs/matching.md has the curve). It is raised to
+`EPS_FACTOR` × machine epsilon of the less precise dtype of the pair, so a bfloat16 run
+still matches its float32 counterpart; float32 pairs use τ as is.
+
+Sensitivity limit (documented, tested): a permutation-invariant summary cannot see
+element-wise noise that leaves the value distribution unchanged. Independent relative
+noise δ shifts spectra and sums by about δ/√(side length), so at the default τ it is
+detected for δ ≥ 1e-2 on tensors with sides up to a few thousand elements, not on
+arbitrarily large ones.
+
+Pairing is indexed (see `TensorIndex`): candidates share (class, numel), a binary search
+on max |x| bounds them, and a vectorized stats/quantile test leaves only near-certain
+matches for the full spectral comparison — no blind O(n · m) full comparisons.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+from magneton.graphdb.model import TensorRecord
+from magneton.tracer.invariants import canonical_shape, plan_splits
+from magneton.tracer.invariants import dtype_class as _dtype_class
+
+DEFAULT_TAU = 1e-3
+EPS_FACTOR = 2.0
+
+_EPS = {
+    "float64": 2.220446049250313e-16,
+    "double": 2.220446049250313e-16,
+    "float32": 1.1920928955078125e-07,
+    "float": 1.1920928955078125e-07,
+    "float16": 9.765625e-04,
+    "half": 9.765625e-04,
+    "bfloat16": 7.8125e-03,
+    "complex128": 2.220446049250313e-16,
+    "complex64": 1.1920928955078125e-07,
+    "complex32": 9.765625e-04,
+}
+
+
+@lru_cache(maxsize=64)
+def dtype_eps(dtype: str) -> float:
+    d = str(dtype).replace("torch.", "")
+    if d in _EPS:
+        return _EPS[d]
+    if d.startswith("float8"):
+        return 0.125 if "e4m3" in d else 0.25
+    return _EPS["float32"]
+
+
+def tolerance(tau: float, dtype_a: str, dtype_b: str) -> float:
+    """The effective tolerance of a pair: τ, widened for low-precision dtypes."""
+    return max(tau, EPS_FACTOR * max(dtype_eps(dtype_a), dtype_eps(dtype_b)))
+
+
+# --------------------------------------------------------------------------------------
+# Parsed summaries
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Signature:
+    """A TensorRecord's summary parsed once for repeated comparisons."""
+
+    idx: int
+    cls: str
+    numel: int
+    dtype: str
+    comparable: bool = True
+    multiset: str = ""  # integer/bool: layout-invariant value hash
+    ordered: str = ""  # integer/bool: hash of the values in row-major order
+    stats: list[float] = field(default_factory=list)
+    quantiles: list[float] = field(default_factory=list)
+    scale: float = 0.0
+    mean_abs: float = 0.0
+    has_splits: bool = False
+    raw: tuple = ()  # exact summary, for a fast "identical" check
+    canon: tuple[int, ...] = ()
+    inv: list = field(default_factory=list, repr=False)
+    _lens: list = field(default_factory=list, repr=False)
+    _groups: dict | None = field(default=None, repr=False)
+    _flat: tuple | None = field(default=None, repr=False)
+
+    @property
+    def groups(self) -> dict[tuple, list[np.ndarray]]:
+        """Spectra by unfolding key, parsed on first use: most candidate pairs are
+        rejected by stats and quantiles before the spectra are ever looked at."""
+        if self._groups is None:
+            self._groups = {}
+            if self.has_splits:
+                inv = np.asarray(self.inv, dtype=np.float64)
+                off = 0
+                for sp, n in zip(plan_splits(self.canon), self._lens, strict=True):
+                    self._groups.setdefault(sp.key, []).append(inv[off : off + n])
+                    off += n
+        return self._groups
+
+    @property
+    def flat(self) -> tuple:
+        """(key layout, concatenated spectra, per-value normalizer): when two tensors
+        have the same layout of singleton keys (the common case), all spectra compare in
+        one vectorized step."""
+        if self._flat is None:
+            if not self.has_splits:
+                self._flat = ((), None, None)
+            else:
+                layout, order, singleton = _layout(self.canon, tuple(self._lens))
+                if singleton:
+                    vals = np.asarray(self.inv, dtype=np.float64)[order[0]]
+                    tops = np.repeat(vals[order[1]], order[2])
+                    self._flat = (layout, vals, tops)
+                else:
+                    self._flat = (layout, None, None)
+        return self._flat
+
+
+@lru_cache(maxsize=4096)
+def _layout(canon: tuple[int, ...], lens: tuple[int, ...]) -> tuple:
+    """Per (shape, spectrum lengths): the unfolding keys in a canonical order with their
+    multiplicity and length, the gather index putting the stored spectra in that order,
+    where each reordered spectrum starts, and whether every key occurs once."""
+    splits = plan_splits(canon)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    by_key: dict[tuple, list[int]] = {}
+    for i, sp in enumerate(splits):
+        by_key.setdefault(sp.key, []).append(i)
+    keys = sorted(by_key, key=repr)
+    layout = tuple((k, len(by_key[k]), lens[by_key[k][0]]) for k in keys)
+    singleton = all(len(by_key[k]) == 1 for k in keys)
+    idx = [j for k in keys for i in by_key[k] for j in range(offsets[i], offsets[i + 1])]
+    seg_lens = [lens[i] for k in keys for i in by_key[k]]
+    starts = np.concatenate([[0], np.cumsum(seg_lens)[:-1]]).astype(np.int64)
+    return layout, (np.asarray(idx, dtype=np.int64), starts, np.asarray(seg_lens)), singleton
+
+
+dtype_class = lru_cache(maxsize=64)(_dtype_class)
+_canon = lru_cache(maxsize=4096)(canonical_shape)
+
+
+def signature(t: TensorRecord) -> Signature:
+    cls = dtype_class(t.dtype) if t.dtype else "f"
+    sig = Signature(idx=t.idx, cls=cls, numel=int(t.numel), dtype=t.dtype)
+    if cls in ("i", "b"):
+        parts = (t.value_hash or "").split(":")
+        if len(parts) < 2 or not parts[1]:
+            sig.comparable = False
+            return sig
+        sig.multiset = parts[1]
+        sig.ordered = parts[2] if len(parts) > 2 else ""
+        sig.raw = (t.value_hash,)
+        return sig
+    if len(t.stats) < 6 or (t.numel > 0 and not t.quantiles):
+        sig.comparable = False
+        return sig
+    sig.stats = t.stats
+    sig.quantiles = t.quantiles
+    sig.scale = max(abs(t.stats[2]), abs(t.stats[3]))
+    sig.mean_abs = t.stats[1] / t.numel if t.numel else 0.0
+    sig.raw = (tuple(t.stats), tuple(t.quantiles), tuple(t.invariant))
+    sig.canon = _canon(tuple(t.shape))
+    splits = plan_splits(sig.canon)
+    lens = t.invariant_splits
+    # A summary written by another split plan (older magneton) is ignored, not misread.
+    sig.has_splits = bool(splits) and len(lens) == len(splits) and sum(lens) == len(t.invariant)
+    sig.inv = t.invariant
+    sig._lens = list(lens)
+    return sig
+
+
+def _spectrum_dist(a: np.ndarray, b: np.ndarray) -> float:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0.0
+    top = max(a[0], b[0])
+    if top <= 0.0:
+        return 0.0
+    return float(np.abs(a[:n] - b[:n]).max()) / top
+
+
+def _group_dist(ga: list[np.ndarray], gb: list[np.ndarray]) -> float:
+    """Best pairing of the spectra of one key (the smaller group into the larger)."""
+    if len(ga) > len(gb):
+        ga, gb = gb, ga
+    if len(ga) == 1:
+        return min(_spectrum_dist(ga[0], s) for s in gb)
+    d = [[_spectrum_dist(x, y) for y in gb] for x in ga]
+    if len(gb) <= 6:
+        return min(
+            max(d[i][j] for i, j in enumerate(perm))
+            for perm in itertools.permutations(range(len(gb)), len(ga))
+        )
+    used: set[int] = set()
+    worst = 0.0
+    for i in range(len(ga)):  # greedy beyond 6: groups that large are rare
+        j = min((j for j in range(len(gb)) if j not in used), key=lambda j: d[i][j])
+        used.add(j)
+        worst = max(worst, d[i][j])
+    return worst
+
+
+def distance(
+    a: Signature, b: Signature, limit: float = math.inf, *, prefiltered: float | None = None
+) -> float:
+    """Normalized discrepancy of two summaries (0 = identical, inf = incomparable).
+
+    Stops early once the discrepancy exceeds `limit` (the result is then some value
+    above `limit`, not necessarily the maximum). `prefiltered`: the stats/quantile part,
+    already computed by the index's vectorized prefilter.
+    """
+    if not (a.comparable and b.comparable) or a.cls != b.cls or a.numel != b.numel:
+        return math.inf
+    if a.cls in ("i", "b"):
+        return 0.0 if a.multiset == b.multiset else math.inf
+    if a.raw == b.raw:
+        return 0.0
+    if a.numel == 0:
+        return 0.0
+    scale = max(a.scale, b.scale)
+    if scale == 0.0:
+        return 0.0
+    if prefiltered is not None:
+        d = prefiltered
+    else:
+        sa, sb = a.stats, b.stats
+        abs_ref = max(sa[1], sb[1])
+        d = max(
+            abs(sa[0] - sb[0]) / abs_ref,
+            abs(sa[1] - sb[1]) / abs_ref,
+            abs(sa[2] - sb[2]) / scale,
+            abs(sa[3] - sb[3]) / scale,
+            abs(sa[5] - sb[5]) / scale,
+        )
+        if d > limit:
+            return d
+        if len(a.quantiles) != len(b.quantiles) or not len(a.quantiles):
+            return math.inf
+        d = max(d, float(np.abs(np.subtract(a.quantiles, b.quantiles)).max()) / scale)
+    if d > limit:
+        return d
+    if a.has_splits and b.has_splits:
+        la, va, ta = a.flat
+        lb, vb, tb = b.flat
+        if la == lb and va is not None:
+            top = np.maximum(np.maximum(ta, tb), 1e-300)
+            return max(d, float((np.abs(va - vb) / top).max()))
+        groups_a, groups_b = a.groups, b.groups
+        common = groups_a.keys() & groups_b.keys()
+        if not common:
+            return math.inf
+        for key in common:
+            d = max(d, _group_dist(groups_a[key], groups_b[key]))
+            if d > limit:
+                return d
+    return d
+
+
+def equivalent(a: TensorRecord, b: TensorRecord, tau: float = DEFAULT_TAU) -> bool:
+    """Whether two tensor records hold the same value up to layout and tolerance."""
+    sa, sb = signature(a), signature(b)
+    return distance(sa, sb) <= tolerance(tau, a.dtype, b.dtype)
+
+
+# --------------------------------------------------------------------------------------
+# Indexed pairing
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Block:
+    """The float representatives of one (class, numel), sorted by scale (max |x|), with
+    their stats and quantiles stacked for a vectorized prefilter."""
+
+    reps: np.ndarray
+    scale: np.ndarray
+    stats: np.ndarray
+    quantiles: np.ndarray
+    eps: np.ndarray
+
+
+class TensorIndex:
+    """The tensors of one run, deduplicated by summary and indexed for lookup.
+
+    Views and copies of one value share their summary exactly (it is layout-invariant),
+    so only one representative per distinct summary is compared; a transformer run has
+    several records per value (view, transpose, reshape), which would otherwise multiply
+    the comparisons. Float representatives of one (class, numel) are sorted by scale:
+    equivalent tensors have scales within the tolerance, so a binary search bounds the
+    rows that the vectorized stats/quantile prefilter looks at, and only its survivors
+    get the full (spectral) comparison.
+    """
+
+    def __init__(self, tensors: Iterable[TensorRecord]):
+        self.sigs: dict[int, Signature] = {}
+        self.members: dict[int, list[int]] = {}  # representative -> tensors sharing it
+        self.ints: dict[tuple, list[int]] = defaultdict(list)
+        floats: dict[tuple, list[int]] = defaultdict(list)
+        seen: dict[tuple, int] = {}
+        for t in tensors:
+            sig = signature(t)
+            self.sigs[t.idx] = sig
+            if not sig.comparable:
+                continue
+            key = (sig.cls, sig.dtype, tuple(sorted(sig.canon)), sig.raw)
+            r = seen.get(key)
+            if r is not None:
+                self.members[r].append(t.idx)
+                continue
+            seen[key] = t.idx
+            self.members[t.idx] = [t.idx]
+            if sig.cls in ("i", "b"):
+                self.ints[(sig.cls, sig.numel, sig.multiset)].append(t.idx)
+            else:
+                floats[(sig.cls, sig.numel, len(sig.quantiles))].append(t.idx)
+        self.blocks: dict[tuple, _Block] = {}
+        for key, reps in floats.items():
+            reps.sort(key=lambda i: self.sigs[i].scale)
+            sigs = [self.sigs[i] for i in reps]
+            nq = key[2]
+            self.blocks[key] = _Block(
+                reps=np.asarray(reps, dtype=np.int64),
+                scale=np.asarray([g.scale for g in sigs], dtype=np.float64),
+                stats=np.array([g.stats[:6] for g in sigs], dtype=np.float64),
+                quantiles=(
+                    np.array([g.quantiles for g in sigs], dtype=np.float64)
+                    if nq
+                    else np.zeros((len(sigs), 0))
+                ),
+                eps=np.asarray([dtype_eps(g.dtype) for g in sigs], dtype=np.float64),
+            )
+
+    def candidates(self, sig: Signature, tau: float) -> list[int]:
+        """Representatives whose stats and quantiles are within tolerance of `sig`."""
+        if not sig.comparable:
+            return []
+        if sig.cls in ("i", "b"):
+            return self.ints.get((sig.cls, sig.numel, sig.multiset), [])
+        blk = self.blocks.get((sig.cls, sig.numel, len(sig.quantiles)))
+        if blk is None:
+            return []
+        eps_a = dtype_eps(sig.dtype)
+        tol_max = max(tau, EPS_FACTOR * max(eps_a, float(blk.eps.max())))
+        if tol_max >= 1.0:
+            lo, hi = 0, len(blk.reps)
+        else:
+            lo = int(np.searchsorted(blk.scale, sig.scale * (1.0 - tol_max), side="left"))
+            hi = int(np.searchsorted(blk.scale, sig.scale / (1.0 - tol_max), side="right"))
+        if hi <= lo:
+            return []
+        sc = np.maximum(blk.scale[lo:hi], sig.scale)
+        st = blk.stats[lo:hi]
+        absref = np.maximum(st[:, 1], sig.stats[1])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            d = np.maximum.reduce(
+                [
+                    np.abs(st[:, 0] - sig.stats[0]) / absref,
+                    np.abs(st[:, 1] - sig.stats[1]) / absref,
+                    np.abs(st[:, 2] - sig.stats[2]) / sc,
+                    np.abs(st[:, 3] - sig.stats[3]) / sc,
+                    np.abs(st[:, 5] - sig.stats[5]) / sc,
+                ]
+            )
+            if blk.quantiles.shape[1]:
+                d = np.maximum(d, np.abs(blk.quantiles[lo:hi] - sig.quantiles).max(axis=1) / sc)
+        d = np.where(sc == 0.0, 0.0, d)  # both all-zero
+        tol = np.maximum(tau, EPS_FACTOR * np.maximum(blk.eps[lo:hi], eps_a))
+        return blk.reps[lo:hi][d <= tol].tolist()
+
+
+def match_tensors(
+    index_a: TensorIndex,
+    index_b: TensorIndex,
+    tau: float = DEFAULT_TAU,
+) -> dict[int, list[tuple[float, int]]]:
+    """For each A tensor, its equivalent B tensors as (distance, idx), closest first.
+    Tensors without a comparable summary get no entry.
+
+    Float representatives are prefiltered block against block: every A row's window of
+    B rows (by scale) is expanded into index arrays and the stats/quantile test runs on
+    all those candidate pairs in a handful of numpy calls.
+    """
+    found: dict[int, list[tuple[float, int]]] = defaultdict(list)
+
+    def confirm(ra: int, rb: int, tol: float, pre: float | None = None) -> None:
+        sa, sb = index_a.sigs[ra], index_b.sigs[rb]
+        d = distance(sa, sb, limit=tol, prefiltered=pre)
+        if d <= tol:
+            found[ra].extend((d, ib) for ib in index_b.members[rb])
+
+    for key, reps in index_a.ints.items():
+        for ra in reps:
+            for rb in index_b.ints.get(key, ()):
+                confirm(ra, rb, 0.0)
+    for key, ba in index_a.blocks.items():
+        bb = index_b.blocks.get(key)
+        if bb is None:
+            continue
+        tol_max = max(tau, EPS_FACTOR * max(float(ba.eps.max()), float(bb.eps.max())))
+        if tol_max >= 1.0:
+            lo = np.zeros(len(ba.reps), dtype=np.int64)
+            hi = np.full(len(ba.reps), len(bb.reps), dtype=np.int64)
+        else:
+            lo = np.searchsorted(bb.scale, ba.scale * (1.0 - tol_max), side="left")
+            hi = np.searchsorted(bb.scale, ba.scale / (1.0 - tol_max), side="right")
+        counts = np.maximum(hi - lo, 0)
+        total = int(counts.sum())
+        if total == 0:
+            continue
+        ia = np.repeat(np.arange(len(ba.reps)), counts)
+        starts = np.repeat(lo - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+        ib = np.arange(total) + starts
+        sc = np.maximum(ba.scale[ia], bb.scale[ib])
+        sa_, sb_ = ba.stats[ia], bb.stats[ib]
+        absref = np.maximum(sa_[:, 1], sb_[:, 1])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            d = np.maximum.reduce(
+                [
+                    np.abs(sa_[:, 0] - sb_[:, 0]) / absref,
+                    np.abs(sa_[:, 1] - sb_[:, 1]) / absref,
+                    np.abs(sa_[:, 2] - sb_[:, 2]) / sc,
+                    np.abs(sa_[:, 3] - sb_[:, 3]) / sc,
+                    np.abs(sa_[:, 5] - sb_[:, 5]) / sc,
+                ]
+            )
+            if ba.quantiles.shape[1]:
+                dq = np.abs(ba.quantiles[ia] - bb.quantiles[ib]).max(axis=1) / sc
+                d = np.maximum(d, dq)
+        d = np.where(sc == 0.0, 0.0, d)
+        tol = np.maximum(tau, EPS_FACTOR * np.maximum(ba.eps[ia], bb.eps[ib]))
+        keep = np.nonzero(d <= tol)[0]
+        reps_a, reps_b = ba.reps[ia[keep]].tolist(), bb.reps[ib[keep]].tolist()
+        for ra, rb, dk, tk in zip(
+            reps_a, reps_b, d[keep].tolist(), tol[keep].tolist(), strict=True
+        ):
+            confirm(ra, rb, tk, dk)
+    out: dict[int, list[tuple[float, int]]] = {}
+    for ra, lst in found.items():
+        lst.sort()
+        for ia_ in index_a.members[ra]:
+            out[ia_] = lst
+    return out

@@ -1,0 +1,836 @@
+"""Differential matching (paper §4.2, Algorithm 1): pair the subgraphs of two runs that
+compute the same values from the same values.
+
+Pipeline, and the failure each step prevents:
+
+1. **Graphs.** Each run becomes a networkx DAG with operators *and tensors* as nodes
+   (a multi-output op such as `split` or `native_layer_norm` needs its outputs to be
+   separate cut points), a virtual SRC feeding the entry's inputs and a virtual SINK fed
+   by the final outputs (unconsumed tensors whose producer has no consumed output, so the
+   unused `mean`/`rstd` of every layer norm do not count as program outputs).
+   Parameters, buffers and everything computed from them alone (a weight's `.t()`, the
+   causal mask, rotary tables from `arange`) are *side inputs*: they are left out of the
+   dominance graph, because one path from SRC through a deep layer's weight would make
+   SRC the only dominator of everything after it. Their ops are attached afterwards to
+   the region of their earliest data-dependent consumer. When the entry has no tensor
+   inputs (a `main()` that builds its own), every source and input-less op feeds SRC
+   instead, which still works but matches more coarsely.
+2. **Tensor pairs** from `equivalence.match_tensors` (bucketed, layout-invariant).
+3. **Dominator trees** (`networkx.immediate_dominators`) of both graphs. Starting from
+   (SRC, SINK), the tensors on the dominator path from the exit up to the entry are
+   aligned across runs with a maximum-weight increasing subsequence over equivalent pairs
+   (order on the path disambiguates repeated values such as identical layers or zeros);
+   aligned pairs are cut points and each segment between consecutive cuts is processed
+   again. When a segment has no cut on its path (the exit op merges branches, e.g. a
+   residual `add`), the exit ops' data inputs are paired and each pair opens a
+   sub-segment — recursion until no finer cut exists.
+4. **Local anchoring.** Inside each matched scope (the nearest anchored dominator on both
+   sides correspond), the remaining equivalent pairs are aligned per equivalence class by
+   execution order (q/k/v feeding one fused attention op are not on any dominator path).
+   A tensor is only paired within its scope, so two zero tensors in different layers are
+   never confused.
+5. **Identity anchors.** An unpaired tensor whose value equals the partner of one of its
+   producer's inputs (`clone`, `contiguous`, `.to()` of the same dtype, a view) maps to
+   that same partner; the op then computes nothing the other run needs — a region with an
+   *empty* counterpart (paper: redundant copies).
+6. **Regions.** Each run is cut at every anchored tensor, source and side-input tensor;
+   the connected pieces are paired through the anchors they produce (a piece producing
+   anchors of several pieces of the other run merges with all of them), so regions
+   partition the data-dependent ops of both runs and their energies add up. Pairs made
+   only of aliasing ops (`view`, `t`, `permute`, `split`...) are merged into the pair that
+   consumes them: they cost nothing and would only flood the list. A piece with no
+   anchored output (dead code, an extra output only one run computes) joins the region
+   that feeds it, so its energy shows up where it is spent.
+
+Complexity: graph building, dominators and scopes are O(n); path alignments are
+O(r log r) in the number r of candidate pairs on a path; each path segment is walked once
+per pair of exits that opens it.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import networkx as nx
+from magneton.graphdb.model import BOOKKEEPING_OPS, Profile, Region
+
+from .equivalence import DEFAULT_TAU, TensorIndex, match_tensors, tolerance
+
+SRC = -1
+SINK = -2
+
+# Ops that only alias or describe memory. Pairs made only of these are merged into a
+# neighbour. Copies (`clone`, `contiguous`, `_to_copy`) are bookkeeping for divergence
+# analysis but move real bytes, so they stay regions of their own: a redundant copy is
+# one of the wastes this stage must be able to show.
+_COPYING_OPS = frozenset(
+    {
+        "aten::clone",
+        "aten::contiguous",
+        "aten::_to_copy",
+        "aten::to",
+        "aten::lift_fresh_copy",
+        "aten::fill_",
+        "aten::zero_",
+        "aten::resize_",
+        "aten::copy_",
+    }
+)
+FREE_OPS = BOOKKEEPING_OPS - _COPYING_OPS
+
+
+# --------------------------------------------------------------------------------------
+# Run graphs
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunGraph:
+    """One run as a dominance-ready DAG.
+
+    Node ids: op i → i; a tensor is the node of its producer when that op has exactly
+    one output (an op and its only output dominate the same nodes, and halving the node
+    count halves the dominator computation), else n_ops + j (sources, and the outputs of
+    multi-output ops such as `split`, which must be separate cut points).
+    """
+
+    profile: Profile
+    n_ops: int
+    consumers: list[list[int]]
+    data_ops: list[bool]
+    data_tensors: list[bool]
+    final: list[int]
+    roots: list[int]  # tensors fed by SRC
+    fallback_roots: bool
+    idom: dict[int, int]
+    order: list[int]  # per tensor: rank in execution order (sources first)
+    nodes: int = 0
+
+    node_of: list[int] = field(default_factory=list)  # tensor -> node
+    tensor_at: dict[int, int] = field(default_factory=dict)  # node -> tensor it stands for
+    children: dict[int, list[int]] = field(default_factory=dict)  # dominator tree
+
+    def tnode(self, t: int) -> int:
+        return self.node_of[t]
+
+    def tensor_of(self, v: int) -> int:
+        """The tensor a node stands for, -1 for SRC, SINK and multi-output op nodes."""
+        return self.tensor_at.get(v, -1)
+
+    def producer(self, t: int) -> int:
+        return self.profile.tensors[t].producer
+
+
+def build_graph(p: Profile) -> RunGraph:
+    n_ops, n_t = len(p.ops), len(p.tensors)
+    tensors, ops = p.tensors, p.ops
+    consumers: list[list[int]] = [[] for _ in range(n_t)]
+    for op in ops:
+        for t in dict.fromkeys(op.inputs):
+            consumers[t].append(op.idx)
+
+    inputs = [t.idx for t in tensors if t.producer < 0 and t.kind == "input"]
+    fallback = not inputs
+    if fallback:
+        roots = [t.idx for t in tensors if t.producer < 0 and t.kind in ("input", "constant")]
+    else:
+        roots = inputs
+
+    # Reachability from SRC in one pass: execution order is a topological order of the
+    # dataflow (a value is produced before it is consumed).
+    data_tensors = [False] * n_t
+    data_ops = [False] * n_ops
+    node_of = [n_ops + t for t in range(n_t)]
+    for op in ops:
+        if len(op.outputs) == 1:
+            node_of[op.outputs[0]] = op.idx
+    for t in roots:
+        data_tensors[t] = True
+    edges: list[tuple[int, int]] = [(SRC, node_of[t]) for t in roots]
+    for op in ops:
+        live = [t for t in op.inputs if data_tensors[t]]
+        if live:
+            edges.extend((node_of[t], op.idx) for t in dict.fromkeys(live))
+        elif not (fallback and not op.inputs):
+            continue
+        else:
+            edges.append((SRC, op.idx))
+        data_ops[op.idx] = True
+        for t in op.outputs:
+            data_tensors[t] = True
+            if node_of[t] != op.idx:
+                edges.append((op.idx, node_of[t]))
+
+    # Final outputs: unconsumed data tensors whose producer has no consumed output.
+    final: list[int] = []
+    for op in ops:
+        if data_ops[op.idx] and op.outputs and all(not consumers[t] for t in op.outputs):
+            final.extend(op.outputs)
+    if not final:
+        final = [t for t in range(n_t) if data_tensors[t] and not consumers[t]]
+    edges.extend((node_of[t], SINK) for t in dict.fromkeys(final))
+    g = nx.DiGraph()
+    g.add_node(SRC)
+    g.add_edges_from(edges)
+    idom = nx.immediate_dominators(g, SRC)
+    children: dict[int, list[int]] = defaultdict(list)
+    for v, d in idom.items():
+        if v != d:
+            children[d].append(v)
+    tensor_at = {node_of[t]: t for t in range(n_t) if data_tensors[t]}
+
+    keyed = sorted(range(n_t), key=lambda t: (tensors[t].producer, tensors[t].out_index, t))
+    order = [0] * n_t
+    for r, t in enumerate(keyed):
+        order[t] = r
+    return RunGraph(
+        profile=p,
+        n_ops=n_ops,
+        consumers=consumers,
+        data_ops=data_ops,
+        data_tensors=data_tensors,
+        final=final,
+        roots=roots,
+        fallback_roots=fallback,
+        idom=idom,
+        order=order,
+        nodes=g.number_of_nodes(),
+        node_of=node_of,
+        tensor_at=tensor_at,
+        children=children,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Alignment: maximum-weight increasing subsequence over candidate pairs
+# --------------------------------------------------------------------------------------
+
+
+def align(pairs: list[tuple[int, int, float]]) -> list[int]:
+    """Indices of a subset of `pairs` (i, j, bonus) strictly increasing in both i and j
+    with the most pairs, ties broken by the largest bonus sum. O(r log r)."""
+    if not pairs:
+        return []
+    js = sorted({p[1] for p in pairs})
+    rank = {j: k + 1 for k, j in enumerate(js)}
+    size = len(js)
+    tree: list[tuple[int, float, int]] = [(0, 0.0, -1)] * (size + 1)
+
+    def query(k: int) -> tuple[int, float, int]:
+        best = (0, 0.0, -1)
+        while k > 0:
+            if tree[k][:2] > best[:2]:
+                best = tree[k]
+            k -= k & -k
+        return best
+
+    def update(k: int, val: tuple[int, float, int]) -> None:
+        while k <= size:
+            if val[:2] > tree[k][:2]:
+                tree[k] = val
+            k += k & -k
+
+    order = sorted(range(len(pairs)), key=lambda q: (pairs[q][0], -pairs[q][1]))
+    parent = [-1] * len(pairs)
+    score: list[tuple[int, float]] = [(0, 0.0)] * len(pairs)
+    best_end = (0, 0.0, -1)
+    for q in order:
+        i, j, bonus = pairs[q]
+        c, b, prev = query(rank[j] - 1)
+        parent[q] = prev
+        score[q] = (c + 1, b + bonus)
+        val = (c + 1, b + bonus, q)
+        update(rank[j], val)
+        if val[:2] > best_end[:2]:
+            best_end = val
+    out = []
+    q = best_end[2]
+    while q >= 0:
+        out.append(q)
+        q = parent[q]
+    out.reverse()
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Matching
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class RegionPair:
+    a: Region
+    b: Region
+    kind: str = "matched"  # "matched" | "empty-a" | "empty-b"
+
+
+@dataclass
+class MatchResult:
+    pairs: list[RegionPair]
+    anchors: list[tuple[int, int]]  # (tensor in a, tensor in b), one-to-one
+    identity: list[tuple[str, int, int]]  # ("a"|"b", tensor, partner on the other side)
+    unmatched_ops_a: list[int] = field(default_factory=list)
+    unmatched_ops_b: list[int] = field(default_factory=list)
+    inputs_a: list[int] = field(default_factory=list)
+    inputs_b: list[int] = field(default_factory=list)
+    inputs_matched: int = 0  # inputs of a with an equivalent input in b
+    unmatched_inputs_a: list[int] = field(default_factory=list)
+    unmatched_inputs_b: list[int] = field(default_factory=list)
+    equivalent_pairs: int = 0
+    fallback_roots: bool = False
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+
+class _UF:
+    def __init__(self):
+        self.parent: dict = {}
+
+    def find(self, x):
+        p = self.parent.setdefault(x, x)
+        if p == x:
+            return x
+        root = x
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[x] != root:
+            self.parent[x], x = root, self.parent[x]
+        return root
+
+    def union(self, x, y):
+        rx, ry = self.find(x), self.find(y)
+        if rx != ry:
+            self.parent[ry] = rx
+        return rx
+
+
+class _Matcher:
+    def __init__(self, pa: Profile, pb: Profile, tau: float):
+        self.pa, self.pb, self.tau = pa, pb, tau
+        t0 = time.perf_counter()
+        self.ga, self.gb = build_graph(pa), build_graph(pb)
+        t1 = time.perf_counter()
+        # Only data tensors can be anchored; parameters and what is computed from them
+        # alone are side inputs (module doc), so they are not even indexed.
+        self.ia = TensorIndex(t for t in pa.tensors if self.ga.data_tensors[t.idx])
+        self.ib = TensorIndex(t for t in pb.tensors if self.gb.data_tensors[t.idx])
+        self.eq = match_tensors(self.ia, self.ib, tau)  # a -> [(d, b)]
+        self.eq_set = {a: {b for _, b in lst} for a, lst in self.eq.items()}
+        self.eq_rev: dict[int, set[int]] = defaultdict(set)
+        for a, lst in self.eq.items():
+            for _, b in lst:
+                self.eq_rev[b].add(a)
+        t2 = time.perf_counter()
+        self.timings = {"graphs_s": t1 - t0, "tensor_match_s": t2 - t1}
+        self.a2b: dict[int, int] = {}
+        self.b2a: dict[int, int] = {}
+        self._bonus_cache: dict[tuple[int, int], float] = {}
+
+    # -- helpers -------------------------------------------------------------------
+
+    def _bonus(self, a: int, b: int) -> float:
+        """Tie-breaker among equally long alignments: same shape, same producing op,
+        closer values (all < 1, so the number of aligned pairs always comes first)."""
+        key = (a, b)
+        got = self._bonus_cache.get(key)
+        if got is None:
+            got = self._bonus_cache[key] = self._bonus_uncached(a, b)
+        return got
+
+    def _bonus_uncached(self, a: int, b: int) -> float:
+        ta, tb = self.pa.tensors[a], self.pb.tensors[b]
+        bonus = 0.0
+        if list(ta.shape) == list(tb.shape):
+            bonus += 0.4
+        pa_, pb_ = ta.producer, tb.producer
+        if pa_ >= 0 and pb_ >= 0 and self.pa.ops[pa_].name == self.pb.ops[pb_].name:
+            bonus += 0.4
+        elif pa_ < 0 and pb_ < 0:
+            bonus += 0.4
+        d = next((d for d, x in self.eq.get(a, ()) if x == b), 0.0)
+        tol = tolerance(self.tau, ta.dtype, tb.dtype)
+        return bonus + 0.1 * (1.0 - min(1.0, d / tol if tol > 0 else 0.0))
+
+    def _anchor(self, a: int, b: int) -> bool:
+        if a in self.a2b or b in self.b2a:
+            return False
+        self.a2b[a] = b
+        self.b2a[b] = a
+        return True
+
+    def _chain(self, g: RunGraph, x: int, e: int) -> list[int]:
+        """Tensors strictly between entry node e and exit node x on x's dominator path."""
+        out = []
+        v = g.idom.get(x, SRC)
+        te = g.tensor_of(e)
+        lim = g.order[te] if te >= 0 else -1
+        while v != e and v != SRC and v != SINK:
+            t = g.tensor_of(v)
+            if t >= 0 and g.order[t] > lim:
+                out.append(t)
+            nv = g.idom.get(v, SRC)
+            if nv == v:
+                break
+            v = nv
+        out.reverse()
+        return out
+
+    def _exit_inputs(self, g: RunGraph, x: int, e: int) -> list[int]:
+        if x == SINK:
+            return list(dict.fromkeys(g.final))
+        t = g.tensor_of(x)
+        prod = g.producer(t)
+        if prod < 0:
+            return []
+        etensor = g.tensor_of(e)
+        lim = g.order[etensor] if etensor >= 0 else -1
+        out = []
+        for y in dict.fromkeys(g.profile.ops[prod].inputs):
+            if y == etensor or not g.data_tensors[y] or g.order[y] <= lim:
+                continue
+            out.append(y)
+        return out
+
+    # -- Algorithm 1 ---------------------------------------------------------------
+
+    def recurse(self) -> None:
+        ga, gb = self.ga, self.gb
+        seen: set[tuple[int, int, int, int]] = set()
+        stack = [(SRC, SRC, SINK, SINK)]
+        while stack:
+            ea, eb, xa, xb = stack.pop()
+            if (ea, eb, xa, xb) in seen:
+                continue
+            seen.add((ea, eb, xa, xb))
+            ca, cb = self._chain(ga, xa, ea), self._chain(gb, xb, eb)
+            pos_b = {t: k for k, t in enumerate(cb)}
+            cand = []
+            for i, a in enumerate(ca):
+                for b in self.eq_set.get(a, ()):
+                    j = pos_b.get(b)
+                    if j is not None:
+                        cand.append((i, j, self._bonus(a, b)))
+            cuts = []
+            for q in align(cand):
+                i, j, _ = cand[q]
+                a, b = ca[i], cb[j]
+                if self._anchor(a, b) or self.a2b.get(a) == b:
+                    cuts.append((ga.tnode(a), gb.tnode(b)))
+            points = [(ea, eb), *cuts, (xa, xb)]
+            for (pa_, pb_), (qa, qb) in zip(points, points[1:], strict=False):
+                if (pa_, pb_) == (qa, qb):
+                    continue
+                # descend: pair the exit ops' data inputs inside the segment
+                # (aligned by execution order, so equal values computed in parallel,
+                # e.g. three identical projections, are paired first with first)
+                ins_a = sorted(self._exit_inputs(ga, qa, pa_), key=lambda t: ga.order[t])
+                ins_b = sorted(self._exit_inputs(gb, qb, pb_), key=lambda t: gb.order[t])
+                pos_in_b = {t: k for k, t in enumerate(ins_b)}
+                cand_in = [
+                    (i, pos_in_b[z], self._bonus(y, z))
+                    for i, y in enumerate(ins_a)
+                    for z in self.eq_set.get(y, ())
+                    if z in pos_in_b
+                ]
+                for q in align(cand_in):
+                    i, j, _ = cand_in[q]
+                    last = self._align_value_chains(ins_a[i], ins_b[j], pa_, pb_)
+                    if last is not None:
+                        stack.append((pa_, pb_, ga.tnode(last[0]), gb.tnode(last[1])))
+
+    def _value_chain(self, g: RunGraph, t: int, e: int, same) -> list[int]:
+        """t and the tensors it copies/aliases, root first: walk up while the producer
+        has exactly one data input holding the same value (view, expand, clone, a
+        `cat` onto an empty cache...), never above the segment entry e."""
+        te = g.tensor_of(e)
+        lim = g.order[te] if te >= 0 else -1
+        chain = [t]
+        while len(chain) < 64:
+            prod = g.producer(chain[-1])
+            if prod < 0 or not g.data_ops[prod]:
+                break
+            ins = [
+                x
+                for x in dict.fromkeys(g.profile.ops[prod].inputs)
+                if g.data_tensors[x] and g.order[x] > lim
+            ]
+            same_ins = [x for x in ins if same(x, chain[-1])]
+            if len(same_ins) != 1:
+                break
+            chain.append(same_ins[0])
+        chain.reverse()
+        return chain
+
+    def _align_value_chains(self, y: int, z: int, ea: int, eb: int) -> tuple[int, int] | None:
+        """Anchor two equal-valued exit inputs *and* the copies/aliases they come from,
+        aligned by order (so A's `cat → expand → view` meets B's `cat` at the `cat`, and
+        the extra `expand → view` becomes an identity region). Returns the aligned pair
+        closest to the exits."""
+        eq_set, eq_rev = self.eq_set, self.eq_rev
+        ca = self._value_chain(
+            self.ga, y, ea, lambda u, v: bool(eq_set.get(u, set()) & eq_set.get(v, set()))
+        )
+        cb = self._value_chain(
+            self.gb, z, eb, lambda u, v: bool(eq_rev.get(u, set()) & eq_rev.get(v, set()))
+        )
+        pos_b = {t: k for k, t in enumerate(cb)}
+        cand = []
+        for i, a in enumerate(ca):
+            for b in eq_set.get(a, ()):
+                j = pos_b.get(b)
+                if j is not None:
+                    cand.append((i, j, self._bonus(a, b)))
+        last = None
+        for q in align(cand):
+            i, j, _ = cand[q]
+            a, b = ca[i], cb[j]
+            if self._anchor(a, b) or self.a2b.get(a) == b:
+                last = (a, b)
+        return last
+
+    def _scopes(self, g: RunGraph, anchored: dict[int, int]) -> dict[int, int]:
+        """Per data tensor: the nearest strict dominator that is an anchored tensor
+        (as a tensor idx), or -1 (SRC)."""
+        scope: dict[int, int] = {}
+        stack = [(SRC, -1)]
+        while stack:
+            v, cur = stack.pop()
+            nxt = cur
+            t = g.tensor_of(v)
+            if t >= 0:
+                scope[t] = cur
+                if t in anchored:
+                    nxt = t
+            for c in g.children.get(v, ()):
+                stack.append((c, nxt))
+        return scope
+
+    def local_anchors(self) -> None:
+        ga, gb = self.ga, self.gb
+        sa, sb = self._scopes(ga, self.a2b), self._scopes(gb, self.b2a)
+        groups: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+        for a, bs in self.eq_set.items():
+            if a in self.a2b or a not in sa:
+                continue
+            scope_a = sa[a]
+            want_b = -1 if scope_a < 0 else self.a2b.get(scope_a, -2)
+            for b in bs:
+                if b in self.b2a or b not in sb or sb[b] != want_b:
+                    continue
+                groups[(scope_a, want_b)].append((a, b))
+        for cand in groups.values():
+            # classes: connected components of the candidate pairs
+            uf = _UF()
+            for a, b in cand:
+                uf.union(("a", a), ("b", b))
+            by_class: dict = defaultdict(list)
+            for a, b in cand:
+                by_class[uf.find(("a", a))].append((a, b))
+            for pairs in by_class.values():
+                if len(pairs) == 1:
+                    self._anchor(*pairs[0])
+                    continue
+                trip = [(ga.order[a], gb.order[b], self._bonus(a, b)) for a, b in pairs]
+                for q in align(trip):
+                    self._anchor(*pairs[q])
+
+    def identity_anchors(self) -> list[tuple[str, int, int]]:
+        out: list[tuple[str, int, int]] = []
+        for side, g, fwd, eqs in (
+            ("a", self.ga, self.a2b, self.eq_set),
+            ("b", self.gb, self.b2a, self.eq_rev),
+        ):
+            extra: dict[int, int] = {}
+            for op in g.profile.ops:
+                if not g.data_ops[op.idx]:
+                    continue
+                partners = [fwd.get(x, extra.get(x)) for x in op.inputs]
+                partners = [p for p in partners if p is not None]
+                if not partners:
+                    continue
+                for y in op.outputs:
+                    if y in fwd or y in extra:
+                        continue
+                    cands = eqs.get(y, ())
+                    for p in partners:
+                        if p in cands:
+                            extra[y] = p
+                            out.append((side, y, p))
+                            break
+            if side == "a":
+                self.id_a = extra
+            else:
+                self.id_b = extra
+        return out
+
+    # -- regions -------------------------------------------------------------------
+
+    def _components(self, g: RunGraph, cut: set[int]) -> tuple[_UF, list[int]]:
+        """Union ops through non-cut tensors; attach side-input ops to their earliest
+        data-dependent consumer. Returns (uf over op idx, list of data/attached ops)."""
+        p = g.profile
+        uf = _UF()
+        for op in p.ops:
+            if g.data_ops[op.idx]:
+                uf.find(op.idx)
+        for t, cons in enumerate(g.consumers):
+            if t in cut or not g.data_tensors[t]:
+                continue
+            prod = p.tensors[t].producer
+            members = [c for c in cons if g.data_ops[c]]
+            if prod >= 0 and g.data_ops[prod]:
+                members.append(prod)
+            for c in members[1:]:
+                uf.union(members[0], c)
+        # side-input ops: earliest data consumer, transitively (reverse execution order)
+        target: dict[int, int] = {}
+        for op in reversed(p.ops):
+            if g.data_ops[op.idx]:
+                continue
+            best = None
+            for t in op.outputs:
+                for c in g.consumers[t]:
+                    cand = c if g.data_ops[c] else target.get(c)
+                    if cand is not None and (best is None or cand < best):
+                        best = cand
+            if best is not None:
+                target[op.idx] = best
+        for o, tgt in target.items():
+            uf.union(tgt, o)
+        members = [op.idx for op in p.ops if g.data_ops[op.idx] or op.idx in target]
+        return uf, members
+
+    def regions(self) -> tuple[list[RegionPair], list[int], list[int]]:
+        ga, gb, pa, pb = self.ga, self.gb, self.pa, self.pb
+        fa = dict(self.a2b)
+        fa.update(self.id_a)
+        fb = dict(self.b2a)
+        fb.update(self.id_b)
+        cut_a = set(fa) | {t.idx for t in pa.tensors if t.producer < 0}
+        cut_b = set(fb) | {t.idx for t in pb.tensors if t.producer < 0}
+        ufa, mem_a = self._components(ga, cut_a)
+        ufb, mem_b = self._components(gb, cut_b)
+        comp_a: dict[int, list[int]] = defaultdict(list)
+        for o in mem_a:
+            comp_a[ufa.find(o)].append(o)
+        comp_b: dict[int, list[int]] = defaultdict(list)
+        for o in mem_b:
+            comp_b[ufb.find(o)].append(o)
+
+        def comp_of(uf: _UF, g: RunGraph, t: int) -> int | None:
+            prod = g.profile.tensors[t].producer
+            if prod < 0 or prod not in uf.parent:
+                return None
+            return uf.find(prod)
+
+        # identity components: every anchored output maps onto a partner of an input
+        def identity(ops: list[int], prof: Profile, fwd: dict[int, int]) -> bool:
+            ins = {fwd[t] for o in ops for t in prof.ops[o].inputs if t in fwd}
+            outs = [t for o in ops for t in prof.ops[o].outputs if t in fwd]
+            return bool(outs) and all(fwd[t] in ins for t in outs)
+
+        ident_a = {c for c, ops in comp_a.items() if identity(ops, pa, fa)}
+        ident_b = {c for c, ops in comp_b.items() if identity(ops, pb, fb)}
+
+        link = _UF()
+        for c in comp_a:
+            link.find(("a", c))
+        for c in comp_b:
+            link.find(("b", c))
+        for a, b in self.a2b.items():
+            ca, cb = comp_of(ufa, ga, a), comp_of(ufb, gb, b)
+            if ca is not None and cb is not None and ca not in ident_a and cb not in ident_b:
+                link.union(("a", ca), ("b", cb))
+        # components with no anchored output join the group that feeds them
+        has_out_a = {comp_of(ufa, ga, t) for t in fa}
+        has_out_b = {comp_of(ufb, gb, t) for t in fb}
+        for side, comps, uf, g, has_out in (
+            ("a", comp_a, ufa, ga, has_out_a),
+            ("b", comp_b, ufb, gb, has_out_b),
+        ):
+            for c, ops in sorted(comps.items(), key=lambda kv: min(kv[1])):
+                if c in has_out:
+                    continue
+                feeder = None
+                for o in sorted(ops):
+                    for t in g.profile.ops[o].inputs:
+                        fc = comp_of(uf, g, t)
+                        if fc is not None and fc != c:
+                            feeder = fc
+                            break
+                    if feeder is not None:
+                        break
+                if feeder is not None:
+                    link.union((side, feeder), (side, c))
+
+        groups: dict = defaultdict(lambda: ([], []))
+        for c, ops in comp_a.items():
+            groups[link.find(("a", c))][0].extend(ops)
+        for c, ops in comp_b.items():
+            groups[link.find(("b", c))][1].extend(ops)
+
+        # merge pairs made only of aliasing ops into a neighbouring pair: preferably one
+        # that consumes their outputs on *both* sides (an alias pair `t | t` feeding a
+        # redundant copy on one side and the real consumer on the other must not turn
+        # the copy's empty-counterpart region into a matched one), else one that
+        # produces their inputs on both sides, else any neighbour with ops on both sides
+        group_of_a = {o: k for k, (oa, _) in groups.items() for o in oa}
+        group_of_b = {o: k for k, (_, ob) in groups.items() for o in ob}
+        merge = _UF()
+
+        def neighbours(ops: list[int], prof: Profile, g: RunGraph, gof: dict, k, down: bool):
+            """Neighbouring groups (merged roots) → modules of the neighbouring ops."""
+            out: dict = {}
+            for o in ops:
+                if down:
+                    near = [c for t in prof.ops[o].outputs for c in g.consumers[t]]
+                else:
+                    near = [prof.tensors[t].producer for t in prof.ops[o].inputs]
+                for c in near:
+                    if c >= 0 and c in gof and merge.find(gof[c]) != merge.find(k):
+                        out.setdefault(merge.find(gof[c]), set()).add(prof.ops[c].module)
+            return out
+
+        sides = {k: (bool(oa), bool(ob)) for k, (oa, ob) in groups.items()}
+
+        def two_sided(key) -> bool:
+            return all(sides[merge.find(key)])
+
+        keys = sorted(groups, key=lambda k: -max(groups[k][0] + groups[k][1]))
+        for k in keys:
+            oa, ob = groups[k]
+            if not all(pa.ops[o].name in FREE_OPS for o in oa) or not all(
+                pb.ops[o].name in FREE_OPS for o in ob
+            ):
+                continue
+            # same module first (`x.view(...)` at the end of Conv1D stays with its addmm),
+            # then consumers before producers
+            module = pa.ops[oa[0]].module if oa else pb.ops[ob[0]].module
+            ranked = []
+            every: list = []
+            for rank_dir, down in enumerate((True, False)):
+                na = neighbours(oa, pa, ga, group_of_a, k, down)
+                nb = neighbours(ob, pb, gb, group_of_b, k, down)
+                every += [*na, *nb]
+                if oa and ob:
+                    both = {r: na[r] | nb[r] for r in na if r in nb}
+                else:
+                    both = na or nb
+                for order, (r, mods) in enumerate(both.items()):
+                    ranked.append((module not in mods, rank_dir, order, r))
+            if ranked:
+                target = min(ranked, key=lambda x: x[:3])[3]
+            else:
+                sided = [x for x in every if two_sided(x)]
+                target = (sided or every or [None])[0]
+            if target is not None:
+                root = merge.union(target, merge.find(k))
+                sa_, sb_ = sides[merge.find(target)], sides[k]
+                sides[root] = (sa_[0] or sb_[0], sa_[1] or sb_[1])
+        final_groups: dict = defaultdict(lambda: ([], []))
+        for k, (oa, ob) in groups.items():
+            r = merge.find(k)
+            final_groups[r][0].extend(oa)
+            final_groups[r][1].extend(ob)
+
+        pairs: list[RegionPair] = []
+        unmatched_a: list[int] = []
+        unmatched_b: list[int] = []
+        for oa, ob in final_groups.values():
+            oa, ob = sorted(set(oa)), sorted(set(ob))
+            ra = _region(pa, ga, oa, fa)
+            rb = _region(pb, gb, ob, fb)
+            if not oa and not ob:
+                continue
+            anchored_out = [t for t in ra.outputs if t in fa] + [t for t in rb.outputs if t in fb]
+            if not anchored_out:
+                unmatched_a.extend(oa)
+                unmatched_b.extend(ob)
+                continue
+            kind = "matched"
+            if not ob:
+                kind = "empty-b"
+                rb = Region(
+                    ops=[],
+                    inputs=list(dict.fromkeys(fa[t] for t in ra.inputs if t in fa)),
+                    outputs=list(dict.fromkeys(fa[t] for t in ra.outputs if t in fa)),
+                )
+            elif not oa:
+                kind = "empty-a"
+                ra = Region(
+                    ops=[],
+                    inputs=list(dict.fromkeys(fb[t] for t in rb.inputs if t in fb)),
+                    outputs=list(dict.fromkeys(fb[t] for t in rb.outputs if t in fb)),
+                )
+            pairs.append(RegionPair(a=ra, b=rb, kind=kind))
+        pairs.sort(key=lambda rp: (rp.a.ops[0] if rp.a.ops else -1, rp.b.ops[:1]))
+        return pairs, sorted(unmatched_a), sorted(unmatched_b)
+
+
+def _region(p: Profile, g: RunGraph, ops: list[int], anchored: dict[int, int]) -> Region:
+    inside = set(ops)
+    produced = {t for o in ops for t in p.ops[o].outputs}
+    inputs = list(dict.fromkeys(t for o in ops for t in p.ops[o].inputs if t not in produced))
+    final = set(g.final)
+    outputs = []
+    for t in dict.fromkeys(t for o in ops for t in p.ops[o].outputs):
+        if t in final or any(c not in inside for c in g.consumers[t]):
+            outputs.append(t)
+    return Region(
+        ops=ops,
+        inputs=inputs,
+        outputs=outputs,
+        energy_j=sum(p.ops[o].energy_j for o in ops),
+        time_s=sum(p.ops[o].time_s for o in ops),
+    )
+
+
+def match_runs(a: Profile, b: Profile, tau: float = DEFAULT_TAU) -> MatchResult:
+    """Pair the regions of two runs that compute equivalent values (see module doc)."""
+    # The matcher allocates many small containers and no reference cycles; with two
+    # loaded profiles alive, each cyclic-GC pass would rescan every record of both runs
+    # (measured: a third of the matching time on a 32-layer model).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _match_runs(a, b, tau)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _match_runs(a: Profile, b: Profile, tau: float) -> MatchResult:
+    m = _Matcher(a, b, tau)
+    t0 = time.perf_counter()
+    m.recurse()
+    t1 = time.perf_counter()
+    m.local_anchors()
+    identity = m.identity_anchors()
+    t2 = time.perf_counter()
+    pairs, un_a, un_b = m.regions()
+    t3 = time.perf_counter()
+    inputs_a = [t.idx for t in a.tensors if t.producer < 0 and t.kind == "input"]
+    inputs_b = [t.idx for t in b.tensors if t.producer < 0 and t.kind == "input"]
+    set_b = set(inputs_b)
+    inputs_matched = sum(1 for t in inputs_a if m.eq_set.get(t, set()) & set_b)
+    odd_a = [t for t in inputs_a if not m.eq_set.get(t, set()) & set_b]
+    odd_b = [t for t in inputs_b if not m.eq_rev.get(t, set()) & set(inputs_a)]
+    timings = dict(m.timings)
+    timings.update({"dominators_s": t1 - t0, "anchors_s": t2 - t1, "regions_s": t3 - t2})
+    return MatchResult(
+        pairs=pairs,
+        anchors=sorted(m.a2b.items()),
+        identity=identity,
+        unmatched_ops_a=un_a,
+        unmatched_ops_b=un_b,
+        inputs_a=inputs_a,
+        inputs_b=inputs_b,
+        inputs_matched=inputs_matched,
+        unmatched_inputs_a=odd_a,
+        unmatched_inputs_b=odd_b,
+        equivalent_pairs=sum(len(v) for v in m.eq.values()),
+        fallback_roots=m.ga.fallback_roots or m.gb.fallback_roots,
+        timings_s=timings,
+    )

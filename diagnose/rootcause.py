@@ -1,0 +1,669 @@
+"""Root-cause diagnosis: every finding ends in *why* and *what to change*.
+
+`diagnose_result(db, result)` fills `category`, `divergence`, `root_cause` and `fix` of each
+finding of a `DiffResult` (paper §4.3, Algorithm 2):
+
+1. divergence — the first point where the two regions' kernel paths differ (Cypher over
+   the stored paths, divergence.py);
+2. key variable — a re-run with line tracing at a Python deviation site, or the knob
+   that differs in the config snapshots for a native one (keyvar.py);
+3. backward data-flow — from the key variable to the literal or default a user changes
+   (dataflow.py);
+4. knowledge rules name the pattern and ground it (paper tables, docs, issues) — they
+   explain findings, never create them;
+5. a fix — a libcst patch of the wasteful script when the change is mechanical, guidance
+   otherwise (fix.py).
+
+A finding whose diagnosis fails for an unexpected reason keeps its measurement and gets a
+root cause of kind "unknown" with the reason: one broken diagnosis must not hide the
+other findings (the error is kept in `root_cause["error"]`).
+
+root_cause = {"kind": "config" | "api-argument" | "global-flag" | "env" | "code" | "unknown",
+              "variable", "values": {"a", "b"}, "file", "line", "code",
+              "origins": {"a": {...}, "b": {...}}, "key_variable": {...},
+              "data_flow": [hop, ...], "rule": {...} | None, "library_default": bool}
+fix = {"summary", "patch" (unified diff text or None), "file", "base_dir", "snippet"}
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from dataclasses import dataclass
+
+import libcst as cst
+from magneton.diagnose.dataflow import Origin, Span, is_user_file, source_index, user_files
+from magneton.diagnose.divergence import Divergence, find_divergence
+from magneton.diagnose.fix import (
+    add_keyword,
+    extend_to_end,
+    make_patch,
+    port_statements,
+    replace_value,
+    statement_block,
+)
+from magneton.diagnose.keyvar import (
+    KeyVariable,
+    SideInfo,
+    SitePlan,
+    analyze_site,
+    merge_watches,
+    native_key_variable,
+    plan_site,
+    python_key_variable,
+    run_rerun,
+)
+from magneton.graphdb.model import DiffResult, Finding, Profile
+from magneton.graphdb.paths import IGNORED_OPS
+from magneton.knowledge.base import KnowledgeBase, default_knowledge
+from magneton.knowledge.match import RuleMatch, SideFacts, match_rules
+
+
+@dataclass
+class _Runs:
+    a: Profile
+    b: Profile
+
+
+def _sha256(path: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _script_unchanged(p: Profile) -> bool:
+    s = p.run.script
+    if not s or not os.path.isfile(s):
+        return False
+    want = p.run.script_sha256 or p.config.get("script.sha256", "")
+    return not want or _sha256(s) == want
+
+
+def side_facts(p: Profile, ops: list[int]) -> SideFacts:
+    facts = SideFacts()
+    for i in ops:
+        op = p.ops[i]
+        if op.name in IGNORED_OPS:
+            continue
+        facts.ops.append(op.name)
+        if op.api:
+            facts.apis.append(op.api)
+        facts.call_paths.extend(op.call_paths)
+        facts.kernels.extend(p.kernels[k].name for k in op.kernels)
+        facts.devices.add(op.device)
+    return facts
+
+
+def _side_info(name: str, p: Profile, op: int | None) -> SideInfo:
+    frames = []
+    if op is not None:
+        frames = [
+            (p.frames[i].file, p.frames[i].line, p.frames[i].function) for i in p.ops[op].frames
+        ]
+    return SideInfo(
+        name=name,
+        run=p.run.name,
+        script=p.run.script,
+        entry=p.run.entry or "main",
+        setup=p.run.setup or "setup",
+        config=p.config,
+        files=user_files(p.run.script),
+        frames=frames,
+        script_unchanged=_script_unchanged(p),
+    )
+
+
+def _user_lines(p: Profile, ops: list[int]) -> list[int]:
+    """Lines of the user's script that issued the region's (non-bookkeeping) operators."""
+    lines = []
+    script = p.run.script
+    for i in ops:
+        op = p.ops[i]
+        if op.name in IGNORED_OPS:
+            continue
+        for fi in reversed(op.frames):
+            fr = p.frames[fi]
+            if os.path.realpath(fr.file) == os.path.realpath(script):
+                lines.append(fr.line)
+                break
+    return sorted(set(lines))
+
+
+def _is_python_decision(div: Divergence, runs: _Runs) -> bool:
+    """The first difference is a Python frame, or the first aten op entered from Python
+    (the same line called a different API): a decision made in Python at the site."""
+    if div.level == "python":
+        return True
+    if div.level != "dispatch" or div.op_a is None or div.op_b is None:
+        return False
+    na = len(runs.a.ops[div.op_a].frames)
+    nb = len(runs.b.ops[div.op_b].frames)
+    return div.common <= min(na, nb)
+
+
+def _site_is_user(div: Divergence, runs: _Runs) -> bool:
+    """The choice was made by *different user code* on the two sides (API misuse):
+    the site is in the users' scripts and the two sites are different files or
+    statements. The same user helper module branching differently is analysed like
+    library code (which branch, steered by what)."""
+    sa, sb = div.site_a, div.site_b
+    user = bool(
+        (sa and is_user_file(sa["file"], runs.a.run.script))
+        or (sb and is_user_file(sb["file"], runs.b.run.script))
+    )
+    if not user:
+        return False
+    if not sa or not sb:
+        return True
+    same_place = os.path.realpath(sa["file"]) == os.path.realpath(sb["file"])
+    return not (same_place and (sa.get("branch") or sa.get("code") == sb.get("code")))
+
+
+def _code_origin(p: Profile, ops: list[int], side: str) -> Origin | None:
+    lines = _user_lines(p, ops)
+    if not lines:
+        return None
+    block = statement_block(p.run.script, lines)
+    if block is None:
+        idx = source_index(p.run.script)
+        ln = lines[0]
+        return Origin(
+            kind="code",
+            variable=idx.line_text(ln) if idx else "",
+            file=p.run.script,
+            line=ln,
+            code=idx.line_text(ln) if idx else "",
+        )
+    first, last = block.lines()
+    return Origin(
+        kind="code",
+        variable=block.idx.line_text(first),
+        file=p.run.script,
+        line=first,
+        code=block.code().strip(),
+        note=f"lines {first}-{last}" if last != first else "",
+    )
+
+
+def _literal_code(value: str | None) -> str | None:
+    """A snapshot/observed value as Python source: 'True' → True, "'x'" → 'x', '4' → 4."""
+    if value is None:
+        return None
+    try:
+        node = cst.parse_expression(value)
+    except cst.ParserSyntaxError:
+        return repr(value)
+    if isinstance(node, (cst.Name, cst.SimpleString, cst.Integer, cst.Float, cst.UnaryOperation)):
+        return value
+    return repr(value)
+
+
+def _rel(path: str | None, base: str) -> str:
+    if not path:
+        return ""
+    try:
+        rel = os.path.relpath(path, base)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def _make_fix(
+    finding: Finding,
+    kv: KeyVariable | None,
+    origins: dict[str, Origin | None],
+    runs: _Runs,
+    rule: RuleMatch | None,
+    kind: str,
+) -> dict:
+    w = finding.wasteful
+    e = "b" if w == "a" else "a"
+    pw = runs.a if w == "a" else runs.b
+    pe = runs.b if w == "a" else runs.a
+    base = os.path.dirname(pw.run.script) if pw.run.script else ""
+    ow, oe = origins.get(w), origins.get(e)
+    fix: dict = {"summary": "", "patch": None, "file": None, "base_dir": base or None}
+    rule_text = ""
+    if rule is not None:
+        eff_value = None
+        if kv is not None and kv.values.get(e):
+            eff_value = kv.values[e]
+        rule_text = rule.rule.render_fix(
+            efficient_value=eff_value if rule.rule.efficient_value is None else None,
+            knob=kv.knob.key if kv is not None and kv.knob is not None else None,
+        )
+    if not _script_unchanged(pw):
+        fix["summary"] = (
+            f"{os.path.basename(pw.run.script or '?')} changed since it was recorded; "
+            "re-record it to get a patch. " + rule_text
+        ).strip()
+        return fix
+    if kind in ("config", "api-argument", "global-flag") and ow is not None:
+        new_code = None
+        if oe is not None and oe.value is not None and oe.span is not None:
+            new_code = oe.value
+        elif kv is not None:
+            new_code = _literal_code(kv.values.get(e))
+        if rule is not None and rule.rule.efficient_value is not None and new_code is None:
+            new_code = _literal_code(rule.rule.efficient_value)
+        patched = None
+        where = ""
+        if ow.span is not None and ow.file and is_user_file(ow.file, pw.run.script) and new_code:
+            patched = replace_value(ow.file, ow.span, new_code)
+            fix["file"] = _rel(ow.file, base)
+            where = f"{_rel(ow.file, base)}:{ow.line}"
+            fix["summary"] = (
+                f"In {where} change {ow.variable} from {ow.value} to {new_code} "
+                f"(the value the efficient run used)."
+            )
+        elif ow.library_default and ow.insert and new_code:
+            ins = ow.insert
+            patched = add_keyword(ins["file"], Span(*ins["span"]), ins["keyword"], new_code)
+            fix["file"] = _rel(ins["file"], base)
+            where = f"{_rel(ins['file'], base)}:{ins['line']}"
+            fix["summary"] = (
+                f"{ow.variable} is the library default {ow.value} "
+                f"({_rel(ow.file, base)}:{ow.line}); pass {ins['keyword']}={new_code} "
+                f"where the script builds it ({where})."
+            )
+        elif kind == "global-flag" and kv is not None and kv.knob is not None:
+            fix["summary"] = (
+                f"{kv.knob.key} is {kv.values.get(w)} in the wasteful run and "
+                f"{kv.values.get(e)} in the efficient one, but the script does not set it; "
+                f"set it explicitly (e.g. {kv.knob.key} = {new_code})."
+            )
+        if patched is not None:
+            p = make_patch(fix_file_abs(fix, base), base, patched)
+            fix["patch"] = p.diff() if p else None
+        if rule_text:
+            fix["summary"] = (fix["summary"] + " " + rule_text).strip()
+        if not fix["summary"]:
+            fix["summary"] = rule_text or "Use the efficient run's setting."
+        return fix
+    if kind == "env":
+        var = (ow.env_var if ow else None) or (ow.variable if ow else "")
+        eff = (oe.value if oe else None) or (kv.values.get(e) if kv else None)
+        fix["summary"] = (
+            f"Run with {var}={eff} as the efficient run did (it was "
+            f"{(ow.value if ow else None) or '(unset)'})." + (" " + rule_text if rule_text else "")
+        ).strip()
+        if ow is not None and ow.span is not None and ow.file and eff is not None:
+            patched = replace_value(ow.file, ow.span, _literal_code(eff) or repr(eff))
+            if patched is not None:
+                fix["file"] = _rel(ow.file, base)
+                p = make_patch(ow.file, base, patched)
+                fix["patch"] = p.diff() if p else None
+        return fix
+    if kind == "code":
+        lines_w = _user_lines(pw, finding.region_a.ops if w == "a" else finding.region_b.ops)
+        lines_e = _user_lines(pe, finding.region_b.ops if w == "a" else finding.region_a.ops)
+        bw = statement_block(pw.run.script, lines_w) if lines_w else None
+        be = statement_block(pe.run.script, lines_e) if lines_e else None
+        if bw is not None and be is not None:
+            port = port_statements(bw, be)
+            if port.text is None:
+                # the matcher may cut one computation into several findings, so the
+                # region's statements alone can miss the code that produces the
+                # returned value; retry with both blocks extended to the end of their
+                # block (the rest of the computation, up to its return)
+                for xw, xe in (
+                    (extend_to_end(bw), extend_to_end(be)),
+                    (extend_to_end(bw, whole=True), extend_to_end(be, whole=True)),
+                ):
+                    retry = port_statements(xw, xe)
+                    if retry.text is not None:
+                        port, bw, be = retry, xw, xe
+                        break
+            fix["snippet"] = port.snippet.strip()
+            fw, lw = bw.lines()
+            where = f"{_rel(pw.run.script, base)}:{fw}" + (f"-{lw}" if lw != fw else "")
+            if port.text is not None:
+                p = make_patch(pw.run.script, base, port.text)
+                fix["patch"] = p.diff() if p else None
+                fix["file"] = _rel(pw.run.script, base)
+                fe_, le_ = be.lines()
+                fix["summary"] = (
+                    f"Replace {where} with the efficient side's code "
+                    f"({os.path.basename(pe.run.script)}:{fe_}"
+                    + (f"-{le_}" if le_ != fe_ else "")
+                    + ")"
+                    + (f"; {port.reason}" if port.reason else "")
+                    + "."
+                )
+            else:
+                fix["summary"] = (
+                    f"Rewrite {where} like the efficient side "
+                    f"({os.path.basename(pe.run.script)}:{be.lines()[0]}); not ported "
+                    f"automatically: {port.reason}."
+                )
+        else:
+            fix["summary"] = "Use the efficient side's implementation of this region."
+        if rule_text:
+            fix["summary"] += " " + rule_text
+        return fix
+    if div_same_everything(finding):
+        fix["summary"] = (
+            "Nothing to change: the two sides do the same thing here; re-record both runs "
+            "with a larger --repeat to see whether the difference persists."
+        )
+        return fix
+    fix["summary"] = rule_text or "No mechanical fix: compare the two sides' code for this region."
+    return fix
+
+
+def div_same_everything(finding: Finding) -> bool:
+    d = finding.divergence or {}
+    return (d.get("a") or {}).get("kind") == "args" and not (d.get("a") or {}).get("diff")
+
+
+def fix_file_abs(fix: dict, base: str) -> str:
+    f = fix.get("file") or ""
+    return f if os.path.isabs(f) else os.path.join(base, f)
+
+
+def _category(kind: str, div: Divergence | None, rule: RuleMatch | None) -> str | None:
+    if rule is not None:
+        return rule.rule.category
+    if div is not None and (div.a.get("kind") == "none" or div.b.get("kind") == "none"):
+        return "redundant"
+    if kind == "code":
+        return "api-misuse"
+    if kind == "unknown":
+        return None
+    return "misconfiguration"
+
+
+def _values(kv: KeyVariable | None, origins: dict[str, Origin | None]) -> dict[str, str | None]:
+    oa, ob = origins.get("a"), origins.get("b")
+    if oa is not None and ob is not None and oa.value is not None and ob.value is not None:
+        if oa.value != ob.value:
+            return {"a": oa.value, "b": ob.value}
+    if kv is not None and kv.values:
+        return {"a": kv.values.get("a"), "b": kv.values.get("b")}
+    return {"a": oa.value if oa else None, "b": ob.value if ob else None}
+
+
+def _explaining_rules(
+    matches: list[RuleMatch],
+    kv: KeyVariable | None,
+    origin: Origin | None,
+    kind: str,
+    kb: KnowledgeBase,
+) -> list[RuleMatch]:
+    """Rules that can explain this finding, best first.
+
+    A rule tied to a knob explains a finding only when that knob is the key variable:
+    matching evidence alone (e.g. "same kernels on both sides") must not blame a thread
+    count that is identical in both runs. Knob-free rules (API patterns) always may.
+    """
+    knob = None
+    if kv is not None and kv.knob is not None:
+        knob = kv.knob.key
+    elif origin is not None and origin.kind in ("config", "api-argument"):
+        k = kb.knob_for_attribute(origin.variable)
+        knob = k.key if k else None
+    keep = [m for m in matches if m.rule.knob is None or (knob and m.rule.knob == knob)]
+    keep.sort(key=lambda m: (m.rule.knob is None, -m.score, m.rule.id))
+    return keep
+
+
+class Diagnoser:
+    """Diagnoses the findings of one pair of runs; caches per deviation site, so the
+    findings of repeated layers (one per transformer block) cost one re-run."""
+
+    def __init__(
+        self,
+        db,
+        result: DiffResult,
+        *,
+        rerun: bool = True,
+        kb: KnowledgeBase | None = None,
+        profiles: tuple[Profile, Profile] | None = None,
+    ):
+        self.db = db
+        self.result = result
+        self.rerun = rerun
+        self.kb = kb or default_knowledge()
+        if profiles is None:
+            profiles = (db.load_profile(result.a.run), db.load_profile(result.b.run))
+        self.runs = _Runs(*profiles)
+        self._kv_cache: dict[tuple, KeyVariable] = {}
+        self._divs: dict[int, Divergence | None] = {}
+        self.timings: dict[str, float] = {}
+        self.rerun_info: dict = {}
+
+    def diagnose_all(self, findings: list[Finding]) -> None:
+        """Diagnose every finding with at most one re-run of each script.
+
+        Divergences come first; every Python deviation site contributes its watch
+        points, both scripts are re-run once with all of them, then each finding is
+        analysed. (A re-run costs seconds — importing transformers alone — so one per
+        site would multiply that by the number of distinct sites.)
+        """
+        t0 = time.perf_counter()
+        plans: dict[tuple, tuple[SitePlan | KeyVariable, dict[str, SideInfo]]] = {}
+        for f in findings:
+            try:
+                div = find_divergence(
+                    self.db, f, self.result.a.run, self.result.b.run, self.runs.a, self.runs.b
+                )
+            except Exception:  # diagnose() recomputes it and records the error
+                continue
+            self._divs[f.id] = div
+            if div is None or div.site_a is None:
+                continue
+            if _is_python_decision(div, self.runs) and not _site_is_user(div, self.runs):
+                key = ("py", div.site_a["file"], div.site_a["line"])
+                if key not in plans:
+                    sides = {
+                        "a": _side_info("a", self.runs.a, div.op_a),
+                        "b": _side_info("b", self.runs.b, div.op_b),
+                    }
+                    plans[key] = (plan_site(div.site_a, sides, self.kb), sides)
+        real = [p for p, _ in plans.values() if isinstance(p, SitePlan)]
+        self.timings["prepare"] = round(time.perf_counter() - t0, 3)
+        if real:
+            sides = next(sd for p, sd in plans.values() if isinstance(p, SitePlan))
+            results, info = run_rerun(sides, merge_watches(real), self.rerun)
+            self.rerun_info = info
+            for key, (plan, sd) in plans.items():
+                self._kv_cache[key] = (
+                    analyze_site(plan, sd, self.kb, results, info)
+                    if isinstance(plan, SitePlan)
+                    else plan
+                )
+        for f in findings:
+            self.diagnose(f)
+
+    def diagnose(self, finding: Finding) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._diagnose(finding)
+        except Exception as e:  # keep the finding; say why its diagnosis is missing
+            finding.root_cause = {
+                "kind": "unknown",
+                "variable": None,
+                "values": {"a": None, "b": None},
+                "file": None,
+                "line": None,
+                "error": f"{type(e).__name__}: {e}",
+                "traceback": traceback.format_exc(limit=4),
+            }
+            finding.category = finding.category or "misconfiguration"
+            finding.fix = {"summary": "diagnosis failed; see root_cause.error", "patch": None}
+        self.timings[str(finding.id)] = round(time.perf_counter() - t0, 3)
+
+    def _diagnose(self, finding: Finding) -> None:
+        runs = self.runs
+        if finding.id in self._divs:
+            div = self._divs[finding.id]
+        else:
+            div = find_divergence(
+                self.db, finding, self.result.a.run, self.result.b.run, runs.a, runs.b
+            )
+        finding.divergence = div.to_json() if div is not None else None
+        w = finding.wasteful
+        facts_a = side_facts(runs.a, finding.region_a.ops)
+        facts_b = side_facts(runs.b, finding.region_b.ops)
+        fw, fe = (facts_a, facts_b) if w == "a" else (facts_b, facts_a)
+        matches = match_rules(self.kb, fw, fe, level=div.level if div else None)
+        sides = {
+            "a": _side_info("a", runs.a, div.op_a if div else None),
+            "b": _side_info("b", runs.b, div.op_b if div else None),
+        }
+        kv: KeyVariable | None = None
+        origins: dict[str, Origin | None] = {}
+        kind = "unknown"
+        if div is None:
+            pass
+        elif _is_python_decision(div, runs) and _site_is_user(div, runs):
+            kind = "code"
+            origins = {
+                "a": _code_origin(runs.a, finding.region_a.ops, "a"),
+                "b": _code_origin(runs.b, finding.region_b.ops, "b"),
+            }
+        elif _is_python_decision(div, runs) and div.site_a is not None:
+            key = ("py", div.site_a["file"], div.site_a["line"])
+            kv = self._kv_cache.get(key)
+            if kv is None:
+                kv = python_key_variable(div.site_a, sides, self.kb, rerun=self.rerun)
+                self._kv_cache[key] = kv
+            origins = kv.origins
+            ow = origins.get(w)
+            kind = ow.kind if ow is not None else "unknown"
+        else:
+            knob_keys = [m.rule.knob for m in matches if m.rule.knob]
+            knobs = [self.kb.knob(k) for k in knob_keys if self.kb.knob(k) is not None]
+            key = ("native", div.level, tuple(k.key for k in knobs))
+            kv = self._kv_cache.get(key)
+            if kv is None:
+                kv = native_key_variable(knobs, sides, self.kb, level=div.level)
+                self._kv_cache[key] = kv
+            origins = kv.origins
+            ow = origins.get(w)
+            if ow is not None:
+                kind = ow.kind
+            elif div.a.get("kind") == "args" and div.a.get("diff"):
+                kind = "code"
+                origins = {
+                    "a": _code_origin(runs.a, finding.region_a.ops, "a"),
+                    "b": _code_origin(runs.b, finding.region_b.ops, "b"),
+                }
+        matches = _explaining_rules(matches, kv, origins.get(w), kind, self.kb)
+        best = matches[0] if matches else None
+        finding.category = _category(kind, div, best)
+        ow = origins.get(w)
+        finding.root_cause = {
+            "kind": kind,
+            "variable": ow.variable if ow else (kv.expr if kv else None),
+            "values": _values(kv, origins),
+            "file": ow.file if ow else None,
+            "line": ow.line if ow else None,
+            "code": ow.code if ow else None,
+            "library_default": bool(ow.library_default) if ow else False,
+            "origins": {s: (o.to_json() if o else None) for s, o in origins.items()},
+            "key_variable": kv.to_json() if kv else None,
+            "data_flow": [h.to_json() for h in kv.flow.hops] if kv and kv.flow else [],
+            "rule": best.to_json() if best else None,
+            "rules": [m.rule.id for m in matches],
+        }
+        if kv is not None and kv.flow is not None and kv.flow.unresolved:
+            finding.root_cause["unresolved"] = kv.flow.unresolved
+        if kv is not None and kv.note:
+            finding.root_cause["note"] = kv.note
+        same_everything = (
+            div is not None
+            and div.a.get("kind") == "args"
+            and not div.a.get("diff")
+            and kind == "unknown"
+        )
+        if same_everything:
+            finding.root_cause["note"] = (
+                "both sides ran the same kernels, reached the same way, with the same "
+                "arguments, and no recorded setting that affects such kernels differs: "
+                "nothing in the programs explains this difference (measurement noise or "
+                "contention; re-record with a larger --repeat to check)"
+            )
+        finding.fix = _make_fix(finding, kv, origins, runs, best, kind)
+        if best is not None:
+            finding.fix["rule"] = best.rule.id
+            finding.fix["references"] = list(best.rule.references)
+
+
+def diagnose_result(
+    db,
+    result: DiffResult,
+    *,
+    rerun: bool = True,
+    profiles: tuple[Profile, Profile] | None = None,
+) -> DiffResult:
+    """Fill category, divergence, root_cause and fix of every finding (in place; returned).
+
+    `profiles`: the two runs' profiles when the caller already loaded them (diff_runs
+    has), to skip loading them again. `rerun=False` skips the key-variable re-run.
+    """
+    if not result.findings:
+        return result
+    d = Diagnoser(db, result, rerun=rerun, profiles=profiles)
+    d.diagnose_all(result.findings)
+    if not getattr(db, "read_only", True):
+        # the DB copy of the rules is for users' Cypher; diagnosis never depends on it
+        from magneton.graphdb.rules import link_explanations, save_diagnosis, store_knowledge
+
+        store_knowledge(db, d.kb)
+        link_explanations(db, result)
+        save_diagnosis(db, result)
+    return result
+
+
+def describe_finding(f: Finding) -> list[str]:
+    """Human lines for a diagnosed finding (for `magneton diff`'s table and reports)."""
+    rc = f.root_cause
+    if not rc:
+        return []
+    lines = []
+    where = ""
+    if rc.get("file"):
+        where = f" at {os.path.basename(rc['file'])}:{rc.get('line')}"
+    vals = rc.get("values") or {}
+    kind = rc.get("kind")
+    if kind == "code":
+        lines.append(f"{f.category or '-'}: the two sides call different code{where}")
+    elif kind == "unknown":
+        lines.append(
+            f"cause unknown: {rc.get('note') or rc.get('error') or rc.get('unresolved') or ''}"
+        )
+    else:
+        lines.append(
+            f"{f.category or '-'}: {kind} {rc.get('variable')} = {vals.get('a')} (a) vs "
+            f"{vals.get('b')} (b){where}"
+        )
+    div = f.divergence or {}
+    if div:
+
+        def el(e: dict) -> str:
+            if e.get("kind") == "frame":
+                return (
+                    f"{os.path.basename(e.get('file') or '')}:{e.get('line')} {e.get('function')}"
+                )
+            return e.get("name") or e.get("kind", "")
+
+        lines.append(
+            f"diverges ({div.get('level')}): {el(div.get('a') or {})} vs {el(div.get('b') or {})}"
+        )
+    rule = rc.get("rule")
+    if rule:
+        lines.append(f"rule {rule['id']}: {rule['title']} [{', '.join(rule['references'])}]")
+    fix = f.fix or {}
+    if fix.get("summary"):
+        lines.append(
+            "fix: "
+            + fix["summary"]
+            + (" (patch: magneton export-patch)" if fix.get("patch") else "")
+        )
+    return lines

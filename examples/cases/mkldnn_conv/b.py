@@ -1,0 +1,30 @@
+"""A two-convolution stack with oneDNN (MKLDNN) enabled (the default, set explicitly).
+
+Pair: a.py sets torch.backends.mkldnn.enabled = False.
+The efficient side of the pair; see a.py for the expected diagnosis.
+"""
+
+import torch
+from torch import nn
+
+torch.backends.mkldnn.enabled = True
+
+
+def setup():
+    torch.manual_seed(0)
+    # one intra-op thread on both sides: on a small shared CI machine a multi-threaded
+    # oneDNN kernel waits at its barriers whenever a worker is descheduled, which buries
+    # the ~1.8x thnn/oneDNN difference in noise; the same setting on both sides
+    torch.set_num_threads(1)
+    model = nn.Sequential(
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(64, 64, 3, padding=1),
+    ).eval()
+    x = torch.randn(8, 32, 32, 32)
+    return model, x
+
+
+def main(model, x):
+    with torch.no_grad():
+        return model(x)

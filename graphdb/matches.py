@@ -1,0 +1,190 @@
+"""Store and load differential-matching results (`magneton diff`) in the Kùzu DB.
+
+One diff of an ordered run pair (a, b) is a `Diff` node, its region pairs are
+`MatchedRegion` nodes linked to the operators of both runs by `IN_REGION {side}` rels,
+and its findings are `DiffFinding` nodes with `FLAGS` rels to their regions, so Cypher
+can ask "which matched region costs most" or "which finding contains this operator":
+
+    MATCH (m:MatchedRegion {run_a: 'a', run_b: 'b'})
+    RETURN m.region, m.energy_a_j, m.energy_b_j ORDER BY m.energy_a_j DESC LIMIT 5
+
+Choices and the failures they prevent:
+- Re-running a diff replaces the stored one (delete, then one bulk COPY per table), so
+  a pair never has two conflicting results.
+- The full result is also kept as JSON on the `Diff` node: `load_diff` rebuilds exactly
+  what `diff_runs` returned (regions' tensors included) without re-matching, and the
+  per-table columns exist for Cypher, not as the only copy.
+- A diff whose runs were deleted or re-recorded since (the runs' `started_at` changed)
+  is stale: `load_diff` returns None rather than results about other data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+from typing import Any
+
+from .model import DiffResult, Finding, Region, RunSummary
+
+
+def diff_uid(a: str, b: str) -> str:
+    """Unique key of an ordered run pair (the length prefix keeps "a|b"+"c" ≠ "a"+"b|c")."""
+    return f"{len(a)}:{a}|{b}"
+
+
+def _started(db: Any, run: str) -> str:
+    rows = db.query("MATCH (r:Run {name: $n}) RETURN r.started_at", {"n": run}).rows
+    return rows[0][0] if rows else ""
+
+
+def delete_diff(db: Any, a: str, b: str) -> None:
+    """Remove the stored diff of (a, b), if any."""
+    # Never DETACH DELETE: in Kùzu 0.11.3 it can lose rels of untouched runs (see
+    # ProfileDB.delete_where); that rewrites the DB without these rows instead.
+    pred = "{v}.run_a = $a AND {v}.run_b = $b"
+    db.delete_where(
+        nodes={t: pred for t in ("MatchedRegion", "DiffFinding", "Diff")},
+        params={"a": a, "b": b},
+    )
+
+
+def store_diff(
+    db: Any,
+    result: DiffResult,
+    regions: list[tuple[str, Region, Region]],
+    *,
+    tau: float,
+    finding_of_region: dict[int, int] | None = None,
+) -> None:
+    """Replace the stored diff of (result.a.run, result.b.run).
+
+    `regions` are (kind, region_a, region_b) in region-number order;
+    `finding_of_region` maps a region number to the id of the finding containing it.
+    """
+    a, b = result.a.run, result.b.run
+    uid = diff_uid(a, b)
+    finding_of_region = finding_of_region or {}
+    delete_diff(db, a, b)
+    db.bulk_insert(
+        "Diff",
+        [
+            {
+                "uid": uid,
+                "run_a": a,
+                "run_b": b,
+                "started_a": _started(db, a),
+                "started_b": _started(db, b),
+                "threshold": result.threshold,
+                "tau": tau,
+                "matched_pairs": result.matched_pairs,
+                "findings": len(result.findings),
+                "message": result.message,
+                "created_at": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+                "result_json": json.dumps(_result_dict(result, regions), separators=(",", ":")),
+            }
+        ],
+    )
+    region_rows, in_region = [], []
+    for k, (kind, ra, rb) in enumerate(regions):
+        ruid = f"{uid}|{k}"
+        region_rows.append(
+            {
+                "uid": ruid,
+                "run_a": a,
+                "run_b": b,
+                "region": k,
+                "kind": kind,
+                "energy_a_j": ra.energy_j,
+                "energy_b_j": rb.energy_j,
+                "time_a_s": ra.time_s,
+                "time_b_s": rb.time_s,
+                "ops_a": ra.ops,
+                "ops_b": rb.ops,
+                "inputs_a": ra.inputs,
+                "outputs_a": ra.outputs,
+                "inputs_b": rb.inputs,
+                "outputs_b": rb.outputs,
+                "finding": finding_of_region.get(k, -1),
+            }
+        )
+        in_region += [{"from": f"{a}/{o}", "to": ruid, "side": "a"} for o in ra.ops]
+        in_region += [{"from": f"{b}/{o}", "to": ruid, "side": "b"} for o in rb.ops]
+    db.bulk_insert("MatchedRegion", region_rows)
+    db.bulk_insert("IN_REGION", in_region)
+    finding_rows = []
+    for f in result.findings:
+        finding_rows.append(
+            {
+                "uid": f"{uid}|{f.id}",
+                "run_a": a,
+                "run_b": b,
+                "id": f.id,
+                "wasteful": f.wasteful,
+                "verdict": f.verdict,
+                "energy_a_j": f.region_a.energy_j,
+                "energy_b_j": f.region_b.energy_j,
+                "time_a_s": f.region_a.time_s,
+                "time_b_s": f.region_b.time_s,
+                "saving_j": f.saving_j,
+                "saving_share": f.saving_share,
+                "output_rel_diff": f.output_rel_diff,
+                "occurrences": f.occurrences,
+                "ops_a": f.ops_a,
+                "ops_b": f.ops_b,
+                "modules_a": f.modules_a,
+                "modules_b": f.modules_b,
+                "json": json.dumps(f.to_json(), separators=(",", ":")),
+            }
+        )
+    db.bulk_insert("DiffFinding", finding_rows)
+    db.bulk_insert(
+        "FLAGS",
+        [{"from": f"{uid}|{fid}", "to": f"{uid}|{k}"} for k, fid in finding_of_region.items()],
+    )
+
+
+def _result_dict(result: DiffResult, regions: list[tuple[str, Region, Region]]) -> dict:
+    return {
+        "result": dataclasses.asdict(result),
+        "regions": [
+            {"kind": kind, "a": dataclasses.asdict(ra), "b": dataclasses.asdict(rb)}
+            for kind, ra, rb in regions
+        ],
+    }
+
+
+def _finding(d: dict) -> Finding:
+    d = dict(d)
+    d["region_a"] = Region(**d["region_a"])
+    d["region_b"] = Region(**d["region_b"])
+    names = {f.name for f in dataclasses.fields(Finding)}
+    return Finding(**{k: v for k, v in d.items() if k in names})
+
+
+def load_diff(
+    db: Any, a: str, b: str
+) -> tuple[DiffResult, list[tuple[str, Region, Region]]] | None:
+    """The stored diff of (a, b) and its region pairs, or None when there is none or it
+    is stale (a run deleted or re-recorded since)."""
+    rows = db.query(
+        "MATCH (d:Diff {uid: $u}) RETURN d.started_a, d.started_b, d.result_json",
+        {"u": diff_uid(a, b)},
+    ).rows
+    if not rows:
+        return None
+    started_a, started_b, blob = rows[0]
+    if _started(db, a) != started_a or _started(db, b) != started_b:
+        return None
+    data = json.loads(blob)
+    r = data["result"]
+    result = DiffResult(
+        a=RunSummary(**r["a"]),
+        b=RunSummary(**r["b"]),
+        findings=[_finding(f) for f in r["findings"]],
+        matched_pairs=r["matched_pairs"],
+        threshold=r["threshold"],
+        message=r["message"],
+    )
+    regions = [(x["kind"], Region(**x["a"]), Region(**x["b"])) for x in data["regions"]]
+    return result, regions

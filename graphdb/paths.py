@@ -1,0 +1,152 @@
+"""Kernel call paths and their first divergence, as Cypher over a Magneton DB.
+
+Paper §4.3 (Algorithm 2): to explain why two matched regions cost different energy,
+compare only the paths that lead to kernels — Python frames (entry first), then the aten
+dispatch chain, then device kernels — and find the first element where they differ.
+Everything that does not reach a kernel is dropped before comparing: operators in
+`BOOKKEEPING_OPS` (allocations, views) and operators that launched nothing, and
+bookkeeping elements inside a chain. Otherwise the first "difference" would be an
+`aten::empty` or a view that changes no kernel — the noise the paper warns about.
+
+Frames of the two runs' own scripts compare by function name only (`py:<script>:main`):
+`a.py` and `b.py` are different files with different line numbers, and a difference in
+*what* the script line calls shows up one element later, as a different callee frame or
+dispatch op. Library frames compare by file, line and function.
+
+`DIVERGENCE_QUERY` computes, for every pair of kernel paths of the two regions, the length
+of their common prefix — in Cypher (`list_filter` over `range`, Kùzu lambdas) — so users can
+run the same query on saved profiles with `magneton query` (docs/diagnosis.md shows it).
+Kùzu refuses `ORDER BY` inside `WITH` without `LIMIT`, so frames are ordered by collecting
+zero-padded `depth|key` strings and sorting the list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .model import BOOKKEEPING_OPS
+
+_FRAME_KEY = (
+    "CASE WHEN {f}.file = {r}.script THEN 'py:<script>:' + {f}.function "
+    "ELSE 'py:' + {f}.file + ':' + CAST({f}.line AS STRING) + ':' + {f}.function END"
+)
+
+
+def _side(o: str, r: str, c: str, f: str, p: str, cp: str, run: str, ops: str, carry: str) -> str:
+    return f"""MATCH ({r}:Run {{name: ${run}}})-[:HAS_OP]->({o}:Operator)
+WHERE {o}.idx IN ${ops} AND NOT list_contains(bk, {o}.name)
+  AND EXISTS {{ MATCH ({o})-[:LAUNCHED]->(:Kernel) }}
+OPTIONAL MATCH ({o})-[{c}:CALLED_FROM]->({f}:Frame)
+WITH bk, {carry}{r}, {o},
+     collect(lpad(CAST({c}.depth AS STRING), 4, '0') + '|' + {_FRAME_KEY.format(f=f, r=r)}) AS keyed_{o}
+OPTIONAL MATCH ({o})-[l_{o}:LAUNCHED]->(k_{o}:Kernel)
+WITH bk, {carry}{o}, keyed_{o},
+     collect(lpad(CAST(l_{o}.launch_order AS STRING), 4, '0') + '|' + k_{o}.name) AS dev_{o}
+WITH bk, {carry}{o},
+     list_transform(list_sort(coalesce(keyed_{o}, [])), x -> substring(x, 6, size(x) - 5)) AS frames_{o},
+     list_transform(list_filter(list_sort(coalesce(dev_{o}, [])), x -> NOT x CONTAINS '|aten::'),
+                    x -> 'k:' + substring(x, 6, size(x) - 5)) AS devk_{o}
+UNWIND {o}.call_paths AS {cp}
+WITH DISTINCT bk, {carry}{o},
+     frames_{o}
+     + list_transform(list_filter(string_split({cp}, ' > '), x -> NOT list_contains(bk, x)),
+                      x -> 'at:' + x)
+     + devk_{o} AS {p}
+"""
+
+
+DIVERGENCE_QUERY = (
+    "WITH $bookkeeping AS bk\n"
+    + _side("oa", "ra", "ca", "fa", "pa", "cpa", "run_a", "ops_a", "")
+    + _side("ob", "rb", "cb", "fb", "pb", "cpb", "run_b", "ops_b", "oa, pa, ")
+    + """WITH oa, ob, pa, pb, CASE WHEN size(pa) < size(pb) THEN size(pa) ELSE size(pb) END AS n
+WITH oa, ob, pa, pb, n, list_filter(range(1, n), i -> pa[i] <> pb[i]) AS diff
+RETURN oa.idx AS op_a, ob.idx AS op_b, pa AS path_a, pb AS path_b,
+       CASE WHEN size(diff) = 0 THEN n ELSE diff[1] - 1 END AS common
+ORDER BY common DESC, op_a, op_b"""
+)
+"""Parameters: run_a, run_b (run names), ops_a, ops_b (op idx lists), bookkeeping (names).
+Rows: one per pair of kernel paths; `common` = elements shared before the first
+difference. Path elements are prefixed `py:` (frame), `at:` (aten op), `k:` (device kernel).
+"""
+
+KERNEL_PATHS_QUERY = (
+    "WITH $bookkeeping AS bk\n"
+    + _side("o", "r", "c", "f", "p", "cp", "run", "ops", "")
+    + "RETURN o.idx AS op, p AS path ORDER BY op"
+)
+"""One side only: the kernel paths of the given operators (parameters run, ops, bookkeeping)."""
+
+
+@dataclass(frozen=True)
+class PathPair:
+    op_a: int
+    op_b: int
+    path_a: tuple[str, ...]
+    path_b: tuple[str, ...]
+    common: int
+
+    @property
+    def identical(self) -> bool:
+        return self.path_a == self.path_b
+
+
+# Ops that move or write data. BOOKKEEPING_OPS may list them (matching treats layout
+# changes as transparent), but a copy is a real kernel that reads and writes the whole
+# tensor — the layout round trips and redundant copies of paper cases c2, c5 and c12 are
+# made of exactly these — so divergence analysis never drops them.
+DATA_MOVING_OPS = frozenset(
+    {
+        "aten::clone",
+        "aten::contiguous",
+        "aten::_to_copy",
+        "aten::to",
+        "aten::copy_",
+        "aten::fill_",
+        "aten::zero_",
+    }
+)
+
+IGNORED_OPS = BOOKKEEPING_OPS - DATA_MOVING_OPS
+"""What divergence analysis ignores: allocations, views and metadata-only ops."""
+
+
+def bookkeeping() -> list[str]:
+    return sorted(IGNORED_OPS)
+
+
+def path_pairs(db, run_a: str, run_b: str, ops_a: list[int], ops_b: list[int]) -> list[PathPair]:
+    """Every pair of kernel paths of the two regions with their common-prefix length.
+
+    Each side's paths come from `KERNEL_PATHS_QUERY`; the pairwise prefix comparison is
+    done here rather than with `DIVERGENCE_QUERY`: Kùzu 0.11.3 corrupts its heap on that
+    query's cross product when both regions have many operators (seen on a 12-layer vs
+    16-op `addmm` region pair: "double free or corruption"). The result is the same rows
+    the query returns, in the same order.
+    """
+    if not ops_a or not ops_b:
+        return []
+    paths_a = kernel_paths(db, run_a, ops_a)
+    paths_b = kernel_paths(db, run_b, ops_b)
+    pairs: set[PathPair] = set()
+    for oa, pas in paths_a.items():
+        for ob, pbs in paths_b.items():
+            for pa in pas:
+                for pb in pbs:
+                    n = min(len(pa), len(pb))
+                    common = next((i for i in range(n) if pa[i] != pb[i]), n)
+                    pairs.add(PathPair(oa, ob, pa, pb, common))
+    return sorted(pairs, key=lambda r: (-r.common, r.op_a, r.op_b, r.path_a, r.path_b))
+
+
+def kernel_paths(db, run: str, ops: list[int]) -> dict[int, list[tuple[str, ...]]]:
+    """op idx → its kernel paths (ops that launched nothing are absent)."""
+    if not ops:
+        return {}
+    res = db.query(
+        KERNEL_PATHS_QUERY, {"run": run, "ops": [int(i) for i in ops], "bookkeeping": bookkeeping()}
+    )
+    out: dict[int, list[tuple[str, ...]]] = {}
+    for op, path in res.rows:
+        out.setdefault(int(op), []).append(tuple(path))
+    return out

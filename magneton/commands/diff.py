@@ -1,0 +1,155 @@
+"""`magneton diff --db DIR A B [--json] [--threshold X]`: match two runs by the values
+they compute and rank the regions where one spends more energy.
+
+The DB is opened read-write because the result is stored (re-running replaces it) for
+Cypher, reports and the TUI. `--json` prints exactly `DiffResult.to_json()`. A diff that
+finds nothing comparable prints its message and exits 0 (see diagnose/diff.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from magneton.graphdb.model import DiffResult, Finding, RunSummary
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "diff",
+        help="match two runs and rank the regions where one wastes energy",
+        description=(
+            "Match the operator graphs of runs A and B by the values flowing through them "
+            "(layout-invariant tensor summaries + dominator-tree subgraph matching), then flag "
+            "matched regions whose energy differs by at least the threshold. The result is "
+            "stored in the DB (replacing an earlier diff of A and B)."
+        ),
+    )
+    p.add_argument("--db", required=True, help="profile DB directory")
+    p.add_argument("a", help="run A")
+    p.add_argument("b", help="run B")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=0.10,
+        help="flag regions whose energies differ by at least this fraction of the larger "
+        "side (default 0.10; 0.05 at the lowest)",
+    )
+    p.add_argument("--json", action="store_true", help="print DiffResult JSON instead of a table")
+    p.add_argument(
+        "--no-rerun",
+        action="store_true",
+        help="diagnose from the stored profiles only (no line-traced re-run of the scripts)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from magneton.diagnose.detect import check_threshold
+    from magneton.diagnose.diff import diff_runs
+    from magneton.graphdb import open_db
+
+    from magneton.diagnose.ranks import diff_jobs, is_multirank
+    from magneton.diagnose.rootcause import describe_finding
+
+    check_threshold(args.threshold)
+    with open_db(args.db, create=False) as db:
+        # torch.distributed jobs are stored as NAME/rank0, NAME/rank1, ...
+        if not db.has_run(args.a) and is_multirank(db, args.a):
+            result = diff_jobs(db, args.a, args.b, threshold=args.threshold)
+        else:
+            result = diff_runs(
+                db, args.a, args.b, threshold=args.threshold, rerun=not args.no_rerun
+            )
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+        return 0
+    print_result(result)
+    for f in result.findings:
+        for line in describe_finding(f):
+            print(line)
+    return 0
+
+
+def energy_line(s: RunSummary, side: str) -> str:
+    method = s.energy_method or "unknown method"
+    source = f", {s.power_source}" if s.power_source else ""
+    return f"{side} = '{s.run}': {s.energy_j:.4g} J/call, {s.time_s * 1e3:.3g} ms/call ({method}{source})"
+
+
+def abbreviate(ops: list[str], occurrences: int = 1, limit: int = 6) -> str:
+    """`mul pow mul add … (+4) ×2`: one occurrence's operators, aliasing ops (view,
+    transpose...) left out unless that is all there is, ×N when folded."""
+    from magneton.diagnose.match import FREE_OPS
+
+    if not ops:
+        return "(nothing)"
+    per = len(ops) // occurrences if occurrences > 1 and len(ops) % occurrences == 0 else len(ops)
+    one = ops[:per]
+    shown = [o for o in one if o not in FREE_OPS] or one
+    names = [o.removeprefix("aten::") for o in shown]
+    text = " ".join(names[:limit])
+    if len(names) > limit:
+        text += f" … (+{len(names) - limit})"
+    if occurrences > 1:
+        text += f" ×{occurrences}"
+    return text
+
+
+def _ratio(f: Finding) -> str:
+    ea, eb = f.region_a.energy_j, f.region_b.energy_j
+    lo, hi = min(ea, eb), max(ea, eb)
+    return f"{hi / lo:.2f}×" if lo > 0 else "∞"
+
+
+def print_result(result: DiffResult) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:  # piped or logged: do not fold op lists at 80 columns
+        console = Console(width=max(console.width, 140))
+    console.print("energy: " + energy_line(result.a, "a") + "; " + energy_line(result.b, "b"))
+    if result.message:
+        console.print(result.message)
+        return
+    if not result.findings:
+        console.print(
+            f"{result.matched_pairs} matched region pairs; none differs in energy by "
+            f"≥{result.threshold:.0%} of the larger side (regions under 0.1% of a run ignored)"
+        )
+        return
+    table = Table(
+        title=(
+            f"{len(result.findings)} finding(s) among {result.matched_pairs} matched region pairs "
+            f"(threshold {result.threshold:.0%})"
+        )
+    )
+    table.add_column("id", justify="right")
+    table.add_column("verdict")
+    table.add_column("ops a", overflow="fold")
+    table.add_column("ops b", overflow="fold")
+    table.add_column("J a", justify="right")
+    table.add_column("J b", justify="right")
+    table.add_column("ms a", justify="right")
+    table.add_column("ms b", justify="right")
+    table.add_column("ratio", justify="right")
+    table.add_column("saving", justify="right")
+    for f in result.findings:
+        verdict = "[red]waste[/]" if f.verdict == "waste" else "[yellow]trade-off[/]"
+        mark_a = " ◀" if f.wasteful == "a" else ""
+        mark_b = " ◀" if f.wasteful == "b" else ""
+        table.add_row(
+            str(f.id),
+            verdict,
+            abbreviate(f.ops_a, f.occurrences) + mark_a,
+            abbreviate(f.ops_b, f.occurrences) + mark_b,
+            f"{f.region_a.energy_j:.3g}",
+            f"{f.region_b.energy_j:.3g}",
+            f"{f.region_a.time_s * 1e3:.3g}",
+            f"{f.region_b.time_s * 1e3:.3g}",
+            _ratio(f),
+            f"{f.saving_share:.1%} of {f.wasteful}",
+        )
+    console.print(table)
+    console.print("◀ = the side that spends more; saving = its share of that run's energy")

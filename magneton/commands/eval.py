@@ -1,0 +1,306 @@
+"""`magneton eval CASES_DIR [--json] [--db DIR] [--case NAME ...]`: the diagnosis case suite.
+
+Each case is a directory with `a.py` and `b.py` (same task, two implementations, each with
+`setup()` and `main(*setup())`) and `expect.toml` (what a correct diagnosis says). For each
+case: record both scripts (each in its own `magneton record` process — scripts set global
+flags at import, which must not leak from one recording into the next), diff, diagnose,
+and compare with the expectation. Prints a table like the paper's Table 2: case,
+diagnosed ✓/✗ (with the first failed check), end-to-end energy and time difference,
+category and root cause.
+
+expect.toml keys: `finding` (bool: must a finding cover `region_ops`?), `region_ops`
+(operator names or APIs; the relevant finding's regions contain one of them),
+`wasteful` ("a", "b" or "either"), `category`, `kind` (root-cause kind), `variable`,
+`file` (basename of the origin), `line_contains` (text of the origin line), `rule`,
+`divergence_level`, `patch` (bool: a patch is expected).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from magneton.graphdb.model import MagnetonError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="record, diff and diagnose every case of a case suite; print a Table-2 summary",
+        description=(
+            "For every case directory (a.py, b.py, expect.toml) under CASES_DIR: record both "
+            "scripts, diff them, diagnose the findings and check the diagnosis against "
+            "expect.toml."
+        ),
+    )
+    p.add_argument("cases", help="directory of case directories (e.g. examples/cases)")
+    p.add_argument("--db", help="DB directory to keep the recordings (default: a temp dir)")
+    p.add_argument("--case", action="append", help="only this case (repeatable)")
+    p.add_argument("--repeat", type=int, default=3, help="timed calls per recording (default 3)")
+    p.add_argument("--no-rerun", action="store_true", help="diagnose without re-running scripts")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.set_defaults(func=run)
+
+
+@dataclass
+class CaseResult:
+    case: str
+    diagnosed: bool
+    reason: str = ""
+    energy_diff: float | None = None  # (E_wasteful - E_efficient) / E_wasteful, end to end
+    time_diff: float | None = None
+    wasteful: str | None = None
+    category: str | None = None
+    root_cause: str = ""
+    finding: dict | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+    expect: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "case": self.case,
+            "diagnosed": self.diagnosed,
+            "reason": self.reason,
+            "energy_diff": self.energy_diff,
+            "time_diff": self.time_diff,
+            "wasteful": self.wasteful,
+            "category": self.category,
+            "root_cause": self.root_cause,
+            "seconds": self.seconds,
+            "finding": self.finding,
+        }
+
+
+def case_dirs(root: str, only: list[str] | None = None) -> list[Path]:
+    base = Path(root)
+    if not base.is_dir():
+        raise MagnetonError(f"no such case directory: {root}")
+    out = [
+        d
+        for d in sorted(base.iterdir())
+        if d.is_dir() and (d / "a.py").is_file() and (d / "b.py").is_file()
+    ]
+    if only:
+        names = {d.name for d in out}
+        missing = [n for n in only if n not in names]
+        if missing:
+            raise MagnetonError(
+                f"no case {', '.join(missing)} in {root} (cases: {', '.join(sorted(names))})"
+            )
+        out = [d for d in out if d.name in only]
+    if not out:
+        raise MagnetonError(f"no cases (directories with a.py and b.py) in {root}")
+    return out
+
+
+def load_expect(case: Path) -> dict:
+    f = case / "expect.toml"
+    if not f.is_file():
+        return {"finding": True}
+    try:
+        return tomllib.loads(f.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise MagnetonError(f"{f}: invalid TOML: {e}") from None
+
+
+def record(script: Path, db: str, run: str, repeat: int) -> None:
+    """Record one script in its own process (global flags must not leak between runs)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "magneton",
+        "record",
+        str(script),
+        "--db",
+        db,
+        "--run",
+        run,
+        "--replace",
+        "--repeat",
+        str(repeat),
+    ]
+    env = dict(os.environ)
+    env.setdefault("KINETO_LOG_LEVEL", "5")
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if res.returncode != 0:
+        msg = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise MagnetonError(f"recording {script} failed: {msg}")
+
+
+def relevant_finding(result, db, region_ops: list[str]):
+    """The finding whose regions contain one of `region_ops` (largest saving first)."""
+    from magneton.diagnose.rootcause import side_facts
+
+    if not region_ops:
+        return result.findings[0] if result.findings else None
+    pa = db.load_profile(result.a.run)
+    pb = db.load_profile(result.b.run)
+    want = set(region_ops)
+    for f in result.findings:
+        va = side_facts(pa, f.region_a.ops).vocabulary()
+        vb = side_facts(pb, f.region_b.ops).vocabulary()
+        if (va | vb) & want:
+            return f
+    return None
+
+
+def check(expect: dict, f) -> str:
+    """'' when the finding's diagnosis meets the expectation, else the first failed check."""
+    rc = f.root_cause or {}
+    w = expect.get("wasteful", "either")
+    if w in ("a", "b") and f.wasteful != w:
+        return f"wasteful side is {f.wasteful}, expected {w}"
+    if "category" in expect and f.category != expect["category"]:
+        return f"category {f.category}, expected {expect['category']}"
+    if "kind" in expect and rc.get("kind") != expect["kind"]:
+        return f"root cause kind {rc.get('kind')}, expected {expect['kind']}"
+    if "variable" in expect and (rc.get("variable") or "") != expect["variable"]:
+        return f"variable {rc.get('variable')}, expected {expect['variable']}"
+    if "file" in expect:
+        wasteful_file = expect["file"] if w != "either" else f"{f.wasteful}.py"
+        if os.path.basename(rc.get("file") or "") != wasteful_file:
+            return f"origin file {rc.get('file')}, expected {wasteful_file}"
+    if "line_contains" in expect:
+        line = ""
+        if rc.get("file") and rc.get("line"):
+            import linecache
+
+            line = linecache.getline(rc["file"], rc["line"])
+        if expect["line_contains"] not in line:
+            return f"origin line {line.strip()!r} lacks {expect['line_contains']!r}"
+    if "rule" in expect and ((rc.get("rule") or {}).get("id")) != expect["rule"]:
+        return f"rule {(rc.get('rule') or {}).get('id')}, expected {expect['rule']}"
+    if (
+        "divergence_level" in expect
+        and (f.divergence or {}).get("level") != expect["divergence_level"]
+    ):
+        return f"divergence level {(f.divergence or {}).get('level')}, expected {expect['divergence_level']}"
+    if expect.get("patch") and not (f.fix or {}).get("patch"):
+        return "no patch"
+    return ""
+
+
+def describe(rc: dict | None) -> str:
+    if not rc:
+        return ""
+    kind = rc.get("kind")
+    var = rc.get("variable") or ""
+    where = ""
+    if rc.get("file"):
+        where = f" @ {os.path.basename(rc['file'])}:{rc.get('line')}"
+    if kind == "code":
+        return f"code{where}: {var}"
+    vals = rc.get("values") or {}
+    if vals.get("a") is not None or vals.get("b") is not None:
+        return f"{kind} {var}={vals.get('a')} vs {vals.get('b')}{where}"
+    return f"{kind} {var}{where}"
+
+
+def eval_case(case: Path, db_dir: str, repeat: int, rerun: bool) -> CaseResult:
+    from magneton.diagnose.diff import diff_runs
+    from magneton.diagnose.rootcause import diagnose_result
+    from magneton.graphdb import open_db
+
+    expect = load_expect(case)
+    res = CaseResult(case=case.name, diagnosed=False, expect=expect)
+    db_path = os.path.join(db_dir, case.name)
+    t0 = time.perf_counter()
+    for side in ("a", "b"):
+        record(case / f"{side}.py", db_path, side, repeat)
+    t1 = time.perf_counter()
+    with open_db(db_path) as db:
+        result = diff_runs(db, "a", "b", diagnose=False)
+        t2 = time.perf_counter()
+        diagnose_result(db, result, rerun=rerun)
+        t3 = time.perf_counter()
+        f = relevant_finding(result, db, expect.get("region_ops", []))
+    res.seconds = {
+        "record": round(t1 - t0, 2),
+        "diff": round(t2 - t1, 2),
+        "diagnose": round(t3 - t2, 2),
+    }
+    ea, eb = result.a.energy_j, result.b.energy_j
+    ta, tb = result.a.time_s, result.b.time_s
+    if f is not None:
+        res.wasteful = f.wasteful
+        res.category = f.category
+        res.root_cause = describe(f.root_cause)
+        res.finding = f.to_json()
+    hi_e, lo_e = (ea, eb) if (f is None or f.wasteful == "a") else (eb, ea)
+    hi_t, lo_t = (ta, tb) if (f is None or f.wasteful == "a") else (tb, ta)
+    res.energy_diff = (hi_e - lo_e) / hi_e if hi_e > 0 else None
+    res.time_diff = (hi_t - lo_t) / hi_t if hi_t > 0 else None
+    if not expect.get("finding", True):
+        res.diagnosed = f is None
+        res.reason = "" if f is None else f"unexpected finding {f.id} ({describe(f.root_cause)})"
+        if f is None:
+            res.root_cause = "no finding (as expected)"
+        return res
+    if f is None:
+        res.reason = result.message or "no finding covers the expected region"
+        return res
+    res.reason = check(expect, f)
+    res.diagnosed = not res.reason
+    return res
+
+
+def print_table(results: list[CaseResult]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="Magneton case suite (energy: as recorded — see each run's energy method)")
+    t.add_column("case")
+    t.add_column("diag.", justify="center")
+    t.add_column("energy diff.", justify="right")
+    t.add_column("time diff.", justify="right")
+    t.add_column("wasteful", justify="center")
+    t.add_column("category")
+    t.add_column("root cause", overflow="fold")
+    for r in results:
+        mark = "[green]✓[/]" if r.diagnosed else "[red]✗[/]"
+        t.add_row(
+            r.case,
+            mark,
+            "" if r.energy_diff is None else f"{r.energy_diff:.1%}",
+            "" if r.time_diff is None else f"{r.time_diff:.1%}",
+            r.wasteful or "-",
+            r.category or "-",
+            r.root_cause + (f"\n[red]{r.reason}[/]" if r.reason else ""),
+        )
+    Console().print(t)
+    ok = sum(r.diagnosed for r in results)
+    Console().print(f"diagnosed {ok} of {len(results)} cases")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.repeat < 1:
+        raise MagnetonError("--repeat must be >= 1")
+    cases = case_dirs(args.cases, args.case)
+    tmp = None
+    db_dir = args.db
+    if db_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="magneton-eval-")
+        db_dir = tmp.name
+    try:
+        results = []
+        for case in cases:
+            try:
+                results.append(eval_case(case, db_dir, args.repeat, not args.no_rerun))
+            except MagnetonError as e:
+                results.append(CaseResult(case=case.name, diagnosed=False, reason=str(e)))
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    if args.json:
+        print(json.dumps({"cases": [r.to_json() for r in results]}, indent=2))
+    else:
+        print_table(results)
+    return 0 if all(r.diagnosed for r in results) else 1

@@ -1,0 +1,149 @@
+"""`magneton export-patch --db DIR A B --finding N [-o fix.patch] [--apply]`.
+
+Writes the patch of one diagnosed finding as a unified diff whose paths are relative to
+the wasteful script's directory (git's a/ b/ prefixes), so `git apply` accepts it there.
+Nothing is edited unless `--apply` is given; then the patch is checked first
+(`git apply --check`) and applied with git, and the file is verified to hold exactly the
+patched text.
+
+Inside a git work tree, `git apply` reads patch paths relative to the *repository root*
+and silently skips paths outside the current directory ("Skipped patch"), which would
+report success without changing anything; `--apply` therefore runs from the top-level with
+`--directory=<script dir relative to it>`, and the printed hint says the same.
+
+The diagnosis comes from the stored diff when it already carries one (`magneton diff`
+stores its result); otherwise the finding is diagnosed now (a re-run of both scripts when
+the divergence is in Python).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+from magneton.graphdb.model import MagnetonError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export-patch",
+        help="write (and optionally apply) the fix of a diagnosed finding",
+        description=(
+            "Write the fix of finding N of `magneton diff A B` as a unified diff relative to "
+            "the wasteful script's directory. Nothing is changed unless --apply is given."
+        ),
+    )
+    p.add_argument("--db", required=True, help="profile DB directory")
+    p.add_argument("a", help="run A")
+    p.add_argument("b", help="run B")
+    p.add_argument(
+        "--finding", type=int, required=True, help="finding id (as `magneton diff` shows)"
+    )
+    p.add_argument("-o", "--output", default="-", help="patch file (default: stdout)")
+    p.add_argument("--apply", action="store_true", help="apply the patch to the script with git")
+    p.add_argument(
+        "--no-rerun",
+        action="store_true",
+        help="diagnose without re-running the scripts (static analysis only)",
+    )
+    p.set_defaults(func=run)
+
+
+def _git_toplevel(path: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"],
+            cwd=path,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise MagnetonError("git is not installed; it is needed to apply patches") from None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def git_apply_command(base_dir: str, patch_file: str, check: bool = False) -> tuple[list[str], str]:
+    """The git apply invocation (argv, cwd) that applies a base_dir-relative patch."""
+    top = _git_toplevel(base_dir)
+    argv = ["git", "apply"] + (["--check"] if check else [])
+    if top:
+        rel = os.path.relpath(os.path.realpath(base_dir), os.path.realpath(top))
+        if rel != ".":
+            argv.append(f"--directory={rel.replace(os.sep, '/')}")
+        return argv + [os.path.abspath(patch_file)], top
+    return argv + [os.path.abspath(patch_file)], base_dir
+
+
+def find_finding(db, a: str, b: str, fid: int, rerun: bool):
+    from magneton.diagnose.diff import diff_runs
+    from magneton.diagnose.rootcause import Diagnoser
+    from magneton.graphdb.matches import load_diff
+
+    loaded = load_diff(db, a, b)
+    result = loaded[0] if loaded else diff_runs(db, a, b, rerun=rerun)
+    ids = [f.id for f in result.findings]
+    finding = next((f for f in result.findings if f.id == fid), None)
+    if finding is None:
+        raise MagnetonError(
+            f"no finding {fid} in the diff of '{a}' and '{b}' "
+            f"(findings: {', '.join(map(str, ids)) if ids else 'none'})"
+        )
+    if not finding.fix:
+        Diagnoser(db, result, rerun=rerun).diagnose_all([finding])
+        from magneton.graphdb.rules import save_diagnosis
+
+        save_diagnosis(db, result)  # the next export-patch of this diff reuses it
+    return result, finding
+
+
+def run(args: argparse.Namespace) -> int:
+    from magneton.graphdb import open_db
+
+    with open_db(args.db, create=False) as db:
+        result, finding = find_finding(db, args.a, args.b, args.finding, not args.no_rerun)
+    fix = finding.fix or {}
+    patch = fix.get("patch")
+    summary = fix.get("summary") or "no fix"
+    if not patch:
+        print(f"finding {finding.id}: {summary}", file=sys.stderr)
+        raise MagnetonError(
+            f"finding {finding.id} has no mechanical patch (see the summary above)", exit_code=1
+        )
+    base = fix.get("base_dir") or ""
+    if args.output == "-":
+        sys.stdout.write(patch)
+        patch_file = None
+    else:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(patch)
+        patch_file = args.output
+        argv, cwd = git_apply_command(base, patch_file)
+        print(f"wrote {args.output}: {summary}", file=sys.stderr)
+        print(f"apply with: (cd {cwd} && {' '.join(argv)})", file=sys.stderr)
+    if not args.apply:
+        return 0
+    if patch_file is None:
+        import tempfile
+
+        fd, patch_file = tempfile.mkstemp(suffix=".patch")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(patch)
+    target = os.path.join(base, fix.get("file") or "")
+    before = open(target, encoding="utf-8").read() if os.path.isfile(target) else None
+    for check in (True, False):
+        argv, cwd = git_apply_command(base, patch_file, check=check)
+        res = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            msg = (res.stderr or res.stdout).strip().splitlines()
+            raise MagnetonError(
+                f"git apply {'--check ' if check else ''}refused the patch: "
+                f"{msg[0] if msg else 'unknown error'}"
+            )
+    after = open(target, encoding="utf-8").read() if os.path.isfile(target) else None
+    if after is None or after == before:
+        raise MagnetonError(f"git apply reported success but {target} did not change")
+    print(f"applied to {target}", file=sys.stderr)
+    return 0

@@ -1,0 +1,205 @@
+"""End to end through the CLI, per case of examples/cases: record both scripts, `magneton
+diff --json`, check the diagnosis against the case's expect.toml; for the three
+misconfiguration cases export the patch, apply it to a copy of a.py, re-record, and check
+that the energy gap the finding measured closes.
+
+Each case is copied to a temp directory first, so patches never touch the repository.
+Energy here is *estimated* by the recorder's model backend (its figures move with
+measured time), so assertions compare the finding's region energies with generous
+margins instead of exact joules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from magneton.graphdb import open_db
+
+from magneton.commands.eval import check, relevant_finding
+from magneton.commands.export_patch import find_finding
+
+CASES = Path(__file__).resolve().parents[1] / "examples" / "cases"
+PATCHED_CASES = ("gelu_backend", "attn_impl", "mkldnn_conv")
+
+
+def magneton(*args: str, check_rc: bool = True) -> subprocess.CompletedProcess:
+    env = dict(os.environ, KINETO_LOG_LEVEL="5")
+    res = subprocess.run(
+        [sys.executable, "-m", "magneton", *args], capture_output=True, text=True, env=env
+    )
+    if check_rc and res.returncode != 0:
+        raise AssertionError(f"magneton {' '.join(args)} failed:\n{res.stderr[-2000:]}")
+    return res
+
+
+# Cases whose expectation is about the work done, not about wall time: on a shared
+# 2-core CI machine the default model's static-power x measured-time term moves identical
+# code by more than the 10% threshold, so the negative control is judged on FLOPs/bytes.
+WORK_ONLY = {"addmm"}
+
+
+def record(script: Path, db: Path, run: str) -> None:
+    extra = ["--power", "model:work-only"] if script.parent.name in WORK_ONLY else []
+    magneton(
+        "record", str(script), "--db", str(db), "--run", run, "--replace", "--repeat", "3", *extra
+    )
+
+
+@pytest.fixture(
+    scope="module", params=sorted(p.name for p in CASES.iterdir() if (p / "a.py").is_file())
+)
+def case(request, tmp_path_factory):
+    name = request.param
+    work = tmp_path_factory.mktemp(name)
+    shutil.copytree(CASES / name, work / name)
+    d = work / name
+    db = work / "db"
+    record(d / "a.py", db, "a")
+    record(d / "b.py", db, "b")
+    diff = json.loads(magneton("diff", "--db", str(db), "a", "b", "--json").stdout)
+    expect = tomllib.loads((d / "expect.toml").read_text())
+    return name, d, db, diff, expect
+
+
+def _relevant(db: Path, expect: dict):
+    with open_db(db) as handle:
+        from magneton.graphdb.matches import load_diff
+
+        loaded = load_diff(handle, "a", "b")
+        assert loaded is not None, "magneton diff did not store its result"
+        result = loaded[0]
+        f = relevant_finding(result, handle, expect.get("region_ops", []))
+        if f is None:
+            return None
+        # the finding as `magneton export-patch` sees it (diagnosed now if `diff` did not)
+        _, f = find_finding(handle, "a", "b", f.id, rerun=True)
+        return f
+
+
+def test_case_diagnosis(case):
+    name, d, db, diff, expect = case
+    assert {"a", "b", "findings", "threshold"} <= set(diff)
+    f = _relevant(db, expect)
+    if not expect.get("finding", True):
+        assert f is None, f"{name}: unexpected finding {f and f.to_json()}"
+        return
+    assert f is not None, f"{name}: no finding covers {expect.get('region_ops')}: {diff['message']}"
+    reason = check(expect, f)
+    assert not reason, f"{name}: {reason}\n{json.dumps(f.root_cause, indent=1)[:3000]}"
+    # every finding ends in why and what to change
+    assert f.root_cause["kind"] != "unknown" and f.fix["summary"]
+    if f.root_cause["kind"] != "code":
+        assert f.root_cause["file"] and f.root_cause["line"]
+
+
+def test_patch_closes_the_gap(case):
+    name, d, db, diff, expect = case
+    if name not in PATCHED_CASES:
+        pytest.skip("API-misuse and control cases are checked for diagnosis only")
+    f = _relevant(db, expect)
+    assert f is not None and f.fix["patch"]
+    before = f.saving_j
+    patch = d / "fix.patch"
+    magneton("export-patch", "--db", str(db), "a", "b", "--finding", str(f.id), "-o", str(patch))
+    original = (d / "a.py").read_text()
+    magneton(
+        "export-patch",
+        "--db",
+        str(db),
+        "a",
+        "b",
+        "--finding",
+        str(f.id),
+        "-o",
+        str(patch),
+        "--apply",
+    )
+    patched = (d / "a.py").read_text()
+    assert patched != original
+    # exactly one line changed: the origin line
+    changed = [ln for ln in patched.splitlines() if ln not in original.splitlines()]
+    assert len(changed) == 1 and f.root_cause["variable"].split(".")[-1] in changed[0]
+    record(d / "a.py", db, "patched")
+    after = json.loads(magneton("diff", "--db", str(db), "patched", "b", "--json").stdout)
+    with open_db(db) as handle:
+        from magneton.graphdb.matches import load_diff
+
+        result = load_diff(handle, "patched", "b")[0]
+        g = relevant_finding(result, handle, expect.get("region_ops", []))
+        if g is not None:
+            _, g = find_finding(handle, "patched", "b", g.id, rerun=False)
+    remaining = g.saving_j if g is not None and g.wasteful == "a" else 0.0
+    if remaining < 0.5 * before:
+        return  # the measured gap closed
+    # Energy here is estimated from measured time, and on a small shared CPU a region's
+    # time can move by 2x between runs of identical code. A gap that remains must then
+    # be one the programs no longer explain: same kernel paths, same arguments, same
+    # relevant settings on both sides — not the diagnosed cause any more.
+    rc = g.root_cause
+    assert rc["kind"] == "unknown" and (g.divergence or {}).get("a", {}).get("kind") == "args", (
+        f"{name}: the patched run still wastes {remaining:.3g} J in that region "
+        f"(was {before:.3g} J) and the diagnosis still explains it: "
+        f"{json.dumps(rc)[:800]} {json.dumps(after['findings'][:1])[:400]}"
+    )
+
+
+TOPK_A = """
+import torch
+
+
+def setup():
+    torch.manual_seed(0)
+    return (torch.randn(64, 16384),)
+
+
+def main(x):
+    return torch.sort(x, dim=-1, descending=True).values[:, :8]
+"""
+
+TOPK_B = """
+import torch
+
+
+def setup():
+    torch.manual_seed(0)
+    return (torch.randn(64, 16384),)
+
+
+def main(x):
+    return torch.topk(x, 8, dim=-1).values
+"""
+
+TOPK_EXPECT = """
+finding = true
+region_ops = ["aten::sort", "aten::topk"]
+wasteful = "a"
+category = "api-misuse"
+kind = "code"
+rule = "topk-via-sort"
+patch = true
+"""
+
+
+def test_eval_command_on_a_custom_suite(tmp_path):
+    """`magneton eval` on a suite of one case written from scratch (not one of ours)."""
+    case = tmp_path / "suite" / "topk"
+    case.mkdir(parents=True)
+    (case / "a.py").write_text(TOPK_A)
+    (case / "b.py").write_text(TOPK_B)
+    (case / "expect.toml").write_text(TOPK_EXPECT)
+    res = magneton("eval", str(tmp_path / "suite"), "--json", check_rc=False)
+    out = json.loads(res.stdout)
+    (row,) = out["cases"]
+    assert row["case"] == "topk"
+    assert row["diagnosed"], row["reason"]
+    assert res.returncode == 0
+    assert row["energy_diff"] > 0.1
+    f = row["finding"]
+    assert "torch.topk" in f["fix"]["patch"] and f["root_cause"]["rule"]["id"] == "topk-via-sort"

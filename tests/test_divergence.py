@@ -1,0 +1,290 @@
+"""Divergence (Cypher over stored kernel paths) and key variables, on tiny real recordings.
+
+Runs are recorded in-process with the real recorder (small tensors, no warm-up); a
+finding is built by hand so the test pins the diagnosis, not the matcher's region cuts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from magneton.diagnose.divergence import find_divergence
+from magneton.diagnose.rootcause import diagnose_result
+from magneton.graphdb import open_db
+from magneton.graphdb.model import DiffResult, Finding, Region, RunSummary
+from magneton.graphdb.paths import DIVERGENCE_QUERY, bookkeeping
+from magneton.tracer.record import RecordOptions, record_callable
+
+WORK = """
+import torch
+import torch.nn.functional as F
+
+
+def conv(x, w):
+    return F.conv2d(x, w, padding=1)
+
+
+def act_fast(x):
+    return F.gelu(x, approximate="tanh")
+
+
+def act_slow(x):
+    return 0.5 * x * (1.0 + torch.tanh(0.7978845608 * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+class Act:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, x):
+        return self.fn(x)
+
+
+def dispatch(act, x):
+    return act(x)
+
+
+def gelu(x):
+    return F.gelu(x)
+
+
+def maybe_copy(x, copy):
+    if copy:
+        x = x.contiguous()
+    return F.gelu(x)
+"""
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    d = tmp_path_factory.mktemp("proj")
+    p = d / "work.py"
+    p.write_text(WORK)
+    return p, _load(p, "magneton_test_work")
+
+
+OPTS = RecordOptions(warmup=0, repeat=1, power="model", call_paths=True)
+
+
+def _record(db, run, fn, args, script):
+    return record_callable(fn, args, run=run, db=db, options=OPTS, script=str(script), entry="main")
+
+
+def _finding(pa, pb, wasteful="a") -> Finding:
+    return Finding(
+        id=1,
+        wasteful=wasteful,
+        verdict="waste",
+        region_a=Region(ops=[o.idx for o in pa.ops]),
+        region_b=Region(ops=[o.idx for o in pb.ops]),
+        saving_j=1.0,
+        saving_share=0.5,
+        output_rel_diff=0.0,
+        ops_a=[o.name for o in pa.ops],
+        ops_b=[o.name for o in pb.ops],
+    )
+
+
+def _result(pa, pb, f) -> DiffResult:
+    def s(p):
+        return RunSummary(p.run.name, p.run.energy_j, p.run.time_s, p.run.power_source)
+
+    return DiffResult(a=s(pa), b=s(pb), findings=[f], matched_pairs=1)
+
+
+def test_native_divergence_at_convolution_and_its_knob(work, tmp_path):
+    path, mod = work
+    x, w = torch.randn(2, 8, 16, 16), torch.randn(8, 8, 3, 3)  # big enough for oneDNN
+    with open_db(tmp_path / "db") as db:
+        old = torch.backends.mkldnn.enabled
+        try:
+            torch.backends.mkldnn.enabled = False
+            pa = _record(db, "a", mod.conv, (x, w), path)
+        finally:
+            torch.backends.mkldnn.enabled = old
+        pb = _record(db, "b", mod.conv, (x, w), path)
+        f = _finding(pa, pb)
+        d = find_divergence(db, f, "a", "b", pa, pb)
+        assert d.level == "dispatch"
+        assert d.a == {"kind": "op", "name": "aten::thnn_conv2d"}
+        assert d.b == {"kind": "op", "name": "aten::mkldnn_convolution"}
+        prefix_ops = [e["name"] for e in d.common_prefix if e["kind"] == "op"]
+        assert prefix_ops[-1] == "aten::_convolution"
+        # the Cypher text users run (docs/diagnosis.md) passes the read-only guard
+        rows = db.user_query(
+            DIVERGENCE_QUERY,
+            {
+                "run_a": "a",
+                "run_b": "b",
+                "ops_a": f.region_a.ops,
+                "ops_b": f.region_b.ops,
+                "bookkeeping": bookkeeping(),
+            },
+        ).rows
+        assert rows and rows[0][4] == len(d.common_prefix)
+        diagnose_result(db, _result(pa, pb, f), rerun=False)
+    rc = f.root_cause
+    assert rc["kind"] == "global-flag"
+    assert rc["variable"] == "torch.backends.mkldnn.enabled"
+    assert rc["values"] == {"a": "False", "b": "True"}
+    assert rc["rule"]["id"] == "mkldnn-conv-disabled"
+    assert f.category == "misconfiguration"
+    # the flag was flipped in the process, not in the script: guidance, no patch
+    assert f.fix["patch"] is None and "torch.backends.mkldnn.enabled" in f.fix["summary"]
+
+
+def test_python_divergence_through_a_call_target(work, tmp_path):
+    path, mod = work
+    x = torch.randn(16, 16)
+    with open_db(tmp_path / "db") as db:
+        pa = _record(db, "a", mod.dispatch, (mod.Act(mod.act_slow), x), path)
+        pb = _record(db, "b", mod.dispatch, (mod.Act(mod.act_fast), x), path)
+        d = find_divergence(db, _finding(pa, pb), "a", "b", pa, pb)
+    assert d.level == "python"
+    assert d.a["function"] == "act_slow" and d.b["function"] == "act_fast"
+    assert d.site_a["function"] == "__call__" and d.site_a["code"] == "return self.fn(x)"
+
+
+def test_identical_paths_compare_kernel_arguments(work, tmp_path):
+    path, mod = work
+    x = torch.randn(8, 16)
+    with open_db(tmp_path / "db") as db:
+        pa = _record(db, "a", mod.gelu, (x,), path)
+        pb = _record(db, "b", mod.gelu, (x.t(),), path)  # same code, non-contiguous input
+        pc = _record(db, "c", mod.gelu, (x,), path)
+        d = find_divergence(db, _finding(pa, pb), "a", "b", pa, pb)
+        assert d.level == "kernel" and d.a["kind"] == "args"
+        assert d.a["diff"]["input_contiguous"] == [True]
+        assert d.b["diff"]["input_contiguous"] == [False]
+        same = find_divergence(db, _finding(pa, pc), "a", "c", pa, pc)
+        assert same.level == "kernel" and same.a["diff"] == {} and same.identical_paths >= 1
+
+
+def test_extra_copy_is_redundant_and_copies_are_not_ignored(work, tmp_path):
+    path, mod = work
+    x = torch.randn(8, 16)
+    with open_db(tmp_path / "db") as db:
+        pa = _record(db, "a", mod.maybe_copy, (x.t(), True), path)
+        pb = _record(db, "b", mod.maybe_copy, (x.t(), False), path)
+        f = _finding(pa, pb)
+        d = find_divergence(db, f, "a", "b", pa, pb)
+        assert d.b == {"kind": "none"}  # a copies, b has nothing in its place
+        diagnose_result(db, _result(pa, pb, f), rerun=False)
+    assert f.category == "redundant"
+    assert f.root_cause["rule"]["id"] == "redundant-copy"
+
+
+LIB = """
+ACTS = {}
+
+
+def register(name):
+    def deco(fn):
+        ACTS[name] = fn
+        return fn
+    return deco
+
+
+@register("slow")
+def slow(x):
+    import torch
+    return 0.5 * x * (1.0 + torch.tanh(0.79788 * (x + 0.044715 * x * x * x)))
+
+
+@register("fast")
+def fast(x):
+    import torch.nn.functional as F
+    return F.gelu(x, approximate="tanh")
+
+
+class Config:
+    def __init__(self, width=8, act="slow"):
+        self.width = width
+        self.act = act
+
+
+class Block:
+    def __init__(self, config):
+        self.fn = ACTS[config.act]
+
+    def forward(self, x):
+        return self.fn(x)
+"""
+
+SCRIPT = """
+import torch
+from actlib import Block, Config
+
+
+def setup():
+    torch.manual_seed(0)
+    cfg = Config(width=8, act="{act}")
+    return Block(cfg), torch.randn(32, 32)
+
+
+def main(block, x):
+    return block.forward(x)
+"""
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_rerun_finds_the_config_value_and_patches_it(tmp_path, monkeypatch):
+    lib = tmp_path / "site" / "actlib.py"
+    lib.parent.mkdir()
+    lib.write_text(LIB)
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "a.py").write_text(textwrap.dedent(SCRIPT.format(act="slow")))
+    (proj / "b.py").write_text(textwrap.dedent(SCRIPT.format(act="fast")))
+    # the library is "installed": importable from anywhere (the re-runs inherit the
+    # environment), but outside the project
+    monkeypatch.setenv("PYTHONPATH", str(lib.parent))
+    sys.path.insert(0, str(lib.parent))
+    try:
+        profiles = {}
+        with open_db(tmp_path / "db") as db:
+            for side in ("a", "b"):
+                mod = _load(proj / f"{side}.py", f"magneton_test_{side}")
+                profiles[side] = record_callable(
+                    mod.main,
+                    mod.setup(),
+                    run=side,
+                    db=db,
+                    options=OPTS,
+                    script=str(proj / f"{side}.py"),
+                    entry="main",
+                    setup="setup",
+                )
+            pa, pb = profiles["a"], profiles["b"]
+            f = _finding(pa, pb)
+            diagnose_result(db, _result(pa, pb, f), rerun=True)
+    finally:
+        sys.path.remove(str(lib.parent))
+    rc = f.root_cause
+    assert f.divergence["level"] == "python"
+    kv = rc["key_variable"]
+    assert kv["expr"] == "self.fn" and kv["rerun"]["ran"], rc
+    assert kv["values"]["a"].endswith("actlib.slow>") and kv["values"]["b"].endswith("actlib.fast>")
+    assert rc["kind"] == "config" and rc["variable"] == "act"
+    assert rc["file"] == str(proj / "a.py") and rc["values"] == {"a": '"slow"', "b": '"fast"'}
+    hops = [h["expr"] for h in rc["data_flow"]]
+    assert hops == ["self.fn", "ACTS[config.act]", "config.act"]
+    patch = f.fix["patch"]
+    assert patch and '-    cfg = Config(width=8, act="slow")' in patch
+    (proj / "fix.patch").write_text(patch)
+    subprocess.run(["git", "apply", "fix.patch"], cwd=proj, check=True)
+    assert 'act="fast"' in (proj / "a.py").read_text()

@@ -1,0 +1,407 @@
+"""Layout-invariant value summaries of tensors (paper §4.2), computed for every tensor of
+the structure pass and used by differential matching to decide "same value".
+
+Two runs rarely lay the same value out the same way: HF's `Conv1D` stores a weight as
+(in, out) where `nn.Linear` stores (out, in); one attention backend is head-first, the
+other sequence-first; one implementation keeps a transposed view where the other makes
+a contiguous copy. Element-wise comparison fails on all of these, so a tensor is
+summarized by quantities that do not depend on how its modes are ordered:
+
+* `stats` — [sum, abs_sum, min, max, mean, std] in float64 (population std).
+* `quantiles` — `N_QUANTILES` evenly spaced quantiles (linear interpolation between
+  order statistics). Sorting forgets the layout. Above `QUANTILE_EXACT_MAX` elements the
+  quantiles come from a subsample chosen by a hash of each value's rounded bit pattern:
+  a subsample taken by *position* would depend on the layout, one taken by *value* does
+  not, and rounding the low mantissa bits away keeps two runs that differ by float
+  rounding picking (almost) the same elements.
+* `invariant` / `invariant_splits` — multi-mode SVD invariants: for every split of the
+  modes into rows S and columns S^c (up to complement symmetry), the singular values of
+  that unfolding, largest first, at most `TOP_K` of them. Permuting modes within S or
+  S^c permutes rows/columns of the unfolding and leaves its singular values unchanged;
+  swapping S and S^c transposes it. See `plan_splits` for the split order and keys.
+* `value_hash` — integer and bool tensors compare exactly (see `_int_summary`).
+
+Choices and the failures they prevent:
+
+- Size-1 modes are dropped before splitting: `x[None]` or a squeezed batch of one must
+  not change the invariant (a lone size-1 mode is a trivial split).
+- The values are scaled by max|x| before any product, so float16 extremes or clamped
+  infinities cannot overflow the float64 Gram matrix; spectra are scaled back after.
+- Cost bound. An exact spectrum uses the Gram matrix of the smaller side
+  (m² n work, m ≤ `EXACT_SIDE_MAX`) and `eigvalsh`; the float64 Gram loses relative
+  accuracy only below ~1e-8·σ_max, far under any matching tolerance. Splits whose both
+  sides are large (a 768×3072 weight; a (B, T, 768) activation unfolded as T | B·768)
+  use a *mode-wise sketch*: every mode of size n > l is contracted with an n×l Gaussian
+  matrix seeded by (n, l) only, and the spectrum is taken of the small core. Because the
+  sketch matrix depends on the mode's size and never on its position, permuting modes
+  permutes the core's modes, so the sketched spectrum is exactly as layout-invariant as
+  the exact one (a randomized range finder applied to the unfolding would instead
+  depend on the column order and need enough power iterations to converge on the flat
+  spectra of random weights). Sketched spectra are not singular values of the tensor;
+  they are keyed by the full mode-size multiset and only compared with each other.
+  Whether a split is exact or sketched depends only on its side sizes and the element
+  count, so two tensors that are permutations of each other always decide alike.
+- Non-finite values: NaN → 0 and ±inf → ±(largest finite value of the tensor's dtype)
+  before anything else, so an additive mask written with -inf matches one written with
+  `torch.finfo(dtype).min` (HF does both, depending on the attention backend), and
+  every stored number stays finite (JSON-safe).
+- Views of one large tensor (a weight and its `.t()`) share the summary: the cache key
+  is (storage, offset, dtype, multiset of (size, stride)), which identifies exactly the
+  same elements, and a weak reference to the summarized tensor plus its version counter
+  guard against freed-and-reused memory and in-place writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import weakref
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+N_QUANTILES = 33  # 0, 1/32, ..., 1
+TOP_K = 32  # singular values kept per unfolding
+MAX_SPLITS = 15  # all splits up to order 5; higher orders keep the most informative
+EXACT_SIDE_MAX = 64  # exact Gram spectrum when the smaller side is at most this ...
+EXACT_WORK_MAX = 1 << 26  # ... and m * numel (multiply-adds) stays under this
+SKETCH_WORK_MAX = 1 << 27  # multiply-adds allowed for the first mode contraction
+QUANTILE_EXACT_MAX = 1 << 22  # elements; above: value-hash subsample of ~2^20
+CACHE_MIN_NUMEL = 1 << 16  # cache summaries of views of tensors at least this large
+_SEED = 0x4D41474E  # "MAGN"
+_CHUNK = 1 << 20
+
+SUMMARY_KEYS = ("stats", "value_hash", "invariant", "invariant_splits", "quantiles")
+
+
+# --------------------------------------------------------------------------------------
+# Split planning (shared with diagnose/equivalence.py, which recomputes the keys)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Split:
+    """One unfolding of a tensor with canonical (size-1-free) shape `shape`.
+
+    `rows` are canonical mode indices forming the rows. `key` identifies which splits of
+    two tensors are comparable: ("e", m, n) with m <= n for an exact spectrum (an (m, n)
+    unfolding of a permuted or mode-refined tensor has the same key), ("s", small sizes,
+    large sizes) for a sketched one.
+    """
+
+    rows: tuple[int, ...]
+    key: tuple
+    exact: bool
+
+
+def dtype_class(dtype: str | torch.dtype) -> str:
+    """ "f" float, "c" complex, "i" integer, "b" bool: tensors only match within a class."""
+    s = str(dtype).replace("torch.", "")
+    if s == "bool":
+        return "b"
+    if s.startswith("complex"):
+        return "c"
+    if s.startswith(("float", "bfloat", "half", "double")):
+        return "f"
+    return "i"
+
+
+def canonical_shape(shape) -> tuple[int, ...]:
+    return tuple(int(d) for d in shape if int(d) != 1)
+
+
+def _sketch_len(order: int, numel: int) -> int:
+    base = {2: 32, 3: 12}.get(order, 6)
+    return max(4, min(base, SKETCH_WORK_MAX // max(numel, 1)))
+
+
+@lru_cache(maxsize=4096)
+def plan_splits(shape: tuple[int, ...]) -> tuple[Split, ...]:
+    """The unfoldings summarized for a tensor of this shape, in storage order.
+
+    Depends only on the shape, so a stored `invariant` can be cut back into spectra by
+    anyone holding the shape. Order: fewest modes on the smaller side first (the mode-n
+    unfoldings of the HOSVD), then by key; for order > 5 only whole groups of equal sort
+    key are kept until `MAX_SPLITS`, so a permuted tensor keeps the same set.
+    """
+    canon = canonical_shape(shape)
+    k = len(canon)
+    if k < 2:
+        return ()
+    numel = math.prod(canon)
+    cands = []
+    for r in range(0, k - 1):
+        for extra in itertools.combinations(range(1, k), r):
+            rows = (0, *extra)
+            cols = tuple(j for j in range(k) if j not in rows)
+            m = math.prod(canon[j] for j in rows)
+            n = numel // m
+            small = min(m, n)
+            exact = small <= EXACT_SIDE_MAX and small * numel <= EXACT_WORK_MAX
+            rs = tuple(sorted(canon[j] for j in rows))
+            cs = tuple(sorted(canon[j] for j in cols))
+            if exact:
+                key = ("e", small, max(m, n))
+            else:
+                a, b = sorted([(math.prod(rs), rs), (math.prod(cs), cs)])
+                key = ("s", a[1], b[1])
+            depth = min(len(rows), len(cols))
+            cands.append(((depth, key), Split(rows=rows, key=key, exact=exact)))
+    cands.sort(key=lambda c: (c[0][0], repr(c[0][1])))
+    out: list[Split] = []
+    for _, group in itertools.groupby(cands, key=lambda c: (c[0][0], repr(c[0][1]))):
+        g = [c[1] for c in group]
+        if out and len(out) + len(g) > MAX_SPLITS:
+            break
+        out.extend(g)
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------
+# Summaries
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _CacheEntry:
+    ref: weakref.ref
+    version: int
+    summary: dict
+
+
+_cache: dict[tuple, _CacheEntry] = {}
+
+
+def _cache_key(t: torch.Tensor) -> tuple | None:
+    try:
+        st = t.untyped_storage()
+        pairs = tuple(sorted(zip(t.shape, t.stride(), strict=True)))
+        return (t.device.type, st.data_ptr(), t.storage_offset(), str(t.dtype), pairs)
+    except Exception:
+        return None
+
+
+def summarize(t: torch.Tensor) -> dict:
+    """Layout-invariant summary of `t`: keys are `TensorRecord` field names.
+
+    Never raises for an odd tensor (sparse, meta, nested, quantized...): what cannot be
+    read gives an empty dict, and such a tensor simply never matches anything.
+    """
+    try:
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta" or t.is_nested:
+            return {}
+        key = None
+        if t.numel() >= CACHE_MIN_NUMEL:
+            key = _cache_key(t)
+            hit = _cache.get(key) if key is not None else None
+            if hit is not None:
+                src = hit.ref()
+                if src is not None and src._version == hit.version and t._version == hit.version:
+                    return _copy(hit.summary)
+                _cache.pop(key, None)
+        s = _summarize(t)
+        if key is not None:
+            if len(_cache) > 256:
+                for k in [k for k, e in _cache.items() if e.ref() is None]:
+                    _cache.pop(k, None)
+            try:
+                _cache[key] = _CacheEntry(weakref.ref(t), t._version, s)
+            except TypeError:
+                pass
+            s = _copy(s)
+        return s
+    except Exception:
+        return {}
+
+
+def _copy(s: dict) -> dict:
+    return {k: (list(v) if isinstance(v, list) else v) for k, v in s.items()}
+
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    x = t.detach()
+    if x.is_sparse:
+        x = x.to_dense()
+    if x.is_quantized:
+        x = x.dequantize()
+    if x.device.type != "cpu":
+        x = x.cpu()
+    if x.is_complex():
+        x = x.abs()
+    if x.dtype in (torch.float32, torch.float64):
+        return x.numpy()
+    if x.dtype == torch.bool:
+        return x.numpy().astype(np.uint8)
+    if x.is_floating_point():
+        return x.to(torch.float32).numpy()
+    return x.to(torch.int64).numpy()
+
+
+def _summarize(t: torch.Tensor) -> dict:
+    cls = dtype_class(t.dtype)
+    a = _to_numpy(t)
+    if cls in ("i", "b"):
+        return _int_summary(a, cls)
+    return _float_summary(a, t.dtype)
+
+
+def _int_summary(a: np.ndarray, cls: str) -> dict:
+    """Exact comparison for integer/bool tensors.
+
+    `value_hash` = "<cls>:<multiset>:<ordered>". The multiset part (hash of the sorted
+    values, as int64) is layout-invariant and is what equivalence compares, so token ids
+    flattened for an embedding lookup still match the (B, T) ids. The ordered part
+    (values in row-major order with the size-1-free shape) only lets a caller tell "same
+    values in another order" apart, e.g. when checking that two runs got the same input.
+    """
+    flat = np.ascontiguousarray(a, dtype=np.int64).reshape(-1)
+    srt = np.sort(flat)
+    h1 = hashlib.blake2b(srt.tobytes(), digest_size=8).hexdigest()
+    h2 = hashlib.blake2b(digest_size=8)
+    h2.update(repr(canonical_shape(a.shape)).encode())
+    h2.update(flat.tobytes())
+    out = {"value_hash": f"{cls}:{h1}:{h2.hexdigest()}"}
+    if flat.size:
+        out["quantiles"] = _quantiles_sorted(srt.astype(np.float64))
+    return out
+
+
+def _quantiles_sorted(srt: np.ndarray) -> list[float]:
+    n = srt.size
+    pos = np.linspace(0.0, n - 1, N_QUANTILES)
+    lo = pos.astype(np.int64)
+    hi = np.minimum(lo + 1, n - 1)
+    frac = pos - lo
+    return (srt[lo].astype(np.float64) * (1 - frac) + srt[hi].astype(np.float64) * frac).tolist()
+
+
+def _quantiles(flat: np.ndarray) -> list[float]:
+    n = flat.size
+    if n <= QUANTILE_EXACT_MAX:
+        # a full sort in the tensor's own precision is exact and, with numpy's SIMD
+        # sort, several times faster than np.partition with 33+ pivots
+        return _quantiles_sorted(np.sort(flat))
+    # Value-hash subsample: keep elements whose rounded bit pattern hashes below a
+    # threshold (a choice by value, not position, hence layout-invariant).
+    bits = np.ascontiguousarray(flat, dtype=np.float32).view(np.uint32) & np.uint32(0xFFFFF000)
+    bits *= np.uint32(0x9E3779B1)  # Fibonacci hashing, wraps mod 2^32
+    keep_below = np.uint32(min(0xFFFFFFFF, int(0x100000000 * (1 << 20) / n)))
+    sample = flat[bits < keep_below]
+    if sample.size < N_QUANTILES:  # degenerate (few distinct values): exact instead
+        sample = flat
+    return _quantiles_sorted(np.sort(sample.astype(np.float64)))
+
+
+def _float_summary(a: np.ndarray, dtype: torch.dtype) -> dict:
+    n = a.size
+    if n == 0:
+        return {"stats": [0.0] * 6, "quantiles": []}
+    try:
+        big = (
+            float(torch.finfo(dtype).max)
+            if dtype.is_floating_point
+            else float(np.finfo(a.dtype).max)
+        )
+    except TypeError:
+        big = float(np.finfo(np.float64).max)
+    flat = a.reshape(-1)
+    if not np.isfinite(flat).all():
+        flat = np.nan_to_num(flat, nan=0.0, posinf=big, neginf=-big)
+    # One float64 copy serves the stats and the spectra (up to 2^22 elements = 32 MB);
+    # above that the stats accumulate chunk by chunk and the spectra convert on their own.
+    x64 = flat.astype(np.float64) if n <= QUANTILE_EXACT_MAX else None
+    stats = _stats(flat, x64)
+    out = {"stats": stats, "quantiles": _quantiles(flat)}
+    scale = max(abs(stats[2]), abs(stats[3]))
+    splits = plan_splits(tuple(a.shape))
+    if splits:
+        src = x64 if x64 is not None else flat
+        inv, lens = _spectra(src.reshape(canonical_shape(a.shape)), splits, scale)
+        out["invariant"], out["invariant_splits"] = inv, lens
+    else:
+        out["invariant"], out["invariant_splits"] = [], []
+    return out
+
+
+def _stats(flat: np.ndarray, x64: np.ndarray | None) -> list[float]:
+    n = flat.size
+    if x64 is not None:
+        s, sa = float(x64.sum()), float(np.abs(x64).sum())
+        mn, mx = float(x64.min()), float(x64.max())
+        mean = s / n
+        # E[x²] − mean² via BLAS; the two-pass form only where that would cancel
+        var = float(np.dot(x64, x64)) / n - mean * mean
+        if mean * mean > 1e6 * max(var, 0.0):
+            var = float(np.mean((x64 - mean) ** 2))
+    else:  # chunked float64 accumulation: no float64 copy of a huge tensor
+        s = sa = 0.0
+        mn, mx = math.inf, -math.inf
+        for i in range(0, n, _CHUNK):
+            c = flat[i : i + _CHUNK].astype(np.float64)
+            s += float(c.sum())
+            sa += float(np.abs(c).sum())
+            mn, mx = min(mn, float(c.min())), max(mx, float(c.max()))
+        mean = s / n
+        ss = 0.0
+        for i in range(0, n, _CHUNK):
+            c = flat[i : i + _CHUNK].astype(np.float64) - mean
+            ss += float(np.dot(c, c))
+        var = ss / n
+    return [s, sa, mn, mx, mean, math.sqrt(max(var, 0.0))]
+
+
+@lru_cache(maxsize=256)
+def _omega(n: int, width: int) -> np.ndarray:
+    rng = np.random.default_rng([_SEED, n, width])
+    return rng.standard_normal((n, width)) / math.sqrt(width)
+
+
+def _spectra(x: np.ndarray, splits: tuple[Split, ...], scale: float) -> tuple[list, list]:
+    k = x.ndim
+    if scale == 0.0:
+        lens = []
+        for sp in splits:
+            m = math.prod(x.shape[j] for j in sp.rows)
+            lens.append(min(TOP_K, m, x.size // m))
+        return [0.0] * sum(lens), lens
+    xs = x / scale if x.dtype == np.float64 else x.astype(np.float64) / scale
+    core = None
+    inv: list[float] = []
+    lens: list[int] = []
+    for sp in splits:
+        if sp.exact:
+            cols = tuple(j for j in range(k) if j not in sp.rows)
+            m = math.prod(xs.shape[j] for j in sp.rows)
+            # Gram of the smaller side: contract over the larger side's modes
+            if m <= xs.size // m:
+                g = np.tensordot(xs, xs, axes=(cols, cols)).reshape(m, m)
+            else:
+                n = xs.size // m
+                g = np.tensordot(xs, xs, axes=(sp.rows, sp.rows)).reshape(n, n)
+            ev = np.linalg.eigvalsh(g)[::-1]
+            sv = np.sqrt(np.clip(ev, 0.0, None))[:TOP_K]
+        else:
+            if core is None:
+                core = _sketch_core(xs)
+            cols = tuple(j for j in range(k) if j not in sp.rows)
+            m = math.prod(core.shape[j] for j in sp.rows)
+            mat = np.transpose(core, sp.rows + cols).reshape(m, -1)
+            sv = np.linalg.svd(mat, compute_uv=False)[:TOP_K]
+        inv.extend((sv * scale).tolist())
+        lens.append(len(sv))
+    return inv, lens
+
+
+def _sketch_core(xs: np.ndarray) -> np.ndarray:
+    """Contract every mode of size n > w with the (n, w) Gaussian seeded by (n, w)."""
+    width = _sketch_len(xs.ndim, xs.size)
+    core = xs
+    # Largest modes first: the first contraction dominates the cost and shrinks most.
+    for j in sorted(range(xs.ndim), key=lambda j: -xs.shape[j]):
+        n = xs.shape[j]
+        if n > width:
+            core = np.moveaxis(np.tensordot(core, _omega(n, width), axes=([j], [0])), -1, j)
+    return core
