@@ -148,6 +148,19 @@ MODELS["gpu-default"] = ModelCoefficients(
     **{**MODELS["a100"].__dict__, "name": "gpu-default"},
 )
 
+# The work alone (FLOPs and bytes of the CPU default), no static power x measured time:
+# deterministic for the same shapes, so comparisons of identical work cannot be moved by
+# a loaded machine. It cannot see a slower kernel doing the same work (mkldnn vs thnn),
+# which is why it is not the default.
+MODELS["work-only"] = ModelCoefficients(
+    **{
+        **MODELS["cpu-default"].__dict__,
+        "name": "work-only",
+        "p_static_w": 0.0,
+        "citation": "cpu-default's e_flop and e_byte with P_static = 0 (work only)",
+    },
+)
+
 MODEL_ENV = "MAGNETON_ENERGY_MODEL"
 
 
