@@ -47,10 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from magneton.diagnose.detect import check_threshold
     from magneton.diagnose.diff import diff_runs
-    from magneton.graphdb import open_db
-
     from magneton.diagnose.ranks import diff_jobs, is_multirank
     from magneton.diagnose.rootcause import describe_finding
+    from magneton.graphdb import open_db
 
     check_threshold(args.threshold)
     with open_db(args.db, create=False) as db:

@@ -8,5 +8,5 @@ def setup():
 
 
 def main(x):
-    y = x + 1
+    _ = x + 1  # some work before the interrupt
     raise KeyboardInterrupt
