@@ -173,7 +173,7 @@ def test_pick_runs_findings_diagnosis_detail_and_patch_export(gelu_db) -> None:
         screen.on_job_event = spy
         await wait_for(pilot, lambda: screen.result is not None, 90, "the diff")
         header = text_of(screen.query_one("#energy-header"))
-        assert "estimated by model:cpu-default — no power sensor" in header
+        assert "estimated by model:work-only — no power sensor" in header
         first = screen.result.findings[0]
         # the gelu_new chain on A against the fused gelu on B, A wasteful
         assert first.wasteful == "a" and first.verdict == "waste"
