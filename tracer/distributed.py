@@ -91,6 +91,7 @@ from magneton.graphdb.model import (
     RunInfo,
     TensorRecord,
 )
+from magneton.tracer.record import defer_sigint
 
 SHARD_FORMAT = "magneton-shard"
 SHARD_VERSION = 1
@@ -295,7 +296,7 @@ def merge_shards(
                     f"run(s) already in the DB: {', '.join(sorted(taken))}; pass --replace "
                     "or record under another --run name"
                 )
-        with _defer_sigint():
+        with defer_sigint():
             if replace:
                 for job, size in sizes.items():
                     for r in _existing_ranks(handle, job):
@@ -337,22 +338,6 @@ def _opened(db: Any) -> Iterator[Any]:
         yield handle
     finally:
         handle.close()
-
-
-@contextlib.contextmanager
-def _defer_sigint() -> Iterator[None]:
-    """Hold Ctrl-C until the block ends, so a DB load is never cut half-way."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pending: list[Any] = []
-    old = signal.signal(signal.SIGINT, lambda *a: pending.append(a))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
-        if pending:
-            raise KeyboardInterrupt
 
 
 def _existing_ranks(handle: Any, job: str) -> list[int]:

@@ -24,6 +24,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -284,25 +285,22 @@ def _device_hint(args: tuple) -> str:
 
 
 @contextlib.contextmanager
-def _defer_sigint() -> Iterator[None]:
-    """Hold Ctrl-C until the block ends, so a bulk load is never cut half-way."""
-    if threading_main():
-        pending: list[Any] = []
-        old = signal.signal(signal.SIGINT, lambda *a: pending.append(a))
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, old)
-            if pending:
-                raise KeyboardInterrupt
-    else:
+def defer_sigint() -> Iterator[None]:
+    """Hold Ctrl-C until the block ends, so a bulk load is never cut half-way.
+
+    Signal handlers can only be set from the main thread; elsewhere the block runs as is.
+    """
+    if threading.current_thread() is not threading.main_thread():
         yield
-
-
-def threading_main() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
+        return
+    pending: list[Any] = []
+    old = signal.signal(signal.SIGINT, lambda *a: pending.append(a))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if pending:
+            raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -320,12 +318,12 @@ def _opened(db: Any) -> Iterator[Any]:
 
 
 def save(profile: Profile, db: Any, replace: bool = False) -> None:
-    with _defer_sigint(), _opened(db) as handle:
+    with defer_sigint(), _opened(db) as handle:
         handle.save_profile(profile, replace=replace)
 
 
 def _save_failed(info: RunInfo, db: Any) -> None:
-    with _defer_sigint(), _opened(db) as handle:
+    with defer_sigint(), _opened(db) as handle:
         handle.save_failed_run(info)
 
 
