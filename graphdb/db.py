@@ -328,6 +328,10 @@ def _used(cypher: str, params: dict) -> dict:
     return {k: v for k, v in params.items() if re.search(rf"\${re.escape(k)}\b", cypher)}
 
 
+# node tables of at most this many rows are written by UNWIND/CREATE instead of COPY
+_SMALL_ROWS = 512
+
+
 def _uids(run: str, n: int) -> list[str]:
     return [f"{run}/{i}" for i in range(n)]
 
@@ -356,6 +360,18 @@ def _check_profile(p: Profile) -> None:
     check("ops", "kernels", [o.kernels for o in ops], "kernels")
     check("ops", "module_idx", [[o.module_idx] for o in ops], "modules", lo=-1)
     check("tensors", "producer", [[t.producer] for t in p.tensors], "ops", lo=-1)
+    # outputs are not stored as rels but rebuilt from Tensor.producer/out_index
+    tensors = p.tensors
+    for o in ops:
+        for k, t in enumerate(o.outputs):
+            if tensors[t].producer != o.idx or tensors[t].out_index != k:
+                raise ValueError(
+                    f"ops[{o.idx}].outputs[{k}] = tensor {t}, whose producer/out_index is "
+                    f"{tensors[t].producer}/{tensors[t].out_index}, not {o.idx}/{k}"
+                )
+    made = sum(len(o.outputs) for o in ops)
+    if made != sum(t.producer >= 0 for t in tensors):
+        raise ValueError(f"{made} operator outputs, but a different number of produced tensors")
     check("modules", "parent", [[m.parent] for m in p.modules], "modules", lo=-1)
 
 
@@ -452,9 +468,8 @@ def _profile_tables(p: Profile) -> list[tuple[S.Table, pa.Table]]:
 
     # ---- rels ----
     producer = [t.producer for t in tensors]
-    flows: dict[str, list] = {k: [] for k in ("from", "to", "tensor", "arg", "shape", "dtype")}
+    flows: dict[str, list] = {k: [] for k in ("from", "to", "tensor", "arg")}
     inp: dict[str, list] = {"from": [], "to": [], "arg": []}
-    out: dict[str, list] = {"from": [], "to": [], "index": []}
     called: dict[str, list] = {"from": [], "to": [], "depth": []}
     launched: dict[str, list] = {"from": [], "to": [], "launch_order": []}
     in_mod: dict[str, list] = {"from": [], "to": []}
@@ -471,12 +486,6 @@ def _profile_tables(p: Profile) -> list[tuple[S.Table, pa.Table]]:
                 flows["to"].append(ou)
                 flows["tensor"].append(t)
                 flows["arg"].append(arg)
-                flows["shape"].append(tensors[t].shape)
-                flows["dtype"].append(tensors[t].dtype)
-        k = len(o.outputs)
-        out["from"] += [ou] * k
-        out["to"] += [t_uid[t] for t in o.outputs]
-        out["index"] += range(k)
         k = len(o.frames)
         called["from"] += [ou] * k
         called["to"] += [f_uid[f] for f in o.frames]
@@ -494,13 +503,10 @@ def _profile_tables(p: Profile) -> list[tuple[S.Table, pa.Table]]:
     }
     add(S.FLOWS, flows)
     add(S.INPUT, inp)
-    add(S.OUTPUT, out)
     add(S.CALLED_FROM, called)
     add(S.LAUNCHED, launched)
     add(S.IN_MODULE, in_mod)
     add(S.CHILD_OF, child)
-    add(S.HAS_OP, {"from": [run] * len(op_uid), "to": op_uid})
-    add(S.HAS_CONFIG, {"from": [run] * len(c_uid), "to": c_uid})
     return out_tables
 
 
@@ -620,6 +626,14 @@ class ProfileDB:
 
     def _copy(self, table: str, data: pa.Table) -> None:
         self._conn.execute(f"COPY {table} FROM $rows", {"rows": data})
+
+    def _create_rows(self, spec: S.NodeTable, data: pa.Table) -> None:
+        """A few node rows by one `UNWIND ... CREATE`: 5-15 ms where a COPY costs 40-60
+        ms however small (measured for frames, kernels, config entries, power series)."""
+        props = ", ".join(f"{c.name}: CAST(r.{c.name} AS {c.type})" for c in spec.columns)
+        self._conn.execute(
+            f"UNWIND $rows AS r CREATE (:{spec.name} {{{props}}})", {"rows": data.to_pylist()}
+        )
 
     # ---- runs ------------------------------------------------------------------------
 
@@ -801,7 +815,9 @@ class ProfileDB:
         self._insert_run(profile.run, "loading", len(profile.ops))
         try:
             for spec, data in tables:
-                if data.num_rows:
+                if isinstance(spec, S.NodeTable) and 0 < data.num_rows <= _SMALL_ROWS:
+                    self._create_rows(spec, data)
+                elif data.num_rows:
                     self._copy(spec.name, data)
         except BaseException:
             # never leave half a run behind; the original error is the one to show
@@ -851,12 +867,6 @@ class ProfileDB:
             run,
             n,
         )
-        outputs = self._rel(
-            "MATCH (o:Operator)-[e:OUTPUT]->(t:Tensor) WHERE o.run = $run "
-            "RETURN o.idx, e.index, t.idx",
-            run,
-            n,
-        )
         frames = self._rel(
             "MATCH (o:Operator)-[e:CALLED_FROM]->(f:Frame) WHERE o.run = $run "
             "RETURN o.idx, e.depth, f.idx",
@@ -876,6 +886,17 @@ class ProfileDB:
         )
         for i, m in zip(mods.column(0).to_pylist(), mods.column(1).to_pylist(), strict=True):
             module_idx[i] = m
+        tc = self._nodes(S.TENSOR, run)
+        # an operator's outputs are the tensors naming it as producer, in out_index
+        # order (save_profile checks that this holds, so no OUTPUT rel table is stored)
+        producer = np.asarray(tc["producer"], dtype=np.int64)
+        made = producer >= 0
+        outputs = _group(
+            n,
+            producer[made],
+            np.asarray(tc["out_index"], dtype=np.int64)[made],
+            np.asarray(tc["idx"], dtype=np.int64)[made],
+        )
         op_cols = list(oc)
         ops = [
             OpRecord(
@@ -897,7 +918,6 @@ class ProfileDB:
             )
         ]
 
-        tc = self._nodes(S.TENSOR, run)
         t_cols = list(tc)
         tensors = [
             TensorRecord(**dict(zip(t_cols, vals, strict=True)))

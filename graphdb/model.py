@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # How an energy figure was obtained. Every energy number shown to a user carries one.
 ENERGY_METHODS = ("measured", "replayed", "solved", "estimated")

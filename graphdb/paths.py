@@ -33,8 +33,8 @@ _FRAME_KEY = (
 
 
 def _side(o: str, r: str, c: str, f: str, p: str, cp: str, run: str, ops: str, carry: str) -> str:
-    return f"""MATCH ({r}:Run {{name: ${run}}})-[:HAS_OP]->({o}:Operator)
-WHERE {o}.idx IN ${ops} AND NOT list_contains(bk, {o}.name)
+    return f"""MATCH ({r}:Run {{name: ${run}}}), ({o}:Operator)
+WHERE {o}.run = {r}.name AND {o}.idx IN ${ops} AND NOT list_contains(bk, {o}.name)
   AND EXISTS {{ MATCH ({o})-[:LAUNCHED]->(:Kernel) }}
 OPTIONAL MATCH ({o})-[{c}:CALLED_FROM]->({f}:Frame)
 WITH bk, {carry}{r}, {o},

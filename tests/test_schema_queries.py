@@ -148,6 +148,11 @@ def _check(title: str, rows: list[dict]) -> None:
     elif n == "17":
         assert {r["param"] for r in rows} == {"h.0.mlp.c_fc.weight", "h.0.mlp.c_fc.bias"}
         assert {r["op"] for r in rows} == {"aten::addmm"}
+    elif n == "18":
+        # op 1's output reaches op 2 (query 9's first successor) with its tensor's shape
+        assert rows and rows[0]["consumer"] == 2
+        assert all(isinstance(r["shape"], list) and r["shape"] for r in rows)
+        assert {r["dtype"] for r in rows} <= {"torch.float32", "torch.int64", "torch.bool"}
     else:
         pytest.fail(f"docs/schema.md query {title!r} has no check in {__file__}")
 
