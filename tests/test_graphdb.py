@@ -413,9 +413,7 @@ def test_replace_semantics(dbdir: Path) -> None:
         }
         for table, n in expect.items():
             assert db.query(f"MATCH (n:{table}) WHERE n.run = 'r' RETURN count(n)").rows == [[n]]
-        assert db.query(
-            "MATCH (o:Operator {run: 'r'}) RETURN count(o)"
-        ).rows == [[40]]
+        assert db.query("MATCH (o:Operator {run: 'r'}) RETURN count(o)").rows == [[40]]
         assert db.query(
             "MATCH ()-[c:CALLED_FROM]->(f:Frame) WHERE f.run = 'r' RETURN count(c)"
         ).rows == [[sum(len(o.frames) for o in new.ops)]]
