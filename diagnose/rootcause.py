@@ -583,11 +583,15 @@ class Diagnoser:
             and kind == "unknown"
         )
         if same_everything:
+            # Nothing a user could change differs, so calling it waste would send them
+            # hunting for a fix that does not exist (seen: identical LayerNorm regions
+            # 12% apart on a loaded 2-core box under the cpu-default model).
+            finding.verdict = "noise"
             finding.root_cause["note"] = (
                 "both sides ran the same kernels, reached the same way, with the same "
                 "arguments, and no recorded setting that affects such kernels differs: "
-                "nothing in the programs explains this difference (measurement noise or "
-                "contention; re-record with a larger --repeat to check)"
+                "nothing in the programs explains this difference (run-to-run variation "
+                "or contention; re-record with a larger --repeat to check)"
             )
         finding.fix = _make_fix(finding, kv, origins, runs, best, kind)
         if best is not None:
@@ -634,6 +638,8 @@ def describe_finding(f: Finding) -> list[str]:
     kind = rc.get("kind")
     if kind == "code":
         lines.append(f"{f.category or '-'}: the two sides call different code{where}")
+    elif f.verdict == "noise":
+        lines.append(f"noise: {rc.get('note')}")
     elif kind == "unknown":
         lines.append(
             f"cause unknown: {rc.get('note') or rc.get('error') or rc.get('unresolved') or ''}"

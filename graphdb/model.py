@@ -280,7 +280,7 @@ class Region:
 class Finding:
     id: int
     wasteful: str  # "a" | "b"
-    verdict: str  # "waste" | "trade-off"
+    verdict: str  # "waste" | "trade-off" | "noise" (diagnosis: nothing differs but timing)
     region_a: Region
     region_b: Region
     saving_j: float  # energy of the wasteful side minus the efficient side

@@ -411,7 +411,7 @@ DIFF_FINDING = NodeTable(
         Column("run_b", "STRING", "run on side b"),
         Column("id", "INT64", "finding id, 1 = largest saving"),
         Column("wasteful", "STRING", '"a" or "b": the side that spends more'),
-        Column("verdict", "STRING", "waste | trade-off"),
+        Column("verdict", "STRING", "waste | trade-off | noise"),
         Column("energy_a_j", "DOUBLE", "energy of side a, joules per call"),
         Column("energy_b_j", "DOUBLE", "energy of side b, joules per call"),
         Column("time_a_s", "DOUBLE", "time of side a, seconds per call"),

@@ -227,3 +227,38 @@ def test_user_errors_are_one_line(db, capsys):
     assert rc == 2 and "threshold" in err
     rc, _, err = run(capsys, "diff", "--db", str(db.parent / "missing"), "a", "b")
     assert rc == 2 and "no Magneton DB" in err
+
+
+def test_a_timing_blip_on_identical_code_is_noise_not_waste(db, capsys, tmp_path):
+    """One recording stored twice, where in the copy the layer-1 LayerNorm came out 3×
+    costlier (what a busy neighbour does to a time-based estimate): the difference is
+    flagged, but diagnosis finds the same kernels, call paths, arguments and settings on
+    both sides, so the finding is "noise", listed last and not counted as one to fix."""
+    from magneton.graphdb import open_db
+
+    script = tmp_path / "ln.py"
+    script.write_text(GELU_SCRIPT.format(act="gelu_new", seed=1))
+    # with call paths: without kernels to compare, diagnosis cannot rule a cause out
+    rc = cli(["record", str(script), "--db", str(db), "--run", "ln_src", "--warmup", "0",
+              "--repeat", "1", "--power", "model:work-only"])  # fmt: skip
+    assert rc == 0
+    with open_db(db) as d:
+        p = d.load_profile("ln_src")
+        p.run.name = "ln_blip"
+        mod = {m.idx: m.name for m in p.modules}
+        hit = [o for o in p.ops if mod.get(o.module_idx) == "h.1.ln_1"]
+        assert hit
+        for o in hit:
+            p.run.energy_j += 2.0 * o.energy_j
+            o.energy_j *= 3.0
+        d.save_profile(p)
+    out = diff_json(capsys, db, "ln_src", "ln_blip", "--no-rerun")
+    assert out["findings"], "the blip is over the threshold and must be flagged"
+    assert {f["verdict"] for f in out["findings"]} == {"noise"}
+    f = out["findings"][0]
+    assert f["wasteful"] == "b" and "aten::native_layer_norm" in f["ops"]["b"]
+    assert "same kernels" in f["root_cause"]["note"] and not (f["fix"] or {}).get("patch")
+    rc, text, _ = run(capsys, "diff", "--db", str(db), "ln_src", "ln_blip", "--no-rerun")
+    assert rc == 0
+    assert "0 finding(s)" in text and "1 more judged noise" in text
+    assert "noise: both sides ran the same kernels" in text and "waste" not in text

@@ -458,9 +458,12 @@ class FindingsScreen(BaseScreen):
         if result.findings:
             table.move_cursor(row=min(max(cursor, 0), len(result.findings) - 1))
             n = len(result.findings)
+            noise = sum(f.verdict == "noise" for f in result.findings)
             self.show_msg(
                 f"{n} finding{'s' if n != 1 else ''} over the {fmt_pct(result.threshold)} energy "
-                f"threshold among {result.matched_pairs} matched regions · enter: open",
+                f"threshold among {result.matched_pairs} matched regions"
+                + (f" ({noise} judged noise: same code, arguments and settings)" if noise else "")
+                + " · enter: open",
                 "info",
             )
         else:

@@ -62,7 +62,7 @@ FINDING_COLUMNS = (
 
 
 def verdict_text(f: Finding) -> Text:
-    style = "bold red" if f.verdict == "waste" else "yellow"
+    style = {"waste": "bold red", "trade-off": "yellow"}.get(f.verdict, "dim")
     return Text(f.verdict, style=style)
 
 

@@ -64,10 +64,15 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_json(), indent=2))
         return 0
     print_result(result)
-    for f in result.findings:
+    for f in ordered(result.findings):
         for line in describe_finding(f):
             print(line)
     return 0
+
+
+def ordered(findings: list[Finding]) -> list[Finding]:
+    """Findings to act on first (by id = largest saving), then those judged noise."""
+    return sorted(findings, key=lambda f: (f.verdict == "noise", f.id))
 
 
 def energy_line(s: RunSummary, side: str) -> str:
@@ -118,10 +123,13 @@ def print_result(result: DiffResult) -> None:
             f"≥{result.threshold:.0%} of the larger side (regions under 0.1% of a run ignored)"
         )
         return
+    noise = sum(f.verdict == "noise" for f in result.findings)
+    real = len(result.findings) - noise
     table = Table(
         title=(
-            f"{len(result.findings)} finding(s) among {result.matched_pairs} matched region pairs "
+            f"{real} finding(s) among {result.matched_pairs} matched region pairs "
             f"(threshold {result.threshold:.0%})"
+            + (f"; {noise} more judged noise (listed last)" if noise else "")
         )
     )
     table.add_column("id", justify="right")
@@ -134,8 +142,9 @@ def print_result(result: DiffResult) -> None:
     table.add_column("ms b", justify="right")
     table.add_column("ratio", justify="right")
     table.add_column("saving", justify="right")
-    for f in result.findings:
-        verdict = "[red]waste[/]" if f.verdict == "waste" else "[yellow]trade-off[/]"
+    styles = {"waste": "[red]waste[/]", "trade-off": "[yellow]trade-off[/]"}
+    for f in ordered(result.findings):
+        verdict = styles.get(f.verdict, f"[dim]{f.verdict}[/]")
         mark_a = " ◀" if f.wasteful == "a" else ""
         mark_b = " ◀" if f.wasteful == "b" else ""
         table.add_row(
