@@ -48,7 +48,6 @@ def run(args: argparse.Namespace) -> int:
     from magneton.diagnose.detect import check_threshold
     from magneton.diagnose.diff import diff_runs
     from magneton.diagnose.ranks import diff_jobs, is_multirank
-    from magneton.diagnose.rootcause import describe_finding
     from magneton.graphdb import open_db
 
     check_threshold(args.threshold)
@@ -64,10 +63,25 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_json(), indent=2))
         return 0
     print_result(result)
-    for f in ordered(result.findings):
-        for line in describe_finding(f):
-            print(line)
+    print_diagnosis(result.findings)
     return 0
+
+
+def print_diagnosis(findings: list[Finding]) -> None:
+    """Each finding's diagnosis under its id; findings judged noise share one line (they
+    all say the same thing, and on a busy machine there can be many)."""
+    from magneton.diagnose.rootcause import describe_finding
+
+    noise = [f for f in findings if f.verdict == "noise"]
+    for f in ordered(findings):
+        if f.verdict == "noise":
+            continue
+        for i, line in enumerate(describe_finding(f)):
+            print((f"#{f.id} " if i == 0 else "   ") + line)
+    if noise:
+        ids = ", ".join(f"#{f.id}" for f in noise)
+        note = (noise[0].root_cause or {}).get("note", "")
+        print(f"{ids} noise: {note}")
 
 
 def ordered(findings: list[Finding]) -> list[Finding]:
