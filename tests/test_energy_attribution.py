@@ -139,6 +139,39 @@ def test_model_is_deterministic_and_labelled():
     assert a.power[0].source == "model" and len(a.power[0].t_ns) >= 2
 
 
+def test_model_estimate_ignores_time_another_process_took():
+    """Three iterations of the same two ops, 1 ms each with 0.1 ms between them. Run b
+    had a busy neighbour: op 0 took 6 ms in two iterations, op 1 in one. The estimate
+    of each op must not move; the mean over iterations moved op 0 by 3.3x."""
+    ms = 1_000_000
+
+    def run(slow: dict[int, set[int]]) -> Profile:
+        wins: list[list[tuple[int, int]]] = [[], []]
+        for k in range(3):
+            t = k * 100 * ms
+            for i in (0, 1):
+                d = 6 * ms if k in slow.get(i, set()) else ms
+                wins[i].append((t, t + d))
+                t += d + ms // 10
+        ops = [_op(i, "aten::mul", wins[i]) for i in (0, 1)]
+        p = Profile(run=RunInfo(name="m"), ops=ops)
+        EnergySession.create("model:cpu-default").attribute(p)
+        return p
+
+    quiet, busy = run({}), run({0: {0, 2}, 1: {1}})
+    for a, b in zip(quiet.ops, busy.ops, strict=True):
+        assert b.energy_j == pytest.approx(a.energy_j, rel=1e-9)
+    assert busy.run.energy_j == pytest.approx(sum(o.energy_j for o in busy.ops), rel=1e-9)
+    # above idle is still exactly the priced work
+    m = MODELS["cpu-default"]
+    dyn = sum(m.dynamic_j(o) for o in busy.ops)
+    assert busy.run.energy_above_idle_j == pytest.approx(dyn, rel=1e-6, abs=1e-12)
+    # a sensor's reading is not second-guessed: "mean" keeps the slow iterations
+    tr = Trace(np.array([0, 10 * S]), np.array([100.0, 100.0]))
+    mean = attribute_traces(busy.ops, [tr])
+    assert mean.energy_j[0] > 2.5 * attribute_traces(quiet.ops, [tr]).energy_j[0]
+
+
 def test_model_prices_work_per_profile():
     f32 = ["float32"]
     big = _op(
