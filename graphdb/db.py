@@ -31,6 +31,7 @@ stored). Choices and the failures they prevent:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import operator
 import os
@@ -390,7 +391,7 @@ def _profile_tables(p: Profile) -> list[tuple[S.Table, pa.Table]]:
     """Every table of one run as COPY-ready Arrow, in load order (nodes, then rels)."""
     out_tables: list[tuple[S.Table, pa.Table]] = []
 
-    def add(spec: S.Table, columns: dict[str, list]) -> None:
+    def add(spec: S.Table, columns: dict[str, Any]) -> None:
         out_tables.append((spec, pa.Table.from_pydict(columns, schema=S.arrow_schema(spec))))
 
     run = p.run.name
@@ -466,47 +467,42 @@ def _profile_tables(p: Profile) -> list[tuple[S.Table, pa.Table]]:
         sample["watts"] += list(s.watts)
     add(S.POWER_SAMPLE, sample)
 
-    # ---- rels ----
-    producer = [t.producer for t in tensors]
-    flows: dict[str, list] = {k: [] for k in ("from", "to", "tensor", "arg")}
-    inp: dict[str, list] = {"from": [], "to": [], "arg": []}
-    called: dict[str, list] = {"from": [], "to": [], "depth": []}
-    launched: dict[str, list] = {"from": [], "to": [], "launch_order": []}
-    in_mod: dict[str, list] = {"from": [], "to": []}
-    for o in ops:
-        ou = op_uid[o.idx]
-        k = len(o.inputs)
-        inp["from"] += [t_uid[t] for t in o.inputs]
-        inp["to"] += [ou] * k
-        inp["arg"] += range(k)
-        for arg, t in enumerate(o.inputs):
-            src = producer[t]
-            if src >= 0:
-                flows["from"].append(op_uid[src])
-                flows["to"].append(ou)
-                flows["tensor"].append(t)
-                flows["arg"].append(arg)
-        k = len(o.frames)
-        called["from"] += [ou] * k
-        called["to"] += [f_uid[f] for f in o.frames]
-        called["depth"] += range(k)
-        k = len(o.kernels)
-        launched["from"] += [ou] * k
-        launched["to"] += [k_uid[kk] for kk in o.kernels]
-        launched["launch_order"] += range(k)
-        if o.module_idx >= 0:
-            in_mod["from"].append(ou)
-            in_mod["to"].append(m_uid[o.module_idx])
-    child = {
-        "from": [m_uid[m.idx] for m in p.modules if m.parent >= 0],
-        "to": [m_uid[m.parent] for m in p.modules if m.parent >= 0],
-    }
-    add(S.FLOWS, flows)
-    add(S.INPUT, inp)
-    add(S.CALLED_FROM, called)
-    add(S.LAUNCHED, launched)
-    add(S.IN_MODULE, in_mod)
-    add(S.CHILD_OF, child)
+    # ---- rels: flattened by numpy and keyed by Arrow `take` (C loops: a Python loop over
+    # 10k operators' inputs, frames and kernels cost ~0.15 s of every save) ----
+    def flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(owner index, position in the owner's list, value) of every list element."""
+        lens = np.fromiter((len(x) for x in lists), np.int64, len(lists))
+        vals = np.fromiter(itertools.chain.from_iterable(lists), np.int64, int(lens.sum()))
+        owner = np.repeat(np.arange(len(lists), dtype=np.int64), lens)
+        pos = np.arange(len(vals), dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+        return owner, pos, vals
+
+    op_k, t_k, f_k, k_k, m_k = (
+        pa.array(u, pa.string()) for u in (op_uid, t_uid, f_uid, k_uid, m_uid)
+    )
+    owner, arg, t_in = flat([o.inputs for o in ops])
+    src = np.fromiter((t.producer for t in tensors), np.int64, len(tensors))[t_in]
+    made = src >= 0
+    add(
+        S.FLOWS,
+        {
+            "from": op_k.take(src[made]),
+            "to": op_k.take(owner[made]),
+            "tensor": t_in[made],
+            "arg": arg[made],
+        },
+    )
+    add(S.INPUT, {"from": t_k.take(t_in), "to": op_k.take(owner), "arg": arg})
+    owner, depth, fr = flat([o.frames for o in ops])
+    add(S.CALLED_FROM, {"from": op_k.take(owner), "to": f_k.take(fr), "depth": depth})
+    owner, order, kern = flat([o.kernels for o in ops])
+    add(S.LAUNCHED, {"from": op_k.take(owner), "to": k_k.take(kern), "launch_order": order})
+    mod = np.fromiter((o.module_idx for o in ops), np.int64, len(ops))
+    has = np.flatnonzero(mod >= 0)
+    add(S.IN_MODULE, {"from": op_k.take(has), "to": m_k.take(mod[has])})
+    parent = np.fromiter((m.parent for m in p.modules), np.int64, len(p.modules))
+    kids = np.flatnonzero(parent >= 0)
+    add(S.CHILD_OF, {"from": m_k.take(kids), "to": m_k.take(parent[kids])})
     return out_tables
 
 
