@@ -184,7 +184,12 @@ OPERATOR = NodeTable(
         Column("scalar_args", "STRING", 'non-tensor arguments, e.g. "dim=-1"'),
         Column("api", "STRING", 'outermost aten op entered from Python, e.g. "aten::linear"'),
         Column("call_paths", "STRING[]", 'dispatch chains "aten::linear > aten::addmm > ..."'),
-        Column("time_s", "DOUBLE", "mean duration per iteration, seconds"),
+        Column(
+            "time_s",
+            "DOUBLE",
+            "duration per iteration, seconds: the mean over iterations; for estimated "
+            "energy, the fastest iteration (the one its energy is priced on)",
+        ),
         Column("energy_j", "DOUBLE", "energy per iteration, joules"),
         Column("energy_method", "STRING", "measured | replayed | solved | estimated"),
         Column("flops", "DOUBLE", "floating point operations per call (0 if unknown)"),

@@ -161,6 +161,7 @@ def test_model_estimate_ignores_time_another_process_took():
     quiet, busy = run({}), run({0: {0, 2}, 1: {1}})
     for a, b in zip(quiet.ops, busy.ops, strict=True):
         assert b.energy_j == pytest.approx(a.energy_j, rel=1e-9)
+        assert b.time_s == pytest.approx(1e-3, rel=1e-9)  # the priced iteration's time
     assert busy.run.energy_j == pytest.approx(sum(o.energy_j for o in busy.ops), rel=1e-9)
     # above idle is still exactly the priced work
     m = MODELS["cpu-default"]

@@ -717,6 +717,12 @@ class EnergySession:
                 raise MagnetonError("least squares needs a power sensor; the model has none")
             att = self._attribute_model(profile)
             op_method = "estimated"
+            if att.iterations > 1:
+                # the time that goes with the priced iteration, so E = P_static·t + work
+                # holds per op and detection compares times as robust as the energies
+                for i, op in enumerate(ops):
+                    if op.windows_ns:
+                        op.time_s = float(att.own_s[i])
         else:
             if self.kind == "meter":
                 traces = [self._meter_trace(ops=ops)]
