@@ -270,3 +270,74 @@ def test_python_api_records_a_block(tmp_path):
     assert [op.name for op in prof.ops] == ["aten::mm", "aten::_softmax"]
     assert prof.run.timing == "combined"
     assert prof.ops[0].frames and prof.frames[prof.ops[0].frames[-1]].function.startswith("test_")
+
+
+class _Stack:
+    """Built lazily (torch imports inside tests): blocks in a ModuleList that is never
+    called itself, as in GPT-2's `h`."""
+
+    @staticmethod
+    def build():
+        import torch
+
+        class Block(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(8, 8)
+                self.act = torch.nn.GELU()
+
+            def forward(self, x):
+                return self.act(self.fc(x))
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = torch.nn.ModuleList([Block() for _ in range(3)])
+
+            def forward(self, x):
+                for layer in self.layers:
+                    x = layer(x)
+                return x
+
+        return Net
+
+
+def _gelu_modules(prof) -> list[str]:
+    return [op.module for op in prof.ops if op.name == "aten::gelu"]
+
+
+def test_python_api_names_modules_of_a_model_reached_by_closure(tmp_path):
+    import torch
+
+    import magneton
+
+    torch.manual_seed(0)
+    net = _Stack.build()()
+    x = torch.randn(2, 8)
+    prof = magneton.record(lambda: net(x), run="clo", options=magneton.RecordOptions(repeat=1))
+    # the closure's model is the root: Smaragdine paths, one per block, params named
+    assert _gelu_modules(prof) == ["layers.0.act", "layers.1.act", "layers.2.act"]
+    params = {t.name for t in prof.tensors if t.kind == "param"}
+    assert {"layers.0.fc.weight", "layers.2.fc.bias"} <= params
+
+
+def test_modules_built_inside_the_entry_keep_their_list_index(tmp_path):
+    import torch
+
+    import magneton
+
+    net_cls = _Stack.build()
+
+    def entry(x):
+        torch.manual_seed(0)
+        return net_cls()(x)
+
+    prof = magneton.record(entry, (torch.randn(2, 8),), run="dyn", db=str(tmp_path / "db"))
+    # nobody passed the model: it is named by its type, its blocks by their index
+    assert _gelu_modules(prof) == ["Net.layers.0.act", "Net.layers.1.act", "Net.layers.2.act"]
+    with magneton.open_db(str(tmp_path / "db"), read_only=True) as db:
+        rows = db.query(
+            "MATCH (c:Module {run: 'dyn', name: 'Net.layers.1.act'})-[:CHILD_OF*1..3]->"
+            "(p:Module) RETURN p.name AS name ORDER BY size(p.name) DESC"
+        ).records()
+    assert [r["name"] for r in rows] == ["Net.layers.1", "Net"]

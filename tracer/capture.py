@@ -127,17 +127,24 @@ class ModuleTracker:
         name = self.names.get(id(mod))
         if name is not None:
             return name
-        parent = self.current
-        parent_mod = getattr(self._local, "mods", [None])[-1] if self._stack() else None
-        key = None
-        if parent_mod is not None:
-            for k, child in parent_mod._modules.items():
-                if child is mod:
-                    key = k
-                    break
-        name = ".".join(p for p in (parent, key or type(mod).__name__) if p)
-        self.names[id(mod)] = name
-        return name
+        # A module nobody told us about (built inside the entry, or the caller passed no
+        # root). Name it, and everything under it, from the innermost running module that
+        # owns it: searching that module's whole subtree, not just its direct children,
+        # is what keeps `h.0` and `h.1` apart when the `ModuleList` between them is
+        # never called itself (its blocks once all collapsed into one "GPT2Block").
+        for parent, parent_mod in zip(
+            reversed(self._stack()), reversed(getattr(self._local, "mods", [None])[1:]), strict=True
+        ):
+            found = False
+            for sub, child in parent_mod.named_modules(prefix=parent):
+                self.names.setdefault(id(child), sub)
+                found = found or child is mod
+            if found:
+                return self.names[id(mod)]
+        # a top-level module of its own: its type names it, and its subtree hangs below
+        for sub, child in mod.named_modules(prefix=type(mod).__name__):
+            self.names.setdefault(id(child), sub)
+        return self.names[id(mod)]
 
     def _pre(self, mod, args):
         name = self._name_of(mod)

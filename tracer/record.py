@@ -117,6 +117,19 @@ def _roots_and_sources(
         candidates.append(("model", bound))
     objs = [(f"args[{i}]", a) for i, a in enumerate(args)]
     objs += [(f"kwargs[{k!r}]", v) for k, v in kwargs.items()]
+    # `magneton.record(lambda: model(x))` passes the model by closure or global, not as
+    # an argument: without looking there, module paths fell back to class names and every
+    # block of a ModuleList shared one. Only names the function's own code uses count,
+    # so an unrelated model elsewhere in the caller's module does not become a root.
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        cells = zip(code.co_freevars, getattr(fn, "__closure__", None) or (), strict=False)
+        for var, cell in cells:
+            with contextlib.suppress(ValueError):  # an unassigned cell
+                objs.append((var, cell.cell_contents))
+        if globals_ is None:
+            fn_globals = getattr(fn, "__globals__", {})
+            objs += [(n, fn_globals[n]) for n in code.co_names if n in fn_globals]
     for label, top in objs:
         for sub_label, o in _walk_objects(top, label):
             if isinstance(o, torch.nn.Module):
