@@ -384,6 +384,10 @@ class Origin:
     library_default: bool = False  # the value is a library default (file/line point there)
     insert: dict | None = None  # where to add `keyword=value` when the user never set it
     env_var: str | None = None
+    # the user's name that carries the value to `variable` (`ATTN` in
+    # `ATTN = "sdpa"` ... `BertConfig(attn_implementation=ATTN)`): file/line/span point
+    # at its assignment, which is what the patch edits
+    assigned_to: str | None = None
     note: str = ""
 
     def to_json(self) -> dict:
@@ -398,6 +402,8 @@ class Origin:
         }
         if self.env_var:
             d["env_var"] = self.env_var
+        if self.assigned_to:
+            d["assigned_to"] = self.assigned_to
         if self.note:
             d["note"] = self.note
         return d
@@ -848,7 +854,7 @@ def _follow_user_value(
         if scope is not None:
             targets = [
                 a.node
-                for a in scope.assignments[value.value]
+                for a in scope[value.value]
                 if isinstance(a.node, cst.Name) and a.node in idx.positions
             ]
             if targets:
@@ -940,6 +946,12 @@ def find_attribute_origin(attribute: str, files: list[str], observed: str | None
     )
     if isinstance(holder, cst.Call):
         origin.note = f"keyword argument of {idx.code(holder.func)}(...)"
+    if vnode is not value and not env and isinstance(value, cst.Name):
+        # followed a name to its assignment: say which line passes it on, so the patch
+        # (which edits the assignment) is not a surprise
+        origin.assigned_to = value.value
+        via = f"{value.value}, passed at line {idx.line_of(value)}"
+        origin.note = f"{via} ({origin.note})" if origin.note else via
     return origin
 
 

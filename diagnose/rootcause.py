@@ -257,8 +257,9 @@ def _make_fix(
             patched = replace_value(ow.file, ow.span, new_code)
             fix["file"] = _rel(ow.file, base)
             where = f"{_rel(ow.file, base)}:{ow.line}"
+            name = f"{ow.assigned_to} (passed as {ow.variable})" if ow.assigned_to else ow.variable
             fix["summary"] = (
-                f"In {where} change {ow.variable} from {ow.value} to {new_code} "
+                f"In {where} change {name} from {ow.value} to {new_code} "
                 f"(the value the efficient run used)."
             )
         elif ow.library_default and ow.insert and new_code:

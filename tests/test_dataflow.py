@@ -274,3 +274,28 @@ def test_port_with_missing_import_applies(tmp_path):
     diff = make_patch(str(a), str(tmp_path), port.text).diff()
     _git_apply(tmp_path, diff)
     assert "F.cross_entropy" in a.read_text() and "log_softmax" not in a.read_text()
+
+
+def test_keyword_fed_by_a_module_constant_is_traced_to_the_constant(tmp_path):
+    # the usual way to make two variants of one script: a constant at the top, read in setup()
+    script = tmp_path / "b.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            ATTN = "sdpa"
+
+
+            def setup():
+                cfg = BertConfig(hidden_size=64, attn_implementation=ATTN)
+                return (cfg,)
+            """
+        )
+    )
+    origin = find_attribute_origin("_attn_implementation", [str(script)], "'sdpa'")
+    assert origin is not None and origin.kind == "config"
+    assert origin.variable == "attn_implementation" and origin.assigned_to == "ATTN"
+    # the patchable literal is the constant's value, not the name in the call
+    assert origin.line == _line(script, 'ATTN = "sdpa"') and origin.value == '"sdpa"'
+    assert origin.span is not None
+    text = replace_value(str(script), origin.span, '"eager"')
+    assert 'ATTN = "eager"' in text and "attn_implementation=ATTN)" in text

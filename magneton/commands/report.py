@@ -170,7 +170,7 @@ def _print(profile, rows, tree, args) -> None:
     table.add_row(
         "total",
         str(sum(x.calls for x in rows)),
-        _fmt(r.time_s),
+        _fmt(span),
         _fmt(r.energy_j),
         "",
         f"{r.energy_j / span:.1f}" if span > 0 else "",
@@ -182,6 +182,14 @@ def _print(profile, rows, tree, args) -> None:
         f"idle baseline ~ {r.idle_w:.1f} W; above idle {_fmt(r.energy_above_idle_j)} J "
         f"of {_fmt(r.energy_j)} J per call"
     )
+    if r.time_s > 0 and abs(span - r.time_s) > 0.05 * r.time_s:
+        # the total's time is what the energy covers; say where the rest of the wall went
+        console.print(
+            f"time: energy covers {_fmt(span * 1e3)} ms per call (operators and the gaps "
+            f"between them); a call took {_fmt(r.time_s * 1e3)} ms wall on average (the "
+            "rest: Python before the first or after the last operator, and variation "
+            "between iterations)"
+        )
     console.print(f"energy: {method_line(profile)}")
     gaps = sum(len(s.gaps) for s in profile.power)
     if gaps:
