@@ -590,6 +590,15 @@ class BackwardSlicer:
             if isinstance(node, cst.Subscript):
                 el = node.slice[0].slice if node.slice else None
                 if isinstance(el, cst.Index):
+                    key_text = literal_value(el.value)
+                    if isinstance(key_text, str) and key_text.isidentifier():
+                        # `group["foreach"]`, `kwargs["attn_implementation"]`: a setting
+                        # stored under its name; following the key would end at the
+                        # string itself. It was set by a keyword or dict entry of that
+                        # name, as a config attribute is.
+                        flow.terminal = "config-attribute"
+                        flow.attribute = key_text
+                        return
                     node, note = el.value, f"key looked up in {idx.code(node.value)}"
                     continue
                 flow.unresolved = "a slice expression selects the value"
@@ -729,27 +738,31 @@ class BackwardSlicer:
         return idx, m, value, f"self.{attr} set in {cls.name.value}.{m.name.value}"
 
     def _parameter(self, idx: SourceIndex, fn: cst.FunctionDef | None, param: cst.Param):
-        """A parameter's value is the caller's argument: find the caller's call site."""
+        """A parameter's value is the caller's argument: find the caller's call site.
+        A caller that only forwards (`return func(*args, **kwargs)`, what decorators
+        such as torch.optim's `_disable_dynamo_if_unsupported` put between `step()` and
+        `adam()`) is stepped over to the call that names the argument."""
         if fn is None:
             return None
-        site = self._caller_site(idx, fn)
-        if site is None:
-            return None
-        cfile, cline = site
-        cidx = source_index(cfile)
-        if cidx is None:
-            return None
-        arg = _argument_for(cidx, cline, fn, param)
-        if arg is None:
-            return None
-        return (
-            cidx,
-            cidx.enclosing(arg, cst.FunctionDef),
-            arg,
-            f"argument for parameter {param.name.value}",
-        )
+        for cfile, cline in self._caller_sites(idx, fn):
+            cidx = source_index(cfile)
+            if cidx is None:
+                return None
+            arg = _argument_for(cidx, cline, fn, param)
+            if arg is not None:
+                return (
+                    cidx,
+                    cidx.enclosing(arg, cst.FunctionDef),
+                    arg,
+                    f"argument for parameter {param.name.value}",
+                )
+            if not _forwards_arguments(cidx, cline):
+                return None
+        return None
 
-    def _caller_site(self, idx: SourceIndex, fn: cst.FunctionDef) -> tuple[str, int] | None:
+    def _caller_sites(self, idx: SourceIndex, fn: cst.FunctionDef) -> list[tuple[str, int]]:
+        """Where `fn` was called from, innermost first: the recorded stack's outer
+        frames, else the call site the re-run captured."""
         def_line = idx.line_of(fn)
         name = fn.name.value
         for side in self.ctx.sides.values():
@@ -757,12 +770,12 @@ class BackwardSlicer:
             for i in range(1, len(frames)):
                 f, ln, fname = frames[i]
                 if f == idx.path and fname == name and idx.function_at(ln, name) is fn:
-                    return frames[i - 1][0], frames[i - 1][1]
+                    return [(fr[0], fr[1]) for fr in reversed(frames[:i])]
         for sites in self.ctx.call_sites.values():
             hit = sites.get((idx.path, def_line)) or sites.get((idx.path, idx.span(fn).line))
             if hit:
-                return hit
-        return None
+                return [tuple(hit)]
+        return []
 
 
 def _descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
@@ -781,6 +794,11 @@ def _all_params(fn: cst.FunctionDef) -> list[cst.Param]:
     if p.star_kwarg is not None:
         out.append(p.star_kwarg)
     return out
+
+
+def _forwards_arguments(cidx: SourceIndex, line: int) -> bool:
+    """A call on `line` passes `*args`/`**kwargs` on: the caller only forwards."""
+    return any(a.star for call in cidx.calls_on_line(line) for a in call.args)
 
 
 def _argument_for(

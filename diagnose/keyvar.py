@@ -338,8 +338,11 @@ class RerunResult:
 
 
 def watch_for(idx: SourceIndex, fn: cst.FunctionDef) -> Watch:
-    sp = idx.span(fn)
-    return Watch(file=idx.path, name=fn.name.value, first=sp.line, last=idx.line_of(fn.name))
+    # a decorated function's code object starts at its first decorator
+    # (`co_firstlineno`), not at `def`: torch.optim's `adam()` under
+    # `@_disable_dynamo_if_unsupported` was never matched, so the re-run saw nothing
+    first = min([idx.span(fn).line, *(idx.line_of(d) for d in fn.decorators)])
+    return Watch(file=idx.path, name=fn.name.value, first=first, last=idx.line_of(fn.name))
 
 
 def env_of(config: dict[str, str]) -> dict[str, str]:
@@ -462,6 +465,15 @@ def _branch_tests(idx: SourceIndex, fn: cst.FunctionDef, before: int) -> list[cs
         if isinstance(n, (cst.If, cst.While, cst.IfExp)) and idx.line_of(n) <= before:
             out.append(n)
     return out
+
+
+def _body_lines(idx: SourceIndex, b: cst.If | cst.While) -> set[int]:
+    """The lines of a branch's own body: from its first statement (an IndentedBlock's
+    span starts on the header line) to its end, elif/else excluded."""
+    stmts = b.body.body
+    if not stmts:
+        return set()
+    return set(range(idx.line_of(stmts[0]), idx.span(stmts[-1]).end_line + 1))
 
 
 def _operands(idx: SourceIndex, test: cst.BaseExpression) -> list[cst.BaseExpression]:
@@ -644,25 +656,31 @@ def analyze_site(
     if len(results) == 2 and all(r.ok for r in results.values()):
         ra, rb = results["a"], results["b"]
         lines_a, lines_b = ra.executed(site_watch), rb.executed(site_watch)
-        differing = sorted(lines_a ^ lines_b)
-        chosen_branch = None
-        for b in branches:
-            body_lines = set(range(idx.span(b).line + 1, idx.span(b).end_line + 1))
-            if isinstance(b, cst.IfExp):
-                continue
-            if body_lines & set(differing):
-                chosen_branch = b
-                break
-        if chosen_branch is not None:
-            kind = "branch"
-            line = idx.line_of(chosen_branch.test)
-            ops = _operands(idx, chosen_branch.test)
-            diff_ops = [
+        differing = lines_a ^ lines_b
+
+        def differing_operands(b: cst.If | cst.While) -> list[cst.BaseExpression]:
+            line = idx.line_of(b.test)
+            return [
                 o
-                for o in ops
+                for o in _operands(idx, b.test)
                 if len(set(ctx.values.get((idx.path, line, idx.code(o)), {}).values())) > 1
             ]
-            key_node = (diff_ops or ops or [chosen_branch.test])[0]
+
+        # A branch explains the split when its own body (not its elif/else: an `if`'s
+        # span covers those too, which once blamed `fused` in torch.optim's
+        # `if fused: ... elif foreach: ...` for what `foreach` decided) ran on one side
+        # only. Prefer one whose condition's operands were seen to differ, else the
+        # innermost such branch.
+        taken = [
+            b for b in branches if not isinstance(b, cst.IfExp) and _body_lines(idx, b) & differing
+        ]
+        chosen_branch = next((b for b in taken if differing_operands(b)), None)
+        if chosen_branch is None and taken:
+            chosen_branch = taken[-1]
+        if chosen_branch is not None:
+            kind = "branch"
+            ops = differing_operands(chosen_branch) or _operands(idx, chosen_branch.test)
+            key_node = (ops or [chosen_branch.test])[0]
         else:
             for t in targets:
                 vals = ctx.values.get((idx.path, site["line"], idx.code(t)), {})

@@ -288,3 +288,118 @@ def test_rerun_finds_the_config_value_and_patches_it(tmp_path, monkeypatch):
     (proj / "fix.patch").write_text(patch)
     subprocess.run(["git", "apply", "fix.patch"], cwd=proj, check=True)
     assert 'act="fast"' in (proj / "a.py").read_text()
+
+
+# torch.optim's shape: a decorator that forwards *args/**kwargs between `step()` and the
+# update function, `if fused: ... elif foreach: ... else: ...` choosing the kernel
+# family, the setting read back as `group["foreach"]`, and the user's script setting it
+# through a module constant
+OPTLIB = """
+import functools
+
+import torch
+
+
+def no_compile(fn):
+    @functools.wraps(fn)
+    def maybe_fallback(*args, **kwargs):
+        return fn(*args, **kwargs)
+    return maybe_fallback
+
+
+def _loop(params):
+    for p in params:
+        p.mul_(0.9)
+
+
+def _grouped(params):
+    torch._foreach_mul_(params, 0.9)
+
+
+def _fused(params):
+    raise NotImplementedError
+
+
+@no_compile
+def decay(params, fused=None, foreach=None):
+    if fused:
+        func = _fused
+    elif foreach:
+        func = _grouped
+    else:
+        func = _loop
+    func(params)
+
+
+class Decay:
+    def __init__(self, params, foreach=None):
+        self.param_groups = [{"params": list(params), "foreach": foreach}]
+
+    def step(self):
+        for group in self.param_groups:
+            decay(group["params"], fused=None, foreach=group["foreach"])
+"""
+
+OPTSCRIPT = """
+import torch
+from optlib import Decay
+
+FOREACH = {foreach}
+
+
+def setup():
+    torch.manual_seed(0)
+    params = [torch.randn(64) for _ in range(6)]
+    return (Decay(params, foreach=FOREACH),)
+
+
+def main(opt):
+    opt.step()
+"""
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_optimizer_flag_behind_a_forwarding_decorator_is_found_and_patched(tmp_path, monkeypatch):
+    lib = tmp_path / "site" / "optlib.py"
+    lib.parent.mkdir()
+    lib.write_text(OPTLIB)
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    for side, flag in (("a", "False"), ("b", "True")):
+        (proj / f"{side}.py").write_text(textwrap.dedent(OPTSCRIPT.format(foreach=flag)))
+    monkeypatch.setenv("PYTHONPATH", str(lib.parent))
+    sys.path.insert(0, str(lib.parent))
+    try:
+        profiles = {}
+        with open_db(tmp_path / "db") as db:
+            for side in ("a", "b"):
+                mod = _load(proj / f"{side}.py", f"magneton_test_opt_{side}")
+                profiles[side] = record_callable(
+                    mod.main,
+                    mod.setup(),
+                    run=side,
+                    db=db,
+                    options=OPTS,
+                    script=str(proj / f"{side}.py"),
+                    entry="main",
+                    setup="setup",
+                )
+            pa, pb = profiles["a"], profiles["b"]
+            assert {o.name for o in pb.ops} == {"aten::_foreach_mul_"}
+            f = _finding(pa, pb)
+            diagnose_result(db, _result(pa, pb, f), rerun=True)
+    finally:
+        sys.path.remove(str(lib.parent))
+    rc = f.root_cause
+    kv = rc["key_variable"]
+    # the branch that differs is the `elif foreach:`, not the `if fused:` whose span holds it
+    assert kv["kind"] == "branch" and kv["expr"] == "foreach", rc
+    assert kv["values"] == {"a": "False", "b": "True"}
+    # stepped over the forwarding wrapper to step()'s keyword, then to the user's constant
+    assert [h["expr"] for h in rc["data_flow"]] == ["foreach", 'group["foreach"]'], rc
+    assert rc["variable"] == "foreach" and rc["values"] == {"a": "False", "b": "True"}
+    assert rc["line"] == 5 and rc["file"] == str(proj / "a.py")
+    assert "FOREACH" in f.fix["summary"]
+    (proj / "fix.patch").write_text(f.fix["patch"])
+    subprocess.run(["git", "apply", "fix.patch"], cwd=proj, check=True)
+    assert "FOREACH = True" in (proj / "a.py").read_text()
