@@ -1099,6 +1099,11 @@ def find_knob_origin(knob: Knob, files: list[str], observed: str | None) -> Orig
         value=vidx.code(vnode),
         span=vidx.span(vnode) if is_literal(vnode) else None,
         env_var=env_read or env_var,
+        assigned_to=(
+            value.value
+            if isinstance(value, cst.Name) and vnode is not value and not env_read
+            else None
+        ),
         note="" if line == setter_line else f"read by the setter at line {setter_line}",
     )
 

@@ -257,7 +257,7 @@ def _make_fix(
             patched = replace_value(ow.file, ow.span, new_code)
             fix["file"] = _rel(ow.file, base)
             where = f"{_rel(ow.file, base)}:{ow.line}"
-            name = f"{ow.assigned_to} (passed as {ow.variable})" if ow.assigned_to else ow.variable
+            name = f"{ow.assigned_to} (which sets {ow.variable})" if ow.assigned_to else ow.variable
             fix["summary"] = (
                 f"In {where} change {name} from {ow.value} to {new_code} "
                 f"(the value the efficient run used)."

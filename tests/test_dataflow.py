@@ -162,7 +162,7 @@ def test_global_flag_through_alias_and_name(project):
     assert origin is not None and origin.kind == "global-flag"
     # the setter reads FLAG; the literal to change is where FLAG is assigned
     assert origin.line == _line(script, "FLAG = False") and origin.value == "False"
-    assert origin.span is not None
+    assert origin.span is not None and origin.assigned_to == "FLAG"
 
 
 def test_environment_variable_origin(project):

@@ -399,7 +399,7 @@ def test_optimizer_flag_behind_a_forwarding_decorator_is_found_and_patched(tmp_p
     assert [h["expr"] for h in rc["data_flow"]] == ["foreach", 'group["foreach"]'], rc
     assert rc["variable"] == "foreach" and rc["values"] == {"a": "False", "b": "True"}
     assert rc["line"] == 5 and rc["file"] == str(proj / "a.py")
-    assert "FOREACH" in f.fix["summary"]
+    assert "FOREACH (which sets foreach)" in f.fix["summary"]
     (proj / "fix.patch").write_text(f.fix["patch"])
     subprocess.run(["git", "apply", "fix.patch"], cwd=proj, check=True)
     assert "FOREACH = True" in (proj / "a.py").read_text()
