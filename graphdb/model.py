@@ -326,6 +326,11 @@ class DiffResult:
     threshold: float = 0.10
     message: str = ""  # e.g. why nothing could be compared
 
+    def ordered(self) -> list[Finding]:
+        """Findings to act on first (by id = largest saving), then those judged noise:
+        how `diff` prints them and the TUI lists them."""
+        return sorted(self.findings, key=lambda f: (f.verdict == "noise", f.id))
+
     def to_json(self) -> dict:
         def run(s: RunSummary) -> dict:
             return {

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -525,6 +526,58 @@ def test_findings_screen_from_a_contract_result_without_a_db_diff(gelu_db) -> No
         assert "solved by least squares from rapl:package-0" in header
         await pilot.press("x")  # no patch yet: a warning, not a crash
         assert isinstance(app.screen, FindingsScreen)
+
+    run_app(app, scenario)
+
+
+def test_noise_findings_are_listed_last_and_the_selection_follows_its_finding(gelu_db) -> None:
+    _, db = gelu_db
+    store = Store(db)
+
+    def finding(fid: int, verdict: str, saving_j: float) -> Finding:
+        return Finding(
+            fid,
+            "a",
+            verdict,
+            Region([fid], energy_j=1.0 + saving_j, time_s=0.001),
+            Region([fid], energy_j=1.0, time_s=0.001),
+            saving_j,
+            saving_j / 10,
+            0.0,
+            ops_a=["aten::addmm"],
+            ops_b=["aten::addmm"],
+        )
+
+    # ids rank by saving; the largest one here is a timing blip on identical code
+    result = DiffResult(
+        RunSummary("a", 10, 1, "model:cpu-default", "estimated"),
+        RunSummary("b", 9, 1, "model:cpu-default", "estimated"),
+        [finding(1, "noise", 3.0), finding(2, "waste", 2.0), finding(3, "noise", 1.0)],
+        5,
+    )
+    store.remember_diff("a", "b", result)
+    app = MagnetonApp(store, store.check(), "a", "b")
+
+    async def scenario(pilot) -> None:
+        screen = app.screen
+        table = screen.query_one("#findings")
+        assert [r[0] for r in cells(table)] == ["2", "1", "3"]
+        assert "2 judged noise" in str(screen.query_one("#findings-msg").content)
+        undiagnosed = replace(
+            result, findings=[replace(f, verdict="waste") for f in result.findings]
+        )
+
+        def selected() -> str:
+            return table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+
+        # before diagnosis nothing is noise yet: id order, and the selection (#2) follows
+        screen.show_result(undiagnosed)
+        assert [r[0] for r in cells(table)] == ["1", "2", "3"]
+        assert selected() == "2" and table.cursor_row == 1
+        await pilot.press("up")  # the user picks #1
+        # diagnosis lands and re-sorts: the cursor stays on #1, now row 1, not on row 0
+        screen.show_result(result)
+        assert selected() == "1" and table.cursor_row == 1
 
     run_app(app, scenario)
 

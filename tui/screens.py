@@ -452,11 +452,19 @@ class FindingsScreen(BaseScreen):
         self.query_one("#energy-header", Static).update(energy_header(result))
         table = self.query_one("#findings", DataTable)
         cursor = table.cursor_row
+        selected = None  # keep the selected finding, not the row number: rows reorder
+        if 0 <= cursor < table.row_count:
+            selected = table.coordinate_to_cell_key((cursor, 0)).row_key.value
         table.clear()
-        for f in result.findings:
+        # noise last, as `diff` prints them: the verdict column is off-screen at 80-120
+        # columns, and interleaved noise rows buried the findings worth acting on
+        rows = result.ordered()
+        for f in rows:
             table.add_row(*finding_row(f, self.diagnosing), key=str(f.id))
         if result.findings:
-            table.move_cursor(row=min(max(cursor, 0), len(result.findings) - 1))
+            keys = [str(f.id) for f in rows]
+            row = keys.index(selected) if selected in keys else min(max(cursor, 0), len(rows) - 1)
+            table.move_cursor(row=row)
             n = len(result.findings)
             noise = sum(f.verdict == "noise" for f in result.findings)
             self.show_msg(

@@ -67,7 +67,9 @@ def verdict_text(f: Finding) -> Text:
 
 
 def side_style(f: Finding, side: str) -> str:
-    """Red for the wasteful side, green for the efficient one."""
+    """Red for the wasteful side, green for the efficient one; dim for noise."""
+    if f.verdict == "noise":
+        return "dim"
     return "red" if f.wasteful == side else "green"
 
 

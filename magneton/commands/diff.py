@@ -63,17 +63,17 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_json(), indent=2))
         return 0
     print_result(result)
-    print_diagnosis(result.findings)
+    print_diagnosis(result)
     return 0
 
 
-def print_diagnosis(findings: list[Finding]) -> None:
+def print_diagnosis(result: DiffResult) -> None:
     """Each finding's diagnosis under its id; findings judged noise share one line (they
     all say the same thing, and on a busy machine there can be many)."""
     from magneton.diagnose.rootcause import describe_finding
 
-    noise = [f for f in findings if f.verdict == "noise"]
-    for f in ordered(findings):
+    noise = [f for f in result.findings if f.verdict == "noise"]
+    for f in result.ordered():
         if f.verdict == "noise":
             continue
         for i, line in enumerate(describe_finding(f)):
@@ -82,11 +82,6 @@ def print_diagnosis(findings: list[Finding]) -> None:
         ids = ", ".join(f"#{f.id}" for f in noise)
         note = (noise[0].root_cause or {}).get("note", "")
         print(f"{ids} noise: {note}")
-
-
-def ordered(findings: list[Finding]) -> list[Finding]:
-    """Findings to act on first (by id = largest saving), then those judged noise."""
-    return sorted(findings, key=lambda f: (f.verdict == "noise", f.id))
 
 
 def energy_line(s: RunSummary, side: str) -> str:
@@ -157,7 +152,7 @@ def print_result(result: DiffResult) -> None:
     table.add_column("ratio", justify="right")
     table.add_column("saving", justify="right")
     styles = {"waste": "[red]waste[/]", "trade-off": "[yellow]trade-off[/]"}
-    for f in ordered(result.findings):
+    for f in result.ordered():
         verdict = styles.get(f.verdict, f"[dim]{f.verdict}[/]")
         mark_a = " ◀" if f.wasteful == "a" else ""
         mark_b = " ◀" if f.wasteful == "b" else ""
