@@ -848,13 +848,19 @@ def _callee_name(call: cst.Call) -> str:
     return ""
 
 
+def is_dotted_constant(node: cst.BaseExpression) -> bool:
+    """`torch.float64`, `nn.GELU`: a dotted name a patch can swap for another."""
+    return isinstance(node, cst.Attribute) and bool(dotted_name(node))
+
+
 def _origin_rank(idx: SourceIndex, value: cst.BaseExpression, observed: str | None) -> tuple:
-    lit = is_literal(value)
-    return (
-        bool(lit and observed is not None and same_value(idx.code(value), observed)),
-        lit,
-        idx.line_of(value),
+    vidx, vnode, _ = _follow_user_value(idx, value)
+    lit = is_literal(vnode)
+    code = vidx.code(vnode)
+    seen = observed is not None and (
+        same_value(code, observed) if lit else code.rsplit(".", 1)[-1] == observed
     )
+    return (seen, lit or is_dotted_constant(vnode), idx.line_of(value))
 
 
 def _follow_user_value(
@@ -959,7 +965,7 @@ def find_attribute_origin(attribute: str, files: list[str], observed: str | None
         line=line,
         code=vidx.line_text(line),
         value=vidx.code(vnode),
-        span=vidx.span(vnode) if is_literal(vnode) else None,
+        span=vidx.span(vnode) if is_literal(vnode) or is_dotted_constant(vnode) else None,
         env_var=env,
     )
     if isinstance(holder, cst.Call):

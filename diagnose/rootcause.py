@@ -33,7 +33,14 @@ import traceback
 from dataclasses import dataclass
 
 import libcst as cst
-from magneton.diagnose.dataflow import Origin, Span, is_user_file, source_index, user_files
+from magneton.diagnose.dataflow import (
+    Origin,
+    Span,
+    find_attribute_origin,
+    is_user_file,
+    source_index,
+    user_files,
+)
 from magneton.diagnose.divergence import Divergence, find_divergence
 from magneton.diagnose.fix import (
     add_keyword,
@@ -162,6 +169,36 @@ def _site_is_user(div: Divergence, runs: _Runs) -> bool:
         return True
     same_place = os.path.realpath(sa["file"]) == os.path.realpath(sb["file"])
     return not (same_place and (sa.get("branch") or sa.get("code") == sb.get("code")))
+
+
+def _dtype_origins(div: Divergence, sides: dict[str, SideInfo]) -> dict[str, Origin] | None:
+    """Same kernels on different dtypes (a float64 input by accident is the classic):
+    the user's `dtype=` that chose each side's dtype, when the two differ."""
+    if div.a.get("kind") != "args":
+        return None
+    diffs = {"a": div.a.get("diff") or {}, "b": div.b.get("diff") or {}}
+
+    def dtype_of(diff: dict) -> str | None:
+        """The dtype this side's op ran on: its dtypes, or a `dtype=` argument
+        (`aten::_to_copy` converts float64 to float32 on one side only)."""
+        for key in ("input_dtypes", "output_dtypes"):
+            if key in diff:
+                return next((str(d) for d in diff[key] if d), None)
+        for part in str(diff.get("scalar_args", "")).split(", "):
+            if part.startswith("dtype="):
+                return part.removeprefix("dtype=")
+        return None
+
+    if any(dtype_of(d) is None for d in diffs.values()):
+        return None
+    out: dict[str, Origin] = {}
+    for n, diff in diffs.items():
+        seen = str(dtype_of(diff)).replace("torch.", "")
+        o = find_attribute_origin("dtype", sides[n].files, seen)
+        if o is None or o.span is None:
+            return None
+        out[n] = o
+    return out if out["a"].value != out["b"].value else None
 
 
 def _code_origin(p: Profile, ops: list[int], side: str) -> Origin | None:
@@ -547,8 +584,12 @@ class Diagnoser:
                 self._kv_cache[key] = kv
             origins = kv.origins
             ow = origins.get(w)
+            dtypes = _dtype_origins(div, sides) if ow is None else None
             if ow is not None:
                 kind = ow.kind
+            elif dtypes is not None:
+                origins = dtypes
+                kind = dtypes[w].kind
             elif div.a.get("kind") == "args" and div.a.get("diff"):
                 kind = "code"
                 origins = {

@@ -403,3 +403,61 @@ def test_optimizer_flag_behind_a_forwarding_decorator_is_found_and_patched(tmp_p
     (proj / "fix.patch").write_text(f.fix["patch"])
     subprocess.run(["git", "apply", "fix.patch"], cwd=proj, check=True)
     assert "FOREACH = True" in (proj / "a.py").read_text()
+
+
+DTYPE_SCRIPT = """
+import numpy as np
+import torch
+
+DTYPE = torch.{dtype}
+ids_dtype = torch.long  # another dtype= in the file: not the one that decided
+
+
+def setup():
+    rng = np.random.default_rng(0)  # float64 arrays, as data loaders hand them over
+    return rng.standard_normal((64, 64)), rng.standard_normal((64, 64))
+
+
+def main(x, w):
+    ids = torch.zeros(4, dtype=ids_dtype)
+    xt, wt = torch.tensor(x, dtype=DTYPE), torch.tensor(w, dtype=DTYPE)
+    return torch.mm(xt, wt) + ids.sum()
+"""
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_same_kernels_on_another_dtype_trace_to_the_dtype_the_user_set(tmp_path):
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    profiles = {}
+    with open_db(tmp_path / "db") as db:
+        for side, dtype in (("a", "float64"), ("b", "float32")):
+            path = proj / f"{side}.py"
+            path.write_text(DTYPE_SCRIPT.format(dtype=dtype))
+            mod = _load(path, f"magneton_test_dtype_{side}")
+            profiles[side] = _record(db, side, mod.main, mod.setup(), path)
+        pa, pb = profiles["a"], profiles["b"]
+        f = _finding(pa, pb)  # the whole computation
+
+        def only(name: str) -> Finding:
+            g = _finding(pa, pb)
+            g.region_a.ops = [o.idx for o in pa.ops if o.name == name]
+            g.region_b.ops = [o.idx for o in pb.ops if o.name == name]
+            return g
+
+        conv = only("aten::_to_copy")
+        result = _result(pa, pb, f)
+        result.findings.append(conv)
+        diagnose_result(db, result, rerun=False)
+    # the conversions differ only in their dtype= argument (the matmul in its inputs' dtype)
+    assert "dtype=torch.float32" in conv.divergence["b"]["diff"]["scalar_args"]
+    for finding in (f, conv):
+        rc = finding.root_cause
+        assert finding.divergence["level"] == "kernel", finding.divergence
+        assert rc["variable"] == "dtype", rc
+        assert rc["values"] == {"a": "torch.float64", "b": "torch.float32"}
+        assert rc["line"] == 5 and rc["file"] == str(proj / "a.py")
+    (proj / "fix.patch").write_text(f.fix["patch"])
+    subprocess.run(["git", "apply", "fix.patch"], cwd=proj, check=True)
+    text = (proj / "a.py").read_text()
+    assert "DTYPE = torch.float32" in text and "ids_dtype = torch.long" in text
