@@ -912,6 +912,12 @@ def _env_read(idx: SourceIndex, node: cst.CSTNode) -> str | None:
     return None
 
 
+_DTYPE_NAMES = frozenset(
+    "float64 double float32 float float16 half bfloat16 int64 long int32 int int16 short "
+    "int8 uint8 bool complex64 complex128".split()
+)
+
+
 def find_attribute_origin(attribute: str, files: list[str], observed: str | None) -> Origin | None:
     """Where a settings attribute got its value in the user's code.
 
@@ -936,6 +942,12 @@ def find_attribute_origin(attribute: str, files: list[str], observed: str | None
                         # taking the setting as an argument (`_from_config(..., x=...)`)
                         kind = "config" if _callee_name(n).endswith("Config") else "api-argument"
                         cands.append((a.value, kind, n))
+                if want == "dtype" and _callee_name(n) == "to" and n.args and not n.args[0].keyword:
+                    # `x.to(torch.float64)` / `model.to(DTYPE)`: the positional dtype form;
+                    # only when it leads to a dtype name (`.to("cpu")` is a device)
+                    _, v, _ = _follow_user_value(idx, n.args[0].value)
+                    if idx.code(v).rsplit(".", 1)[-1] in _DTYPE_NAMES:
+                        cands.append((n.args[0].value, "api-argument", n))
             elif isinstance(n, (cst.Assign, cst.AnnAssign)):
                 targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
                 for t in targets:
@@ -969,7 +981,8 @@ def find_attribute_origin(attribute: str, files: list[str], observed: str | None
         env_var=env,
     )
     if isinstance(holder, cst.Call):
-        origin.note = f"keyword argument of {idx.code(holder.func)}(...)"
+        how = "keyword argument" if holder_keyword(holder, want) else "argument"
+        origin.note = f"{how} of {idx.code(holder.func)}(...)"
     if vnode is not value and not env and isinstance(value, cst.Name):
         # followed a name to its assignment: say which line passes it on, so the patch
         # (which edits the assignment) is not a surprise

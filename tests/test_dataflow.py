@@ -299,3 +299,28 @@ def test_keyword_fed_by_a_module_constant_is_traced_to_the_constant(tmp_path):
     assert origin.span is not None
     text = replace_value(str(script), origin.span, '"eager"')
     assert 'ATTN = "eager"' in text and "attn_implementation=ATTN)" in text
+
+
+def test_positional_dtype_of_to_is_an_origin_and_a_device_is_not(tmp_path):
+    script = tmp_path / "a.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import torch
+
+            WIDE = torch.float64
+
+
+            def main(x, model):
+                model = model.to("cpu")
+                return model(x.to(WIDE))
+            """
+        )
+    )
+    origin = find_attribute_origin("dtype", [str(script)], "float64")
+    assert origin is not None and origin.assigned_to == "WIDE"
+    assert origin.line == _line(script, "WIDE = torch.float64")
+    assert origin.value == "torch.float64" and origin.span is not None
+    assert origin.note.startswith("WIDE, passed at line") and "argument of x.to" in origin.note
+    text = replace_value(str(script), origin.span, "torch.float32")
+    assert "WIDE = torch.float32" in text and 'model.to("cpu")' in text
