@@ -341,3 +341,26 @@ def test_modules_built_inside_the_entry_keep_their_list_index(tmp_path):
             "(p:Module) RETURN p.name AS name ORDER BY size(p.name) DESC"
         ).records()
     assert [r["name"] for r in rows] == ["Net.layers.1", "Net"]
+
+
+def test_backward_ops_are_charged_to_the_module_whose_forward_made_them(tmp_path):
+    import torch
+
+    import magneton
+
+    torch.manual_seed(0)
+    net = _Stack.build()()
+    x = torch.randn(2, 8)
+
+    def train_step(net, x):
+        net(x).sum().backward()
+
+    prof = magneton.record(
+        train_step, (net, x), run="bwd", options=magneton.RecordOptions(repeat=1)
+    )
+    # autograd runs outside every forward hook; the profiler's sequence numbers say which
+    # forward op (and so which module) each backward op belongs to
+    gelu_bwd = [op.module for op in prof.ops if op.name == "aten::gelu_backward"]
+    assert gelu_bwd == ["layers.2.act", "layers.1.act", "layers.0.act"]
+    fc_bwd = {op.module for op in prof.ops if op.name == "aten::mm"}
+    assert fc_bwd == {"layers.0.fc", "layers.1.fc", "layers.2.fc"}
