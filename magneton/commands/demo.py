@@ -55,15 +55,30 @@ def run(args: argparse.Namespace) -> int:
         ["runs", "--db", args.db],
         ["report", "--db", args.db, "a", "--top", "8"],
         ["report", "--db", args.db, "b", "--top", "8"],
-        ["diff", "--db", args.db, "a", "b"],
     ]
     for step in steps:
         console.rule("[bold]magneton " + " ".join(step))
         rc = cli(step)
         if rc:
             return rc
-    console.print(
-        f"\nNext: magneton export-patch --db {args.db} a b --finding 1 -o fix.patch, "
-        f"or explore with magneton-tui --db {args.db} a b"
-    )
+    # the diff runs here rather than through the CLI so the hint below can name a
+    # finding worth patching (finding 1 is the largest difference, which may be noise)
+    from magneton.commands.diff import print_diagnosis, print_result
+    from magneton.diagnose.diff import diff_runs
+    from magneton.graphdb import open_db
+
+    console.rule(f"[bold]magneton diff --db {args.db} a b")
+    with open_db(args.db, create=False) as db:
+        result = diff_runs(db, "a", "b")
+    print_result(result)
+    print_diagnosis(result)
+    act = [f for f in result.ordered() if f.verdict != "noise"]
+    best = next((f for f in act if (f.fix or {}).get("patch")), act[0] if act else None)
+    hint = f"explore with magneton-tui --db {args.db} a b"
+    if best is not None:
+        hint = (
+            f"magneton export-patch --db {args.db} a b --finding {best.id} -o fix.patch, "
+            f"or {hint}"
+        )
+    console.print(f"\nNext: {hint}")
     return 0
