@@ -894,6 +894,17 @@ def _follow_user_value(
     return idx, value, None
 
 
+def _assigned_name(
+    value: cst.BaseExpression, vnode: cst.BaseExpression, env: str | None
+) -> str | None:
+    """The user's name `_follow_user_value` went through to reach `vnode` (`ATTN` for
+    `ATTN = "sdpa"`), or None when the value was written in place or read from the
+    environment."""
+    if isinstance(value, cst.Name) and vnode is not value and not env:
+        return value.value
+    return None
+
+
 def _env_read(idx: SourceIndex, node: cst.CSTNode) -> str | None:
     """`os.environ["X"]`, `os.environ.get("X")`, `os.getenv("X")` → "X"."""
     if isinstance(node, cst.Subscript):
@@ -945,8 +956,8 @@ def find_attribute_origin(attribute: str, files: list[str], observed: str | None
                 if want == "dtype" and _callee_name(n) == "to" and n.args and not n.args[0].keyword:
                     # `x.to(torch.float64)` / `model.to(DTYPE)`: the positional dtype form;
                     # only when it leads to a dtype name (`.to("cpu")` is a device)
-                    _, v, _ = _follow_user_value(idx, n.args[0].value)
-                    if idx.code(v).rsplit(".", 1)[-1] in _DTYPE_NAMES:
+                    vidx, v, _ = _follow_user_value(idx, n.args[0].value)
+                    if vidx.code(v).rsplit(".", 1)[-1] in _DTYPE_NAMES:
                         cands.append((n.args[0].value, "api-argument", n))
             elif isinstance(n, (cst.Assign, cst.AnnAssign)):
                 targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
@@ -983,11 +994,11 @@ def find_attribute_origin(attribute: str, files: list[str], observed: str | None
     if isinstance(holder, cst.Call):
         how = "keyword argument" if holder_keyword(holder, want) else "argument"
         origin.note = f"{how} of {idx.code(holder.func)}(...)"
-    if vnode is not value and not env and isinstance(value, cst.Name):
+    origin.assigned_to = _assigned_name(value, vnode, env)
+    if origin.assigned_to:
         # followed a name to its assignment: say which line passes it on, so the patch
         # (which edits the assignment) is not a surprise
-        origin.assigned_to = value.value
-        via = f"{value.value}, passed at line {idx.line_of(value)}"
+        via = f"{origin.assigned_to}, passed at line {idx.line_of(value)}"
         origin.note = f"{via} ({origin.note})" if origin.note else via
     return origin
 
@@ -1118,11 +1129,7 @@ def find_knob_origin(knob: Knob, files: list[str], observed: str | None) -> Orig
         value=vidx.code(vnode),
         span=vidx.span(vnode) if is_literal(vnode) else None,
         env_var=env_read or env_var,
-        assigned_to=(
-            value.value
-            if isinstance(value, cst.Name) and vnode is not value and not env_read
-            else None
-        ),
+        assigned_to=_assigned_name(value, vnode, env_read),
         note="" if line == setter_line else f"read by the setter at line {setter_line}",
     )
 

@@ -189,12 +189,12 @@ def _dtype_origins(div: Divergence, sides: dict[str, SideInfo]) -> dict[str, Ori
                 return part.removeprefix("dtype=")
         return None
 
-    if any(dtype_of(d) is None for d in diffs.values()):
+    seen = {n: dtype_of(d) for n, d in diffs.items()}
+    if None in seen.values():
         return None
     out: dict[str, Origin] = {}
-    for n, diff in diffs.items():
-        seen = str(dtype_of(diff)).replace("torch.", "")
-        o = find_attribute_origin("dtype", sides[n].files, seen)
+    for n, dtype in seen.items():
+        o = find_attribute_origin("dtype", sides[n].files, dtype.replace("torch.", ""))
         if o is None or o.span is None:
             return None
         out[n] = o

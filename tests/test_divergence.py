@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -241,39 +240,46 @@ def main(block, x):
 """
 
 
+def _record_scripts(db, proj: Path, tag: str) -> tuple:
+    """Record proj/a.py and proj/b.py as a user's scripts (setup() outside the measured
+    call, main() inside) into runs "a" and "b"."""
+    profiles = {}
+    for side in ("a", "b"):
+        mod = _load(proj / f"{side}.py", f"magneton_test_{tag}_{side}")
+        profiles[side] = record_callable(
+            mod.main,
+            mod.setup(),
+            run=side,
+            db=db,
+            options=OPTS,
+            script=str(proj / f"{side}.py"),
+            entry="main",
+            setup="setup",
+        )
+    return profiles["a"], profiles["b"]
+
+
+def _install_lib(tmp_path: Path, monkeypatch, name: str, source: str) -> None:
+    """A library "installed" outside the project: importable from anywhere (the re-runs
+    inherit PYTHONPATH) but not part of the user's code."""
+    lib = tmp_path / "site" / f"{name}.py"
+    lib.parent.mkdir()
+    lib.write_text(source)
+    monkeypatch.setenv("PYTHONPATH", str(lib.parent))
+    monkeypatch.syspath_prepend(str(lib.parent))
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 def test_rerun_finds_the_config_value_and_patches_it(tmp_path, monkeypatch):
-    lib = tmp_path / "site" / "actlib.py"
-    lib.parent.mkdir()
-    lib.write_text(LIB)
+    _install_lib(tmp_path, monkeypatch, "actlib", LIB)
     proj = tmp_path / "proj"
     proj.mkdir()
     (proj / "a.py").write_text(textwrap.dedent(SCRIPT.format(act="slow")))
     (proj / "b.py").write_text(textwrap.dedent(SCRIPT.format(act="fast")))
-    # the library is "installed": importable from anywhere (the re-runs inherit the
-    # environment), but outside the project
-    monkeypatch.setenv("PYTHONPATH", str(lib.parent))
-    sys.path.insert(0, str(lib.parent))
-    try:
-        profiles = {}
-        with open_db(tmp_path / "db") as db:
-            for side in ("a", "b"):
-                mod = _load(proj / f"{side}.py", f"magneton_test_{side}")
-                profiles[side] = record_callable(
-                    mod.main,
-                    mod.setup(),
-                    run=side,
-                    db=db,
-                    options=OPTS,
-                    script=str(proj / f"{side}.py"),
-                    entry="main",
-                    setup="setup",
-                )
-            pa, pb = profiles["a"], profiles["b"]
-            f = _finding(pa, pb)
-            diagnose_result(db, _result(pa, pb, f), rerun=True)
-    finally:
-        sys.path.remove(str(lib.parent))
+    with open_db(tmp_path / "db") as db:
+        pa, pb = _record_scripts(db, proj, "act")
+        f = _finding(pa, pb)
+        diagnose_result(db, _result(pa, pb, f), rerun=True)
     rc = f.root_cause
     assert f.divergence["level"] == "python"
     kv = rc["key_variable"]
@@ -360,36 +366,16 @@ def main(opt):
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 def test_optimizer_flag_behind_a_forwarding_decorator_is_found_and_patched(tmp_path, monkeypatch):
-    lib = tmp_path / "site" / "optlib.py"
-    lib.parent.mkdir()
-    lib.write_text(OPTLIB)
+    _install_lib(tmp_path, monkeypatch, "optlib", OPTLIB)
     proj = tmp_path / "proj"
     proj.mkdir()
     for side, flag in (("a", "False"), ("b", "True")):
         (proj / f"{side}.py").write_text(textwrap.dedent(OPTSCRIPT.format(foreach=flag)))
-    monkeypatch.setenv("PYTHONPATH", str(lib.parent))
-    sys.path.insert(0, str(lib.parent))
-    try:
-        profiles = {}
-        with open_db(tmp_path / "db") as db:
-            for side in ("a", "b"):
-                mod = _load(proj / f"{side}.py", f"magneton_test_opt_{side}")
-                profiles[side] = record_callable(
-                    mod.main,
-                    mod.setup(),
-                    run=side,
-                    db=db,
-                    options=OPTS,
-                    script=str(proj / f"{side}.py"),
-                    entry="main",
-                    setup="setup",
-                )
-            pa, pb = profiles["a"], profiles["b"]
-            assert {o.name for o in pb.ops} == {"aten::_foreach_mul_"}
-            f = _finding(pa, pb)
-            diagnose_result(db, _result(pa, pb, f), rerun=True)
-    finally:
-        sys.path.remove(str(lib.parent))
+    with open_db(tmp_path / "db") as db:
+        pa, pb = _record_scripts(db, proj, "opt")
+        assert {o.name for o in pb.ops} == {"aten::_foreach_mul_"}
+        f = _finding(pa, pb)
+        diagnose_result(db, _result(pa, pb, f), rerun=True)
     rc = f.root_cause
     kv = rc["key_variable"]
     # the branch that differs is the `elif foreach:`, not the `if fused:` whose span holds it
@@ -429,14 +415,10 @@ def main(x, w):
 def test_same_kernels_on_another_dtype_trace_to_the_dtype_the_user_set(tmp_path):
     proj = tmp_path / "proj"
     proj.mkdir()
-    profiles = {}
+    for side, dtype in (("a", "float64"), ("b", "float32")):
+        (proj / f"{side}.py").write_text(DTYPE_SCRIPT.format(dtype=dtype))
     with open_db(tmp_path / "db") as db:
-        for side, dtype in (("a", "float64"), ("b", "float32")):
-            path = proj / f"{side}.py"
-            path.write_text(DTYPE_SCRIPT.format(dtype=dtype))
-            mod = _load(path, f"magneton_test_dtype_{side}")
-            profiles[side] = _record(db, side, mod.main, mod.setup(), path)
-        pa, pb = profiles["a"], profiles["b"]
+        pa, pb = _record_scripts(db, proj, "dtype")
         f = _finding(pa, pb)  # the whole computation
 
         def only(name: str) -> Finding:

@@ -77,8 +77,7 @@ def run(args: argparse.Namespace) -> int:
     hint = f"explore with magneton-tui --db {args.db} a b"
     if best is not None:
         hint = (
-            f"magneton export-patch --db {args.db} a b --finding {best.id} -o fix.patch, "
-            f"or {hint}"
+            f"magneton export-patch --db {args.db} a b --finding {best.id} -o fix.patch, or {hint}"
         )
     console.print(f"\nNext: {hint}")
     return 0
