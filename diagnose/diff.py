@@ -25,6 +25,7 @@ from magneton.graphdb.model import DiffResult, MagnetonError, Profile, Region, R
 from .detect import DEFAULT_THRESHOLD, check_threshold, detect, run_energy_j
 from .equivalence import DEFAULT_TAU
 from .match import MatchResult, match_runs
+from .pathmatch import diff_and_store_by_path, has_values
 
 
 def summary(p: Profile) -> RunSummary:
@@ -128,6 +129,8 @@ def diff_runs(
             raise MagnetonError(f"run '{name}' did not record successfully ({p.run.status}{why})")
         profiles.append(p)
     pa, pb = profiles
+    if not (has_values(pa) and has_values(pb)):  # imported traces: match by name
+        return diff_and_store_by_path(db, pa, pb, threshold, tau=tau, store=store)
     result, m = diff_profiles(pa, pb, threshold=threshold, tau=tau)
     if diagnose and result.findings:
         from magneton.diagnose.rootcause import diagnose_result

@@ -325,6 +325,9 @@ class DiffResult:
     matched_pairs: int = 0
     threshold: float = 0.10
     message: str = ""  # e.g. why nothing could be compared
+    # how the runs were matched when not by value (diagnose/pathmatch.py), "" = by value;
+    # printed by `magneton diff`, not part of to_json (findings' divergence says it)
+    match_note: str = ""
 
     def ordered(self) -> list[Finding]:
         """Findings to act on first (by id = largest saving), then those judged noise:

@@ -24,6 +24,7 @@ _ORDER = [
     "diff",
     "export_patch",
     "export_trace",
+    "import_trace",
     "eval",
     "merge",
     "demo",

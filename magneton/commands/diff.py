@@ -62,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
         return 0
+    if result.match_note:
+        print(result.match_note)
     print_result(result)
     print_diagnosis(result)
     return 0
