@@ -105,7 +105,7 @@ class _Node:
     parent_op: _Node | None = None  # innermost enclosing cpu_op
     frames: list[int] = field(default_factory=list)  # enclosing python frames, entry first
     children: list[_Node] = field(default_factory=list)  # nested cpu_ops (cpu_op nodes only)
-    op_idx: int = -1  # OpRecord idx of its top-level operator (cpu_op nodes)
+    own_frame: int = -1  # FrameRecord idx of a python_function node
 
 
 # --------------------------------------------------------------------------------------
@@ -198,15 +198,15 @@ def _nest(nodes: list[_Node], frames: dict[tuple, int], frame_list: list[FrameRe
             if s.kind == "cpu_op":
                 n.parent_op = s
                 break
-        n.frames = [f for s in stack if s.kind == "python" for f in s.frames[-1:]]
+        n.frames = [s.own_frame for s in stack if s.own_frame >= 0]
         if n.kind == "python":
             m = _FRAME_RE.match(str(n.e.get("name", "")))
-            if m:
+            if m:  # "file.py(12): fn"; "<built-in ...>" and "nn.Module: X" are not frames
                 key = (m.group(1), int(m.group(2)), m.group(3))
                 if key not in frames:
                     frames[key] = len(frame_list)
                     frame_list.append(FrameRecord(len(frame_list), *key))
-                n.frames = n.frames + [frames[key]]
+                n.own_frame = frames[key]
         if n.kind == "cpu_op" and n.parent_op is not None:
             n.parent_op.children.append(n)
         if n.kind != "launch":
