@@ -1,52 +1,86 @@
-"""`magneton export-trace --db DIR RUN -o trace.json`: a Chrome/Perfetto trace of one run.
+"""`magneton export-trace --db DIR RUN -o OUT`: Kineto-style Chrome traces of a run or job.
 
-Tracks: one per recording thread with every operator as a complete ("X") event - its
-module, shapes, FLOPs, bytes, energy and how that energy was obtained in `args`; one
-"modules" track with nested module spans (energy summed over their ops); one power
-counter ("C") per device from `profile.power`, with sensor gaps as instant events.
+The files follow torch.profiler's (Kineto's) trace format, so Perfetto, chrome://tracing
+and Holistic Trace Analysis (HTA) read them as they read a profiler trace:
+
+* `distributedInfo` {rank, world_size, backend} at the top: HTA finds each file's rank
+  there. A job recorded or imported rank by rank (`NAME/rank<r>`) is written as one file
+  per rank, `OUT/rank<r>.json`, which is the directory layout HTA's multi-rank analyses
+  load; a single run is written to the file OUT.
+* Host operators are `cpu_op` events on their thread's track, with their module, shapes,
+  FLOPs, bytes, energy and how it was obtained in `args`; module spans are
+  `user_annotation` events on a "modules" track (energy summed over their ops).
+* GPU activities with their own device timing (runs imported from a GPU trace) are
+  `kernel` / `gpu_memcpy` / `gpu_memset` events on process = device, thread = stream, with
+  `stream`, `device` and `correlation` args. A recorded run's kernels have no device
+  timing of their own (the recorder times operators), so they appear in the operator's
+  `args.kernels` instead of as invented device events.
+* Power: one counter ("C") per device from `profile.power`, sensor gaps as instants.
+
 Timestamps are microseconds from the earliest event of the run (the idle measurement
-before the first operator can appear, so it is kept rather than clipped).
+before the first operator can appear, so it is kept rather than clipped). The JSON is
+written with ": " separators because HTA finds a file's rank with the pattern
+`"rank":\\s+N` before it parses the file.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
+
+from magneton.graphdb.model import OpRecord, Profile
+
+_CPU_PID = 1_000_000  # host process id; device ids (0..n) are the GPU "processes"
+_CORRELATION = re.compile(r"correlation=(\d+)")
+_LAUNCHED_BY = re.compile(r"launched_by=(\d+)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "export-trace",
-        help="write a run as a Chrome/Perfetto JSON trace",
+        help="write a run (or a job, one file per rank) as Kineto-style Chrome traces",
         description=(
-            "Export one run as Chrome trace-event JSON (open in ui.perfetto.dev or "
-            "chrome://tracing): operators, module spans and power counters."
+            "Export a run as Chrome trace-event JSON in torch.profiler's (Kineto) layout: open "
+            "it in ui.perfetto.dev or load it with Holistic Trace Analysis. For a job "
+            "(runs NAME/rank<r>) OUT is a directory with one rank<r>.json per rank."
         ),
     )
-    p.add_argument("run", help="run name")
+    p.add_argument("run", help="run name, or job name for a multi-rank job")
     p.add_argument("--db", required=True, help="profile DB directory")
-    p.add_argument("-o", "--output", required=True, help="output .json file")
+    p.add_argument("-o", "--output", required=True, help="output .json file (directory for a job)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from magneton.diagnose.ranks import job_runs
     from magneton.graphdb import open_db
     from magneton.graphdb.model import MagnetonError
 
     with open_db(args.db, read_only=True) as db:
-        db.require_run(args.run)
-        profile = db.load_profile(args.run)
-    if profile.run.status != "ok" or not profile.ops:
-        raise MagnetonError(f"run '{args.run}' has no operators to export")
-    trace = build_trace(profile)
+        ranks = {} if db.has_run(args.run) else job_runs(db, args.run)
+        names = {r: row.name for r, row in ranks.items()} if ranks else {-1: args.run}
+        for name in names.values():
+            db.require_run(name)
+        profiles = {r: db.load_profile(n) for r, n in names.items()}
+    for p in profiles.values():
+        if p.run.status != "ok" or not p.ops:
+            raise MagnetonError(f"run '{p.run.name}' has no operators to export")
     out = Path(args.output)
-    try:
-        out.write_text(json.dumps(trace))
-    except OSError as e:
-        raise MagnetonError(f"cannot write {out}: {e.strerror or e}") from None
-    n_ops = sum(1 for e in trace["traceEvents"] if e.get("cat") == "operator")
-    print(f"wrote {out}: {n_ops} operators, open it in https://ui.perfetto.dev")
+    targets = {r: out / f"rank{r}.json" for r in profiles} if ranks else {-1: out}
+    for r, p in profiles.items():
+        trace = build_trace(p)
+        try:
+            targets[r].parent.mkdir(parents=True, exist_ok=True)
+            targets[r].write_text(json.dumps(trace))
+        except OSError as e:
+            raise MagnetonError(f"cannot write {targets[r]}: {e.strerror or e}") from None
+        ev = trace["traceEvents"]
+        n_ops = sum(1 for e in ev if e.get("cat") == "cpu_op")
+        n_gpu = sum(1 for e in ev if e.get("cat") in _GPU_CATS.values())
+        print(f"wrote {targets[r]}: {n_ops} operators, {n_gpu} GPU activities")
+    print("open in https://ui.perfetto.dev, or load the directory with HTA's TraceAnalysis")
     return 0
 
 
@@ -78,49 +112,51 @@ def _module_spans(ops) -> list[tuple[str, int, int, float, int]]:
     return spans
 
 
-def build_trace(profile) -> dict:
-    """The Chrome trace-event dict for a profile (see the module docstring)."""
-    run = profile.run
+_GPU_CATS = {"Memcpy": "gpu_memcpy", "Memset": "gpu_memset", "": "kernel"}
+
+
+def _clock(profile: Profile):
     starts = [op.start_ns for op in profile.ops if op.start_ns]
     starts += [s.t_ns[0] for s in profile.power if s.t_ns]
     t0 = min(starts) if starts else 0
-    pid = 1
+    return lambda t_ns: (t_ns - t0) / 1000.0
 
-    def us(t_ns: int) -> float:
-        return (t_ns - t0) / 1000.0
 
-    events: list[dict] = [
-        {"ph": "M", "pid": pid, "name": "process_name", "args": {"name": f"magneton: {run.name}"}},
-    ]
-    threads = sorted({op.thread for op in profile.ops})
-    tid_of = {t: i + 1 for i, t in enumerate(threads)}
-    for t, tid in tid_of.items():
-        label = "operators" if len(threads) == 1 else f"operators (thread {t})"
-        events.append(
-            {"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": label}}
-        )
-    mod_tid = len(tid_of) + 1
-    events.append(
-        {"ph": "M", "pid": pid, "tid": mod_tid, "name": "thread_name", "args": {"name": "modules"}}
-    )
+def _is_device_activity(op: OpRecord) -> bool:
+    """A GPU activity with its own device timing (imported), not a host operator."""
+    return op.device.startswith("cuda") and "stream=" in op.scalar_args
+
+
+def _device_index(device: str) -> int:
+    tail = device.split(":", 1)[1] if ":" in device else "0"
+    return int(tail) if tail.isdigit() else 0
+
+
+def _host_events(profile: Profile, us, tid_of: dict[int, int]) -> list[dict]:
+    events = []
     for op in profile.ops:
-        dur_ns = max(0, op.end_ns - op.start_ns)
+        if _is_device_activity(op):
+            continue
         events.append(
             {
                 "ph": "X",
-                "cat": "operator",
+                "cat": "cpu_op",
                 "name": op.name,
-                "pid": pid,
+                "pid": _CPU_PID,
                 "tid": tid_of[op.thread],
                 "ts": us(op.start_ns),
-                "dur": dur_ns / 1000.0,
+                "dur": max(0, op.end_ns - op.start_ns) / 1000.0,
                 "args": {
+                    "External id": op.idx + 1,
                     "idx": op.idx,
                     "module": op.module,
+                    "Input Dims": op.input_shapes,
                     "input_shapes": op.input_shapes,
                     "output_shapes": op.output_shapes,
                     "dtypes": op.input_dtypes,
                     "scalar_args": op.scalar_args,
+                    "Sequence number": op.seq,
+                    "kernels": [profile.kernels[k].name for k in op.kernels],
                     "time_s": op.time_s,
                     "energy_j": op.energy_j,
                     "method": op.energy_method,
@@ -129,34 +165,114 @@ def build_trace(profile) -> dict:
                 },
             }
         )
-    for path, s, e, energy, depth in _module_spans(profile.ops):
+    return events
+
+
+def _device_events(profile: Profile, us) -> list[dict]:
+    events = []
+    for op in profile.ops:
+        if not _is_device_activity(op):
+            continue
+        corr = _CORRELATION.search(op.scalar_args)
+        launcher = _LAUNCHED_BY.search(op.scalar_args)
+        cat = next(c for prefix, c in _GPU_CATS.items() if op.name.startswith(prefix))
+        args = {
+            "device": _device_index(op.device),
+            "stream": op.thread,
+            "correlation": int(corr.group(1)) if corr else op.idx + 1,
+            "External id": int(launcher.group(1)) + 1 if launcher else -1,
+            "energy_j": op.energy_j,
+            "method": op.energy_method,
+        }
+        if op.bytes:
+            args["bytes"] = op.bytes
         events.append(
             {
                 "ph": "X",
-                "cat": "module",
-                "name": path,
-                "pid": pid,
-                "tid": mod_tid,
-                "ts": us(s),
-                "dur": max(0, e - s) / 1000.0,
-                "args": {"energy_j": energy, "depth": depth},
+                "cat": cat,
+                "name": op.name,
+                "pid": _device_index(op.device),
+                "tid": op.thread,
+                "ts": us(op.start_ns),
+                "dur": max(0, op.end_ns - op.start_ns) / 1000.0,
+                "args": args,
             }
         )
+    return events
+
+
+def _module_events(profile: Profile, us, tid: int) -> list[dict]:
+    host = [op for op in profile.ops if not _is_device_activity(op)]
+    return [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": path,
+            "pid": _CPU_PID,
+            "tid": tid,
+            "ts": us(s),
+            "dur": max(0, e - s) / 1000.0,
+            "args": {"energy_j": energy, "depth": depth},
+        }
+        for path, s, e, energy, depth in _module_spans(host)
+    ]
+
+
+def _power_events(profile: Profile, us) -> list[dict]:
+    events: list[dict] = []
     for series in profile.power:
         name = f"power {series.device} (W)"
         for t, w in zip(series.t_ns, series.watts, strict=True):
-            events.append({"ph": "C", "pid": pid, "name": name, "ts": us(t), "args": {"W": w}})
+            events.append({"ph": "C", "pid": _CPU_PID, "name": name, "ts": us(t), "args": {"W": w}})
         for a, b in series.gaps:
             events.append(
                 {
                     "ph": "i",
                     "s": "p",
-                    "pid": pid,
+                    "pid": _CPU_PID,
                     "name": f"sensor gap {series.device} ({(b - a) / 1e6:.1f} ms)",
                     "ts": us(a),
                 }
             )
+    return events
+
+
+def _track_names(profile: Profile, threads: list[int], mod_tid: int) -> list[dict]:
+    def meta(pid: int, name: str, label: str, tid: int | None = None) -> dict:
+        e = {"ph": "M", "pid": pid, "name": name, "args": {"name": label}}
+        if tid is not None:
+            e["tid"] = tid
+        return e
+
+    run = profile.run
+    events = [meta(_CPU_PID, "process_name", f"magneton: {run.name}")]
+    for i, t in enumerate(threads):
+        label = "operators" if len(threads) == 1 else f"operators (thread {t})"
+        events.append(meta(_CPU_PID, "thread_name", label, i + 1))
+    events.append(meta(_CPU_PID, "thread_name", "modules", mod_tid))
+    gpus = sorted({op.device for op in profile.ops if _is_device_activity(op)})
+    events += [meta(_device_index(d), "process_name", f"GPU {_device_index(d)}") for d in gpus]
+    return events
+
+
+def build_trace(profile: Profile) -> dict:
+    """The Kineto-style trace dict for a profile (see the module docstring)."""
+    run = profile.run
+    us = _clock(profile)
+    threads = sorted({op.thread for op in profile.ops if not _is_device_activity(op)})
+    tid_of = {t: i + 1 for i, t in enumerate(threads)}
+    mod_tid = len(tid_of) + 1
+    events = _track_names(profile, threads, mod_tid)
+    events += _host_events(profile, us, tid_of)
+    events += _device_events(profile, us)
+    events += _module_events(profile, us, mod_tid)
+    events += _power_events(profile, us)
+    dist = {"rank": run.rank, "world_size": run.world_size}
+    if profile.config.get("dist.backend"):
+        dist["backend"] = profile.config["dist.backend"]
     return {
+        "schemaVersion": 1,
+        "distributedInfo": dist,
         "traceEvents": events,
         "displayTimeUnit": "ms",
         "otherData": {
