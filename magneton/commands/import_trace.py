@@ -5,15 +5,22 @@ file's `distributedInfo`, else from a `rank<N>` in its name) becomes job NAME wi
 `NAME/rank<r>`, stored through the same merge as a multi-rank recording
 (tracer/distributed.py), so `magneton diff NAME OTHER` compares the jobs rank by rank.
 Every trace is parsed and priced before anything is written: a bad file in a directory
-leaves the DB untouched. What is read and how energy is obtained: tracer/kineto.py,
+leaves the DB untouched. A single file is saved without importing torch (the job path
+goes through tracer/distributed.py, which does), which keeps a 40k-event import's memory
+to the trace and the DB. What is read and how energy is obtained: tracer/kineto.py,
 docs/traces.md.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from magneton.graphdb.model import MagnetonError
+from magneton.graphdb.model import MagnetonError, Profile
+
+if TYPE_CHECKING:  # the parser loads numpy; `magneton --help` should not
+    from magneton.tracer.kineto import TraceFile
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,54 +54,61 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from magneton.tracer.distributed import Shard, merge_shards, rank_run_name
-    from magneton.tracer.kineto import (
-        estimate_energy,
-        find_trace_files,
-        meter_energy,
-        profile_from_trace,
-        read_trace,
-    )
+    from magneton.tracer.kineto import find_trace_files, read_trace
 
     if args.power and not args.power.startswith("meter:"):
         raise MagnetonError(f"--power must be meter:FILE[@OFFSET_S], not {args.power!r}")
     files = find_trace_files(args.trace)
-    per_rank = len(files) > 1 or _is_dir(args.trace)
-    traces = [read_trace(f) for f in files]
-    if per_rank:
-        ranks = [t.rank for t in traces]
-        dup = sorted({r for r in ranks if ranks.count(r) > 1})
-        if dup:
-            raise MagnetonError(f"two traces for rank {dup[0]} in {args.trace}; keep one per rank")
-    shards = []
-    for tf in traces:
-        name = rank_run_name(args.run, tf.rank) if per_rank else args.run
-        profile, stats = profile_from_trace(tf, name)
-        if not profile.ops:
-            raise MagnetonError(f"{tf.path} has no cpu_op or GPU events to import")
-        if args.power:
-            base = int(tf.doc.get("baseTimeNanoseconds", 0) or 0)
-            meter_energy(profile, args.power, base_time_ns=base)
-        else:
-            estimate_energy(profile, args.model)
-        world = max(tf.world_size, len(traces)) if per_rank else tf.world_size
-        shards.append(Shard(args.run, tf.rank, world, profile.run, profile, str(tf.path)))
-        linked = f"{stats.launched}/{stats.gpu_activities}"
-        print(
-            f"{tf.path.name} -> run '{name}': {stats.operators} operators "
-            f"({stats.cpu_ops} cpu_ops), {stats.kernels} kernels, {stats.memcpys} memcpys, "
-            f"{stats.memsets} memsets; launches linked {linked}, from an operator "
-            f"{stats.from_operator}; {profile.run.energy_j:.4g} J ({profile.run.energy_method}, "
-            f"{profile.run.power_source})"
-        )
+    per_rank = len(files) > 1 or Path(args.trace).is_dir()
+    profiles = {}
+    for f in files:  # one parsed trace in memory at a time: a job may have many ranks
+        tf = read_trace(f)
+        if per_rank and tf.rank in profiles:
+            raise MagnetonError(f"two traces for rank {tf.rank} in {args.trace}; keep one per rank")
+        name = f"{args.run}/rank{tf.rank}" if per_rank else args.run
+        profiles[tf.rank] = (_convert(tf, name, args), tf.world_size, str(tf.path))
+    if not per_rank:
+        _save_one(args.db, profiles[next(iter(profiles))][0], args.replace)
+        return 0
+    # a job is stored the way `magneton merge` stores a recorded one
+    from magneton.tracer.distributed import Shard, merge_shards
+
+    world = max(max(w for _, w, _ in profiles.values()), len(profiles))
+    shards = [Shard(args.run, r, world, p.run, p, path) for r, (p, _, path) in profiles.items()]
     merge_shards(args.db, shards, replace=args.replace)
-    if per_rank:
-        world = shards[0].world_size
-        print(f"job '{args.run}': {len(shards)} of {world} ranks imported -> {args.db}")
+    print(f"job '{args.run}': {len(shards)} of {world} ranks imported -> {args.db}")
     return 0
 
 
-def _is_dir(path: str) -> bool:
-    from pathlib import Path
+def _convert(tf: TraceFile, name: str, args: argparse.Namespace) -> Profile:
+    from magneton.tracer.kineto import estimate_energy, meter_energy, profile_from_trace
 
-    return Path(path).is_dir()
+    profile, stats = profile_from_trace(tf, name)
+    if not profile.ops:
+        raise MagnetonError(f"{tf.path} has no cpu_op or GPU events to import")
+    if args.power:
+        base = int(tf.doc.get("baseTimeNanoseconds", 0) or 0)
+        meter_energy(profile, args.power, base_time_ns=base)
+    else:
+        estimate_energy(profile, args.model)
+    run = profile.run
+    print(
+        f"{tf.path.name} -> run '{name}': {stats.operators} operators "
+        f"({stats.cpu_ops} cpu_ops), {stats.kernels} kernels, {stats.memcpys} memcpys, "
+        f"{stats.memsets} memsets; launches linked {stats.launched}/{stats.gpu_activities}, "
+        f"from an operator {stats.from_operator}; {run.energy_j:.4g} J "
+        f"({run.energy_method}, {run.power_source})"
+    )
+    return profile
+
+
+def _save_one(db_path: str, profile: Profile, replace: bool) -> None:
+    from magneton.graphdb import open_db
+
+    with open_db(db_path) as db:
+        if db.has_run(profile.run.name) and not replace:
+            raise MagnetonError(
+                f"run(s) already in the DB: {profile.run.name}; pass --replace "
+                "or import under another --run name"
+            )
+        db.save_profile(profile, replace=replace)
