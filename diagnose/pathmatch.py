@@ -133,7 +133,7 @@ def _finding(key: str, ra: PathRegion, rb: PathRegion, pa: Profile, pb: Profile)
         "b": {"kind": "kernel", "name": top.name if top and top.calls_b else "(none)"},
         "kernels": [d.__dict__ for d in deltas[:5]],
     }
-    note = f"{NOTE}; region {_short(key, 90)}"
+    note = f"imported runs, region {_short(key, 90)}"
     if deltas:
         note += f"; largest kernel differences: {describe_deltas(deltas)}"
     # host operators name a region; its kernels are in `divergence` (a table cell of
