@@ -106,6 +106,7 @@ class _Node:
     frames: list[int] = field(default_factory=list)  # enclosing python frames, entry first
     children: list[_Node] = field(default_factory=list)  # nested cpu_ops (cpu_op nodes only)
     own_frame: int = -1  # FrameRecord idx of a python_function node
+    pos: int = -1  # position among the top-level operators (top-level cpu_op nodes)
 
 
 # --------------------------------------------------------------------------------------
@@ -327,10 +328,13 @@ def profile_from_trace(tf: TraceFile, run: str) -> tuple[Profile, ImportStats]:
     _relink_by_external_id(cpu_ops, launches)
     stats.cpu_ops = len(cpu_ops)
     stats.frames = len(profile.frames)
-    records: list[tuple[OpRecord, str]] = []
+    # (record, position of the launching top-level operator or -1); tops come first, so
+    # a top's position is also its record's position
+    records: list[tuple[OpRecord, int]] = []
     tops = [n for n in cpu_ops if n.parent_op is None]
-    for n in tops:
-        records.append((_cpu_op_record(n), ""))
+    for pos, n in enumerate(tops):
+        n.pos = pos
+        records.append((_cpu_op_record(n), -1))
     stats.operators = len(tops)
     for e in gpu:
         launch = launches.get(_int(_args(e).get("correlation")))
@@ -340,8 +344,9 @@ def profile_from_trace(tf: TraceFile, run: str) -> tuple[Profile, ImportStats]:
         stats.kernels += cat == "kernel"
         stats.memcpys += cat == "gpu_memcpy"
         stats.memsets += cat == "gpu_memset"
-        records.append((_gpu_record(e, launch), _launch_key(launch)))
-    _assign(profile, records, tops)
+        launcher = _top(launch.parent_op).pos if launch and launch.parent_op else -1
+        records.append((_gpu_record(e, launch), launcher))
+    _assign(profile, records)
     _fill_run(profile.run, tf, profile)
     profile.config.update(_config(tf, stats))
     return profile, stats
@@ -365,19 +370,14 @@ def _relink_by_external_id(cpu_ops: list[_Node], launches: dict[int, _Node]) -> 
             launch.parent_op = op
 
 
-def _launch_key(launch: _Node | None) -> str:
-    return str(id(_top(launch.parent_op))) if launch is not None and launch.parent_op else ""
-
-
-def _assign(profile: Profile, records: list[tuple[OpRecord, str]], tops: list[_Node]) -> None:
+def _assign(profile: Profile, records: list[tuple[OpRecord, int]]) -> None:
     """Dense idx in start order, kernels deduplicated per (name, device), and each GPU
     activity's launching operator idx appended to its scalar_args."""
-    top_of = {str(id(n)): i for i, n in enumerate(tops)}
     order = sorted(range(len(records)), key=lambda i: (records[i][0].start_ns, i))
     new_idx = {old: new for new, old in enumerate(order)}
     kernels: dict[tuple[str, str], int] = {}
     for old in order:
-        op, key = records[old]
+        op, launcher = records[old]
         op.idx = new_idx[old]
         if op.device != "cpu":
             k = (op.name, op.device)
@@ -385,8 +385,8 @@ def _assign(profile: Profile, records: list[tuple[OpRecord, str]], tops: list[_N
                 kernels[k] = len(profile.kernels)
                 profile.kernels.append(KernelRecord(kernels[k], *k))
             op.kernels = [kernels[k]]
-            if key in top_of:
-                op.scalar_args += f", launched_by={new_idx[top_of[key]]}"
+            if launcher >= 0:
+                op.scalar_args += f", launched_by={new_idx[launcher]}"
         profile.ops.append(op)
 
 
