@@ -210,3 +210,46 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     assert r.stderr.startswith("magneton: ") and len(r.stderr.strip().splitlines()) == 1
     r = cli("import-trace", str(tmp_path / "missing"), "--db", str(db), "--run", "x")
     assert r.returncode != 0 and "no such trace" in r.stderr
+
+
+def test_nvidia_smi_log_in_wall_clock_lines_up_with_the_trace(tmp_path):
+    """nvidia-smi writes local wall-clock dates; Kineto's timestamps are relative to
+    `baseTimeNanoseconds` (Unix ns). The two clocks must meet."""
+    import datetime as dt
+
+    trace = tmp_path / "cpu.pt.trace.json"
+    _torch_profiler_trace(trace)
+    tf = read_trace(trace)
+    base = int(tf.doc["baseTimeNanoseconds"])
+    profile, _ = profile_from_trace(tf, "cpu")
+    t0 = min(op.start_ns for op in profile.ops)
+    t1 = max(op.end_ns for op in profile.ops)
+    mid = (t0 + t1) // 2
+    n = 400
+    rows = ["timestamp, power.draw [W]"]
+    for i in range(n + 1):
+        t_ns = t0 + (t1 - t0) * i // n
+        when = dt.datetime.fromtimestamp((base + t_ns) / 1e9)
+        rows.append(f"{when:%Y/%m/%d %H:%M:%S.%f}, {100.0 if t_ns <= mid else 20.0:.2f} W")
+    log = tmp_path / "nvsmi.csv"
+    log.write_text("\n".join(rows) + "\n")
+    db = tmp_path / "db"
+    r = cli("import-trace", str(trace), "--db", str(db), "--run", "cpu", "--power", f"meter:{log}")
+    assert r.returncode == 0, r.stderr
+    with open_db(db, read_only=True) as h:
+        p = h.load_profile("cpu")
+    span_s = (t1 - t0) / 1e9
+    # half at 100 W, half at 20 W: a log read on the wrong clock would be extended from
+    # its nearest sample (100 or 20 W throughout) or refused
+    assert p.run.energy_j == pytest.approx(60.0 * span_s, rel=0.03)
+    # the same log an hour late does not overlap the trace: refused, nothing written
+    late = [rows[0]]
+    for row in rows[1:]:
+        stamp, watts = row.split(", ")
+        when = dt.datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S.%f") + dt.timedelta(hours=1)
+        late.append(f"{when:%Y/%m/%d %H:%M:%S.%f}, {watts}")
+    log.write_text("\n".join(late) + "\n")
+    r = cli("import-trace", str(trace), "--db", str(db), "--run", "late", "--power", f"meter:{log}")
+    assert r.returncode != 0 and "does not overlap the trace" in r.stderr
+    with open_db(db, read_only=True) as h:
+        assert not h.has_run("late")
