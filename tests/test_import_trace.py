@@ -253,3 +253,35 @@ def test_nvidia_smi_log_in_wall_clock_lines_up_with_the_trace(tmp_path):
     assert r.returncode != 0 and "does not overlap the trace" in r.stderr
     with open_db(db, read_only=True) as h:
         assert not h.has_run("late")
+
+
+@needs_hta
+def test_path_diff_of_a_trace_with_itself_and_with_a_slower_copy():
+    from magneton.diagnose.pathmatch import diff_by_path
+
+    def load(run: str):
+        p, _ = profile_from_trace(read_trace(HTA / "alexnet_train_step.json.gz"), run)
+        estimate_energy(p)
+        return p
+
+    a, b = load("a"), load("b")
+    result, regions = diff_by_path(a, b, threshold=0.10)
+    assert result.findings == [] and result.message == ""
+    assert result.matched_pairs == len(regions) and all(k == "matched" for k, _, _ in regions)
+    # every operator and GPU activity is in exactly one region
+    assert sorted(i for _, ra, _ in regions for i in ra.ops) == list(range(len(a.ops)))
+    # make one kernel three times slower in b: that kernel's region is the top finding and
+    # names it
+    gpu = [op for op in b.ops if op.device != "cpu" and "launched_by=" in op.scalar_args]
+    slow = max(gpu, key=lambda op: op.energy_j)
+    for op in b.ops:
+        if op.name == slow.name:
+            op.time_s *= 3
+            op.energy_j *= 3
+    result, _ = diff_by_path(a, b, threshold=0.10)
+    top = result.findings[0]
+    assert top.wasteful == "b" and top.verdict == "waste"
+    assert top.divergence["kernels"][0]["name"] == slow.name
+    assert slow.idx in top.region_b.ops
+    assert result.match_note.startswith("matched by operator path and kernel names")
+    assert slow.name[:40] in result.match_note
