@@ -25,6 +25,7 @@ _ORDER = [
     "export_patch",
     "export_trace",
     "import_trace",
+    "import_trace",
     "eval",
     "merge",
     "demo",

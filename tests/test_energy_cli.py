@@ -165,13 +165,13 @@ def test_export_trace_is_valid_chrome_json(db, tmp_path):
     assert rc == 0, err
     trace = json.loads(out.read_text())
     ev = trace["traceEvents"]
-    ops = [e for e in ev if e.get("cat") == "operator"]
+    ops = [e for e in ev if e.get("cat") == "cpu_op"]
     report = report_json(db, "gelu_new")
     assert len(ops) == sum(o["calls"] for o in report["operators"])
     assert all(e["ph"] == "X" and e["dur"] >= 0 and e["ts"] >= 0 for e in ops)
     assert {"module", "input_shapes", "energy_j", "method"} <= set(ops[0]["args"])
     assert sum(e["args"]["energy_j"] for e in ops) == pytest.approx(report["energy_j"], rel=1e-9)
-    mods = [e for e in ev if e.get("cat") == "module"]
+    mods = [e for e in ev if e.get("cat") == "user_annotation"]
     assert {"h", "h.0", "h.1", "h.0.mlp.act"} <= {e["name"] for e in mods}
     op_tids = {e["tid"] for e in ops}
     assert not op_tids & {e["tid"] for e in mods}  # modules on their own track
