@@ -55,31 +55,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import networkx as nx
-from magneton.graphdb.model import BOOKKEEPING_OPS, Profile, Region
+from magneton.graphdb.model import Profile, Region
+from magneton.graphdb.vocab import FREE_OPS
 
 from .equivalence import DEFAULT_TAU, TensorIndex, match_tensors, tolerance
 
 SRC = -1
 SINK = -2
-
-# Ops that only alias or describe memory. Pairs made only of these are merged into a
-# neighbour. Copies (`clone`, `contiguous`, `_to_copy`) are bookkeeping for divergence
-# analysis but move real bytes, so they stay regions of their own: a redundant copy is
-# one of the wastes this stage must be able to show.
-_COPYING_OPS = frozenset(
-    {
-        "aten::clone",
-        "aten::contiguous",
-        "aten::_to_copy",
-        "aten::to",
-        "aten::lift_fresh_copy",
-        "aten::fill_",
-        "aten::zero_",
-        "aten::resize_",
-        "aten::copy_",
-    }
-)
-FREE_OPS = BOOKKEEPING_OPS - _COPYING_OPS
 
 
 # --------------------------------------------------------------------------------------

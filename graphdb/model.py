@@ -15,65 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# Re-exported: the operator vocabularies live in `vocab.py`; much code imports this one here.
+from .vocab import BOOKKEEPING_OPS  # noqa: F401
+
 SCHEMA_VERSION = 2
 
 # How an energy figure was obtained. Every energy number shown to a user carries one.
 ENERGY_METHODS = ("measured", "replayed", "solved", "estimated")
-
-# Operators that only allocate, alias or bookkeep, or are pure wrappers whose real work
-# (if any) shows up as a child op (`clone` → `copy_`). Divergence analysis and kernel
-# extraction ignore them (paper §4.3: differences that do not reach a different kernel
-# are noise).
-BOOKKEEPING_OPS = frozenset(
-    {
-        "aten::empty",
-        "aten::empty_like",
-        "aten::empty_strided",
-        "aten::as_strided",
-        "aten::resize_",
-        "aten::detach",
-        "aten::detach_",
-        "aten::lift_fresh",
-        "aten::alias",
-        "aten::view",
-        "aten::_unsafe_view",
-        "aten::_reshape_alias",
-        "aten::t",
-        "aten::transpose",
-        "aten::expand",
-        "aten::permute",
-        "aten::unsqueeze",
-        "aten::squeeze",
-        "aten::slice",
-        "aten::select",
-        "aten::result_type",
-        "aten::is_nonzero",
-        "aten::item",
-        "aten::_local_scalar_dense",
-        "aten::set_",
-        "aten::zero_",
-        "aten::fill_",
-        "aten::resolve_conj",
-        "aten::resolve_neg",
-        "aten::as_strided_",
-        "aten::_nnpack_available",
-        "aten::reshape",
-        "aten::contiguous",
-        "aten::clone",
-        "aten::to",
-        "aten::_to_copy",
-        "aten::lift_fresh_copy",
-        "aten::numpy_T",
-        "aten::view_as",
-        "aten::flatten",
-        "aten::unflatten",
-        "aten::split",
-        "aten::chunk",
-        "aten::narrow",
-        "aten::split_with_sizes",
-        "aten::unbind",
-    }
-)
 
 
 @dataclass

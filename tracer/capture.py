@@ -35,13 +35,13 @@ from typing import Any
 
 import torch
 from magneton.graphdb.model import (
-    BOOKKEEPING_OPS,
     FrameRecord,
     KernelRecord,
     ModuleRecord,
     OpRecord,
     TensorRecord,
 )
+from magneton.graphdb.vocab import BOOKKEEPING_OPS, IN_PLACE_WRITE_OPS
 from magneton.tracer.invariants import summarize
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
@@ -513,11 +513,6 @@ def attach_call_paths(result: StructureResult, events) -> None:
             op.module = fwd_module.get(grad_of[op.idx], op.module)
 
 
-# Copies inside a bigger op (addmm copying its bias into the output) are real work but
-# do not make their parent a mere dispatcher the way `_convolution → thnn_conv2d` does.
-_COPY_OPS = frozenset({"aten::copy_", "aten::fill_", "aten::zero_"})
-
-
 def _kernels_of(chains: list[list[str]]) -> list[str]:
     """The ops that did the work: on each chain the deepest non-bookkeeping op, minus ops
     that only dispatched to a deeper kernel (`aten::_convolution` above
@@ -532,7 +527,9 @@ def _kernels_of(chains: list[list[str]]) -> list[str]:
     keep = [
         c
         for c in cands
-        if not any(len(d) > len(c) and d[: len(c)] == c and d[-1] not in _COPY_OPS for d in cands)
+        if not any(
+            len(d) > len(c) and d[: len(c)] == c and d[-1] not in IN_PLACE_WRITE_OPS for d in cands
+        )
     ]
     return list(dict.fromkeys(c[-1] for c in keep))
 

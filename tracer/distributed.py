@@ -91,26 +91,16 @@ from magneton.graphdb.model import (
     RunInfo,
     TensorRecord,
 )
+from magneton.graphdb.vocab import is_collective
 from magneton.tracer.record import defer_sigint
 
 SHARD_FORMAT = "magneton-shard"
 SHARD_VERSION = 1
 SHARD_SUFFIX = ".shard.json.gz"
 
-# Operator namespaces of collectives. `_c10d_functional::wait_tensor` is the wait of a
-# functional collective, an operator of its own, not a collective.
-COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional")
-_NOT_COLLECTIVES = frozenset({"_c10d_functional::wait_tensor", "c10d_functional::wait_tensor"})
-
 # Config keys this module writes (all under "dist.", which no knob uses).
 CFG_COLLECTIVES = "dist.collectives"
 CFG_CALLS = "dist.calls"
-
-
-def is_collective(name: str) -> bool:
-    """True for an operator name that is a collective (`c10d::allreduce_`)."""
-    ns = name.split("::", 1)[0]
-    return ns in COLLECTIVE_NAMESPACES and name not in _NOT_COLLECTIVES
 
 
 def rank_run_name(job: str, rank: int) -> str:

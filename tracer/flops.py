@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass
 
 from magneton.graphdb.model import OpRecord
+from magneton.graphdb.vocab import ZERO_COST_OPS
 
 # Bytes per element. Keys are dtype names without the "torch." prefix.
 _DTYPE_BYTES = {
@@ -63,55 +64,6 @@ _DTYPE_BYTES = {
     "qint32": 4,
 }
 
-# Ops that alias, allocate or only inspect metadata: no arithmetic, no data movement.
-ZERO_COST_OPS = frozenset(
-    {
-        "aten::empty",
-        "aten::empty_like",
-        "aten::empty_strided",
-        "aten::new_empty",
-        "aten::new_empty_strided",
-        "aten::as_strided",
-        "aten::resize_",
-        "aten::detach",
-        "aten::detach_",
-        "aten::lift_fresh",
-        "aten::alias",
-        "aten::view",
-        "aten::view_as",
-        "aten::_unsafe_view",
-        "aten::_reshape_alias",
-        "aten::reshape",  # reaches dispatch only when it is a view; copies show up as clone
-        "aten::t",
-        "aten::transpose",
-        "aten::expand",
-        "aten::expand_as",
-        "aten::permute",
-        "aten::unsqueeze",
-        "aten::squeeze",
-        "aten::slice",
-        "aten::select",
-        "aten::split",
-        "aten::split_with_sizes",
-        "aten::chunk",
-        "aten::unbind",
-        "aten::narrow",
-        "aten::diagonal",
-        "aten::unfold",
-        "aten::result_type",
-        "aten::is_nonzero",
-        "aten::set_",
-        "aten::sym_size",
-        "aten::sym_stride",
-        "aten::sym_numel",
-        "aten::sym_storage_offset",
-        "aten::size",
-        "aten::stride",
-        "aten::dim",
-        "aten::_local_scalar_dense",
-        "aten::item",
-    }
-)
 
 # FLOPs per output element of point-wise ops. Arithmetic = 1; transcendental functions
 # are priced by an approximate instruction count of a vectorised implementation.
