@@ -50,7 +50,7 @@ Choices, and the failure each one prevents:
   not timed, because the only hook, a Python callback on the Work's future, runs on the
   backend's worker thread and must take the GIL - it delayed gloo's next collective by up
   to the interpreter's 5 ms switch interval and perturbed exactly what is measured.
-  Everything lands in the run's config (`dist.collectives`, `dist.calls`).
+  Everything lands in the run's `Profile.dist` (`DistInfo`).
 * `--replay` is refused: replaying a collective on one rank blocks waiting for peers that
   are not replaying.
 * The workers get `GLOO_SOCKET_IFNAME` set to the loopback interface (unless set) and the
@@ -81,6 +81,8 @@ from typing import Any
 from urllib.parse import quote
 
 from magneton.graphdb.model import (
+    CollectiveTimes,
+    DistInfo,
     FrameRecord,
     KernelRecord,
     MagnetonError,
@@ -90,6 +92,8 @@ from magneton.graphdb.model import (
     Profile,
     RunInfo,
     TensorRecord,
+    split_stored_config,
+    stored_config,
 )
 from magneton.graphdb.vocab import is_collective
 from magneton.tracer.record import defer_sigint
@@ -97,10 +101,6 @@ from magneton.tracer.record import defer_sigint
 SHARD_FORMAT = "magneton-shard"
 SHARD_VERSION = 1
 SHARD_SUFFIX = ".shard.json.gz"
-
-# Config keys this module writes (all under "dist.", which no knob uses).
-CFG_COLLECTIVES = "dist.collectives"
-CFG_CALLS = "dist.calls"
 
 
 def rank_run_name(job: str, rank: int) -> str:
@@ -134,8 +134,13 @@ def _known(cls: type, d: dict) -> Any:
 
 
 def profile_to_dict(profile: Profile) -> dict:
-    """Plain JSON-able dict of a Profile, including the in-memory `windows_ns`."""
-    return dataclasses.asdict(profile)
+    """Plain JSON-able dict of a Profile, including the in-memory `windows_ns`. Typed
+    metadata (`dist`) travels as config rows, as in the DB, so the shard format is the same
+    for every reader."""
+    d = dataclasses.asdict(profile)
+    d.pop("dist", None)
+    d["config"] = stored_config(profile)
+    return d
 
 
 def profile_from_dict(d: dict) -> Profile:
@@ -150,6 +155,7 @@ def profile_from_dict(d: dict) -> Profile:
         ps = _known(PowerSeries, s)
         ps.gaps = [(int(a), int(b)) for a, b in ps.gaps]
         power.append(ps)
+    config, dist = split_stored_config({str(k): str(v) for k, v in d.get("config", {}).items()})
     return Profile(
         run=_known(RunInfo, d["run"]),
         ops=ops,
@@ -157,8 +163,9 @@ def profile_from_dict(d: dict) -> Profile:
         modules=[_known(ModuleRecord, m) for m in d.get("modules", [])],
         frames=[_known(FrameRecord, f) for f in d.get("frames", [])],
         kernels=[_known(KernelRecord, k) for k in d.get("kernels", [])],
-        config={str(k): str(v) for k, v in d.get("config", {}).items()},
+        config=config,
         power=power,
+        dist=dist,
     )
 
 
@@ -622,9 +629,12 @@ def _make_entry(
     return magneton_rank_entry
 
 
-def _collectives_config(profile: Profile, events: list[CollectiveEvent], timing_calls: list[int]):
-    """Attach per-iteration issue/completion times of each collective op (timing pass) to
-    the profile's config, keyed by op idx. Returns the number of ops that got timings."""
+def _collective_times(
+    profile: Profile, events: list[CollectiveEvent], timing_calls: list[int]
+) -> tuple[list[CollectiveTimes], list[int]]:
+    """Per-iteration issue/completion times of each collective op (timing pass), and the
+    timing iterations (indices into `timing_calls`) whose collectives lined up with the
+    structure pass's operators; only those are kept."""
     coll_ops = [op for op in profile.ops if is_collective(op.name)]
     per_call: dict[int, list[CollectiveEvent]] = {c: [] for c in timing_calls}
     for ev in events:
@@ -645,27 +655,21 @@ def _collectives_config(profile: Profile, events: list[CollectiveEvent], timing_
         else:
             group, size = evs[0].group, evs[0].group_size
         rows.append(
-            {
-                "op": op.idx,
-                "name": op.name,
-                "group": group,
-                "group_size": size,
-                "sync": bool(evs and evs[0].sync),
-                "bytes": evs[0].nbytes if evs else 0,
-                "start_ns": [e.start_ns for e in evs],
-                "end_ns": [e.end_ns for e in evs],
-                "done_ns": [e.done_ns for e in evs],
-                "wait_ns": [e.wait_ns for e in evs],
-                "wait_cpu_ns": [e.wait_cpu_ns for e in evs],
-            }
+            CollectiveTimes(
+                op=op.idx,
+                name=op.name,
+                group=group,
+                group_size=size,
+                sync=bool(evs and evs[0].sync),
+                size_bytes=evs[0].nbytes if evs else 0,
+                start_ns=[e.start_ns for e in evs],
+                end_ns=[e.end_ns for e in evs],
+                done_ns=[e.done_ns for e in evs],
+                wait_ns=[e.wait_ns for e in evs],
+                wait_cpu_ns=[e.wait_cpu_ns for e in evs],
+            )
         )
-    doc = {
-        "iterations": [timing_calls.index(c) for c in usable],
-        "mismatched_iterations": len(timing_calls) - len(usable),
-        "ops": rows,
-    }
-    profile.config[CFG_COLLECTIVES] = json.dumps(doc, separators=(",", ":"))
-    return len(coll_ops) if usable else 0
+    return rows, [timing_calls.index(c) for c in usable]
 
 
 def record_rank(
@@ -822,27 +826,29 @@ def _record_rank_profile(
         int(os.environ["RANK"]),
         int(os.environ["WORLD_SIZE"]),
     )
-    _collectives_config(profile, recorder.events, timing_calls)
-    cfg = profile.config
-    cfg[CFG_CALLS] = json.dumps(
-        {
-            "start_ns": [log.start_ns[c] for c in timing_calls if c < len(log.start_ns)],
-            "end_ns": [log.end_ns[c] for c in timing_calls if c < len(log.end_ns)],
-            "cpu_ns": [log.cpu_ns[c] for c in timing_calls if c < len(log.cpu_ns)],
-            "ref_ns": [log.ref_ns[c] for c in timing_calls if c < len(log.ref_ns)],
-            "clock": "time.perf_counter_ns (CLOCK_MONOTONIC: shared by processes of one host)",
-        },
-        separators=(",", ":"),
-    )
-    cfg["dist.rank"] = str(profile.run.rank)
-    cfg["dist.world_size"] = str(profile.run.world_size)
-    cfg["dist.local_rank"] = str(local_rank)
-    cfg["dist.host"] = profile.run.host
-    cfg["dist.initialized"] = str(dist.is_available() and dist.is_initialized())
-    if dist.is_available() and dist.is_initialized():
-        cfg["dist.backend"] = str(dist.get_backend())
-    cfg["dist.master"] = (
-        f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}".strip(":")
+    colls, iterations = _collective_times(profile, recorder.events, timing_calls)
+    initialized = dist.is_available() and dist.is_initialized()
+
+    def per_call(values: list[int]) -> list[int]:
+        return [values[c] for c in timing_calls if c < len(values)]
+
+    profile.dist = DistInfo(
+        rank=profile.run.rank,
+        world_size=profile.run.world_size,
+        local_rank=local_rank,
+        host=profile.run.host,
+        initialized=initialized,
+        backend=str(dist.get_backend()) if initialized else "",
+        master=f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}".strip(
+            ":"
+        ),
+        iterations=iterations,
+        mismatched_iterations=len(timing_calls) - len(iterations),
+        collectives=colls,
+        call_start_ns=per_call(log.start_ns),
+        call_end_ns=per_call(log.end_ns),
+        call_cpu_ns=per_call(log.cpu_ns),
+        call_ref_ns=per_call(log.ref_ns),
     )
     return profile
 
