@@ -382,6 +382,8 @@ class DistInfo:
     initialized: bool = False  # whether the script had a process group
     backend: str = ""  # of that process group ("" when none)
     master: str = ""  # MASTER_ADDR:MASTER_PORT
+    launcher: str = ""  # "torchrun" | "slurm": whose environment named the rank
+    job_id: str = ""  # the launcher's job id (TORCHELASTIC_RUN_ID, SLURM_JOB_ID)
     iterations: list[int] = field(default_factory=list)  # usable timing iterations
     mismatched_iterations: int = 0  # iterations whose collectives did not line up
     collectives: list[CollectiveTimes] = field(default_factory=list)
@@ -423,6 +425,10 @@ class DistInfo:
         if self.backend:
             cfg[p + "backend"] = self.backend
         cfg[p + "master"] = self.master
+        if self.launcher:
+            cfg[p + "launcher"] = self.launcher
+        if self.job_id:
+            cfg[p + "job_id"] = self.job_id
         return cfg
 
     @classmethod
@@ -445,6 +451,8 @@ class DistInfo:
             initialized=config.get(p + "initialized") == "True",
             backend=config.get(p + "backend", ""),
             master=config.get(p + "master", ""),
+            launcher=config.get(p + "launcher", ""),
+            job_id=config.get(p + "job_id", ""),
             iterations=ints(colls, "iterations"),
             mismatched_iterations=int(colls.get("mismatched_iterations", 0)),
             collectives=[CollectiveTimes.from_json(r) for r in colls.get("ops", [])],

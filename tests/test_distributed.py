@@ -45,7 +45,7 @@ from magneton.graphdb.model import (
     RunInfo,
     TensorRecord,
 )
-from magneton.tracer.distributed import (
+from magneton.tracer.shards import (
     Shard,
     find_shards,
     profile_from_dict,

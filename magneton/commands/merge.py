@@ -37,7 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from magneton.tracer.distributed import find_shards, merge_shards, read_shard
+    from magneton.tracer.merge import merge_shards
+    from magneton.tracer.shards import find_shards, read_shard
 
     paths = find_shards(args.shards)
     shards = [read_shard(p) for p in paths]
