@@ -36,6 +36,7 @@ from libcst.metadata import (
     QualifiedNameProvider,
     ScopeProvider,
 )
+
 from magneton.knowledge.base import Knob
 
 

@@ -33,6 +33,7 @@ import traceback
 from dataclasses import dataclass
 
 import libcst as cst
+
 from magneton.diagnose.dataflow import (
     Origin,
     Span,

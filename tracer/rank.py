@@ -259,6 +259,7 @@ def _record_rank_profile(
     env: RankEnv,
 ) -> Profile:
     import torch.distributed as dist
+
     from magneton.tracer.capture import StructureCapture, TimingCapture
 
     log = _CallLog()
