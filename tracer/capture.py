@@ -24,6 +24,7 @@ calls belong to which recorded operator.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import sys
 import threading
@@ -65,10 +66,18 @@ _SKIP_FILES = (
 _SKIP_DIRS = tuple(
     os.path.join(_TORCH_DIR, d) + os.sep for d in ("_dynamo", "_compile.py", "profiler")
 )
-_MAGNETON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_SELF_DIRS = tuple(
-    os.path.join(_MAGNETON_DIR, d) + os.sep for d in ("tracer", "magneton", "graphdb")
-)
+
+
+def _package_dir(name: str) -> str:
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.submodule_search_locations
+    return os.path.abspath(spec.submodule_search_locations[0]) + os.sep
+
+
+# Magneton's own packages wherever the install put them: the stage folders of a checkout
+# (tracer/, graphdb/), or one magneton/ tree in a wheel or a strict editable install,
+# where a path computed from this file's parent would name a folder that does not exist.
+_SELF_DIRS = tuple(_package_dir(n) for n in ("magneton.tracer", "magneton", "magneton.graphdb"))
 
 
 def _op_name(func) -> tuple[str, str]:
