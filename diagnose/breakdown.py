@@ -274,7 +274,6 @@ def charged_time_s(profile: Profile) -> dict[int, float]:
     import json
 
     import numpy as np
-
     from magneton.tracer.energy import tile
 
     stored = profile.config.get("energy.charged_s")

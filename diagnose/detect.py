@@ -32,7 +32,6 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
-
 from magneton.graphdb.model import Finding, MagnetonError, Profile, Region
 
 from .equivalence import Signature, signature

@@ -55,7 +55,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import networkx as nx
-
 from magneton.graphdb.model import Profile, Region
 from magneton.graphdb.vocab import FREE_OPS
 

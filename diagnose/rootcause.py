@@ -33,7 +33,6 @@ import traceback
 from dataclasses import dataclass
 
 import libcst as cst
-
 from magneton.diagnose.dataflow import (
     Origin,
     Span,

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
-
 from magneton.diagnose.dataflow import (
     BackwardSlicer,
     SideContext,

@@ -26,8 +26,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from magneton.cli import main as cli_main
 from magneton.diagnose.ranks import (
     JOIN_API,
     CollectiveTiming,
@@ -55,6 +53,8 @@ from magneton.tracer.shards import (
     read_shard,
     write_shard,
 )
+
+from magneton.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parent.parent
 C9 = ROOT / "examples" / "ddp_join"

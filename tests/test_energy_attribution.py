@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pytest
-
 from magneton.graphdb.model import OpRecord, Profile, RunInfo
 from magneton.tracer.energy import EnergySession, Trace, attribute_traces
 from magneton.tracer.power import MODELS, load_model

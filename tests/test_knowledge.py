@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from magneton.knowledge.base import CATEGORIES, RuleError, default_knowledge, load_knowledge
 from magneton.knowledge.match import SideFacts, fragment_in_chain, match_rules
 

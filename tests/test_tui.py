@@ -20,8 +20,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from rich.console import Console
-
 from magneton.graphdb import open_db
 from magneton.graphdb.model import DiffResult, Finding, Region, RunSummary
 from magneton.tui.app import MagnetonApp, main
@@ -36,6 +34,7 @@ from magneton.tui.screens import (
     RunsScreen,
 )
 from magneton.tui.widgets import divergence_view, element_text
+from rich.console import Console
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE = ROOT / "examples" / "cases" / "gelu_backend"

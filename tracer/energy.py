@@ -46,7 +46,6 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-
 from magneton.graphdb.model import MagnetonError, OpRecord, PowerSeries, Profile
 
 from .flops import fill_work

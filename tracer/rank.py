@@ -259,7 +259,6 @@ def _record_rank_profile(
     env: RankEnv,
 ) -> Profile:
     import torch.distributed as dist
-
     from magneton.tracer.capture import StructureCapture, TimingCapture
 
     log = _CallLog()

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from magneton.graphdb.model import MagnetonError, Profile, RunInfo
 from magneton.tracer.capture import (
     ModuleTracker,

@@ -19,10 +19,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from magneton.graphdb.model import MagnetonError
 from textual.app import App
 from textual.binding import Binding
-
-from magneton.graphdb.model import MagnetonError
 
 from .data import Store
 from .jobs import cancel_all

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from magneton.graphdb.model import DiffResult, Finding, MagnetonError, Profile, RunSummary
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -34,8 +35,6 @@ from textual.widgets import (
     Tree,
 )
 from textual.worker import get_current_worker
-
-from magneton.graphdb.model import DiffResult, Finding, MagnetonError, Profile, RunSummary
 
 from .data import (
     Store,

@@ -17,6 +17,8 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from magneton.graphdb.model import BOOKKEEPING_OPS, DiffResult, Finding, Profile, Region
+from magneton.graphdb.paths import IGNORED_OPS
 from rich.console import Group, RenderableType
 from rich.syntax import Syntax
 from rich.table import Table
@@ -24,9 +26,6 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Label, Sparkline, Static
-
-from magneton.graphdb.model import BOOKKEEPING_OPS, DiffResult, Finding, Profile, Region
-from magneton.graphdb.paths import IGNORED_OPS
 
 from .data import (
     PowerSlice,
