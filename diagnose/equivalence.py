@@ -47,8 +47,8 @@ from functools import lru_cache
 
 import numpy as np
 from magneton.graphdb.model import TensorRecord
-from magneton.tracer.invariants import canonical_shape, plan_splits
-from magneton.tracer.invariants import dtype_class as _dtype_class
+from magneton.tracer.unfoldings import canonical_shape, plan_splits
+from magneton.tracer.unfoldings import dtype_class as _dtype_class
 
 DEFAULT_TAU = 1e-3
 EPS_FACTOR = 2.0

@@ -55,31 +55,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import networkx as nx
-from magneton.graphdb.model import BOOKKEEPING_OPS, Profile, Region
+from magneton.graphdb.model import Profile, Region
+from magneton.graphdb.vocab import FREE_OPS
 
 from .equivalence import DEFAULT_TAU, TensorIndex, match_tensors, tolerance
 
 SRC = -1
 SINK = -2
-
-# Ops that only alias or describe memory. Pairs made only of these are merged into a
-# neighbour. Copies (`clone`, `contiguous`, `_to_copy`) are bookkeeping for divergence
-# analysis but move real bytes, so they stay regions of their own: a redundant copy is
-# one of the wastes this stage must be able to show.
-_COPYING_OPS = frozenset(
-    {
-        "aten::clone",
-        "aten::contiguous",
-        "aten::_to_copy",
-        "aten::to",
-        "aten::lift_fresh_copy",
-        "aten::fill_",
-        "aten::zero_",
-        "aten::resize_",
-        "aten::copy_",
-    }
-)
-FREE_OPS = BOOKKEEPING_OPS - _COPYING_OPS
 
 
 # --------------------------------------------------------------------------------------
@@ -603,128 +585,71 @@ class _Matcher:
         return uf, members
 
     def regions(self) -> tuple[list[RegionPair], list[int], list[int]]:
-        ga, gb, pa, pb = self.ga, self.gb, self.pa, self.pb
-        fa = dict(self.a2b)
-        fa.update(self.id_a)
-        fb = dict(self.b2a)
-        fb.update(self.id_b)
-        cut_a = set(fa) | {t.idx for t in pa.tensors if t.producer < 0}
-        cut_b = set(fb) | {t.idx for t in pb.tensors if t.producer < 0}
-        ufa, mem_a = self._components(ga, cut_a)
-        ufb, mem_b = self._components(gb, cut_b)
-        comp_a: dict[int, list[int]] = defaultdict(list)
-        for o in mem_a:
-            comp_a[ufa.find(o)].append(o)
-        comp_b: dict[int, list[int]] = defaultdict(list)
-        for o in mem_b:
-            comp_b[ufb.find(o)].append(o)
+        """Cut both runs at their anchored tensors into components, link components that
+        produce partner anchors into groups, merge groups made only of aliasing ops into
+        a neighbour, and turn the groups into region pairs (plus unmatched ops)."""
+        fa = {**self.a2b, **self.id_a}
+        fb = {**self.b2a, **self.id_b}
+        sa, sb = self._side(self.ga, fa), self._side(self.gb, fb)
+        groups = self._link_groups(sa, sb)
+        return self._region_pairs(self._merge_free_groups(groups), fa, fb)
 
-        def comp_of(uf: _UF, g: RunGraph, t: int) -> int | None:
-            prod = g.profile.tensors[t].producer
-            if prod < 0 or prod not in uf.parent:
-                return None
-            return uf.find(prod)
+    def _side(self, g: RunGraph, fwd: dict[int, int]) -> _Side:
+        cut = set(fwd) | {t.idx for t in g.profile.tensors if t.producer < 0}
+        uf, members = self._components(g, cut)
+        comps: dict[int, list[int]] = defaultdict(list)
+        for o in members:
+            comps[uf.find(o)].append(o)
+        return _Side(g=g, fwd=fwd, uf=uf, comps=comps)
 
-        # identity components: every anchored output maps onto a partner of an input
-        def identity(ops: list[int], prof: Profile, fwd: dict[int, int]) -> bool:
-            ins = {fwd[t] for o in ops for t in prof.ops[o].inputs if t in fwd}
-            outs = [t for o in ops for t in prof.ops[o].outputs if t in fwd]
-            return bool(outs) and all(fwd[t] in ins for t in outs)
-
-        ident_a = {c for c, ops in comp_a.items() if identity(ops, pa, fa)}
-        ident_b = {c for c, ops in comp_b.items() if identity(ops, pb, fb)}
-
+    def _link_groups(self, sa: _Side, sb: _Side) -> dict:
+        """Group key → (A ops, B ops): components linked through anchored pairs, except
+        identity components (every anchored output maps onto a partner of an input);
+        components with no anchored output join the group that feeds them."""
+        ident_a = {c for c, ops in sa.comps.items() if sa.identity(ops)}
+        ident_b = {c for c, ops in sb.comps.items() if sb.identity(ops)}
         link = _UF()
-        for c in comp_a:
+        for c in sa.comps:
             link.find(("a", c))
-        for c in comp_b:
+        for c in sb.comps:
             link.find(("b", c))
         for a, b in self.a2b.items():
-            ca, cb = comp_of(ufa, ga, a), comp_of(ufb, gb, b)
+            ca, cb = sa.comp_of(a), sb.comp_of(b)
             if ca is not None and cb is not None and ca not in ident_a and cb not in ident_b:
                 link.union(("a", ca), ("b", cb))
-        # components with no anchored output join the group that feeds them
-        has_out_a = {comp_of(ufa, ga, t) for t in fa}
-        has_out_b = {comp_of(ufb, gb, t) for t in fb}
-        for side, comps, uf, g, has_out in (
-            ("a", comp_a, ufa, ga, has_out_a),
-            ("b", comp_b, ufb, gb, has_out_b),
-        ):
-            for c, ops in sorted(comps.items(), key=lambda kv: min(kv[1])):
-                if c in has_out:
-                    continue
-                feeder = None
-                for o in sorted(ops):
-                    for t in g.profile.ops[o].inputs:
-                        fc = comp_of(uf, g, t)
-                        if fc is not None and fc != c:
-                            feeder = fc
-                            break
-                    if feeder is not None:
-                        break
+        for side, s in (("a", sa), ("b", sb)):
+            has_out = {s.comp_of(t) for t in s.fwd}
+            for c, ops in sorted(s.comps.items(), key=lambda kv: min(kv[1])):
+                feeder = None if c in has_out else s.feeder(c, ops)
                 if feeder is not None:
                     link.union((side, feeder), (side, c))
-
         groups: dict = defaultdict(lambda: ([], []))
-        for c, ops in comp_a.items():
+        for c, ops in sa.comps.items():
             groups[link.find(("a", c))][0].extend(ops)
-        for c, ops in comp_b.items():
+        for c, ops in sb.comps.items():
             groups[link.find(("b", c))][1].extend(ops)
+        return groups
 
-        # merge pairs made only of aliasing ops into a neighbouring pair: preferably one
-        # that consumes their outputs on *both* sides (an alias pair `t | t` feeding a
-        # redundant copy on one side and the real consumer on the other must not turn
-        # the copy's empty-counterpart region into a matched one), else one that
-        # produces their inputs on both sides, else any neighbour with ops on both sides
-        group_of_a = {o: k for k, (oa, _) in groups.items() for o in oa}
-        group_of_b = {o: k for k, (_, ob) in groups.items() for o in ob}
-        merge = _UF()
-
-        def neighbours(ops: list[int], prof: Profile, g: RunGraph, gof: dict, k, down: bool):
-            """Neighbouring groups (merged roots) → modules of the neighbouring ops."""
-            out: dict = {}
-            for o in ops:
-                if down:
-                    near = [c for t in prof.ops[o].outputs for c in g.consumers[t]]
-                else:
-                    near = [prof.tensors[t].producer for t in prof.ops[o].inputs]
-                for c in near:
-                    if c >= 0 and c in gof and merge.find(gof[c]) != merge.find(k):
-                        out.setdefault(merge.find(gof[c]), set()).add(prof.ops[c].module)
-            return out
-
-        sides = {k: (bool(oa), bool(ob)) for k, (oa, ob) in groups.items()}
-
-        def two_sided(key) -> bool:
-            return all(sides[merge.find(key)])
-
-        keys = sorted(groups, key=lambda k: -max(groups[k][0] + groups[k][1]))
-        for k in keys:
+    def _merge_free_groups(self, groups: dict) -> dict:
+        """Merge pairs made only of aliasing ops into a neighbouring pair: preferably one
+        that consumes their outputs on *both* sides (an alias pair `t | t` feeding a
+        redundant copy on one side and the real consumer on the other must not turn the
+        copy's empty-counterpart region into a matched one), else one that produces
+        their inputs on both sides, else any neighbour with ops on both sides."""
+        pa, pb = self.pa, self.pb
+        state = _FreeMerge(
+            group_of_a={o: k for k, (oa, _) in groups.items() for o in oa},
+            group_of_b={o: k for k, (_, ob) in groups.items() for o in ob},
+            sides={k: (bool(oa), bool(ob)) for k, (oa, ob) in groups.items()},
+        )
+        merge, sides = state.merge, state.sides
+        for k in sorted(groups, key=lambda k: -max(groups[k][0] + groups[k][1])):
             oa, ob = groups[k]
             if not all(pa.ops[o].name in FREE_OPS for o in oa) or not all(
                 pb.ops[o].name in FREE_OPS for o in ob
             ):
                 continue
-            # same module first (`x.view(...)` at the end of Conv1D stays with its addmm),
-            # then consumers before producers
-            module = pa.ops[oa[0]].module if oa else pb.ops[ob[0]].module
-            ranked = []
-            every: list = []
-            for rank_dir, down in enumerate((True, False)):
-                na = neighbours(oa, pa, ga, group_of_a, k, down)
-                nb = neighbours(ob, pb, gb, group_of_b, k, down)
-                every += [*na, *nb]
-                if oa and ob:
-                    both = {r: na[r] | nb[r] for r in na if r in nb}
-                else:
-                    both = na or nb
-                for order, (r, mods) in enumerate(both.items()):
-                    ranked.append((module not in mods, rank_dir, order, r))
-            if ranked:
-                target = min(ranked, key=lambda x: x[:3])[3]
-            else:
-                sided = [x for x in every if two_sided(x)]
-                target = (sided or every or [None])[0]
+            target = self._merge_target(k, oa, ob, state)
             if target is not None:
                 root = merge.union(target, merge.find(k))
                 sa_, sb_ = sides[merge.find(target)], sides[k]
@@ -734,7 +659,35 @@ class _Matcher:
             r = merge.find(k)
             final_groups[r][0].extend(oa)
             final_groups[r][1].extend(ob)
+        return final_groups
 
+    def _merge_target(self, k, oa: list[int], ob: list[int], state: _FreeMerge):
+        """The group an alias-only group `k` merges into: same module first (`x.view(...)`
+        at the end of Conv1D stays with its addmm), then consumers before producers."""
+        module = self.pa.ops[oa[0]].module if oa else self.pb.ops[ob[0]].module
+        ranked = []
+        every: list = []
+        for rank_dir, down in enumerate((True, False)):
+            na = state.neighbours(oa, self.ga, state.group_of_a, k, down)
+            nb = state.neighbours(ob, self.gb, state.group_of_b, k, down)
+            every += [*na, *nb]
+            if oa and ob:
+                both = {r: na[r] | nb[r] for r in na if r in nb}
+            else:
+                both = na or nb
+            for order, (r, mods) in enumerate(both.items()):
+                ranked.append((module not in mods, rank_dir, order, r))
+        if ranked:
+            return min(ranked, key=lambda x: x[:3])[3]
+        sided = [x for x in every if all(state.sides[state.merge.find(x)])]
+        return (sided or every or [None])[0]
+
+    def _region_pairs(
+        self, final_groups: dict, fa: dict[int, int], fb: dict[int, int]
+    ) -> tuple[list[RegionPair], list[int], list[int]]:
+        """Region pairs of the merged groups; a group without an anchored output is
+        unmatched, one with ops on one side only pairs with an empty region."""
+        pa, pb, ga, gb = self.pa, self.pb, self.ga, self.gb
         pairs: list[RegionPair] = []
         unmatched_a: list[int] = []
         unmatched_b: list[int] = []
@@ -751,22 +704,78 @@ class _Matcher:
                 continue
             kind = "matched"
             if not ob:
-                kind = "empty-b"
-                rb = Region(
-                    ops=[],
-                    inputs=list(dict.fromkeys(fa[t] for t in ra.inputs if t in fa)),
-                    outputs=list(dict.fromkeys(fa[t] for t in ra.outputs if t in fa)),
-                )
+                kind, rb = "empty-b", _mirrored(ra, fa)
             elif not oa:
-                kind = "empty-a"
-                ra = Region(
-                    ops=[],
-                    inputs=list(dict.fromkeys(fb[t] for t in rb.inputs if t in fb)),
-                    outputs=list(dict.fromkeys(fb[t] for t in rb.outputs if t in fb)),
-                )
+                kind, ra = "empty-a", _mirrored(rb, fb)
             pairs.append(RegionPair(a=ra, b=rb, kind=kind))
         pairs.sort(key=lambda rp: (rp.a.ops[0] if rp.a.ops else -1, rp.b.ops[:1]))
         return pairs, sorted(unmatched_a), sorted(unmatched_b)
+
+
+@dataclass
+class _Side:
+    """One run cut into components at its anchored tensors (for `_Matcher.regions`)."""
+
+    g: RunGraph
+    fwd: dict[int, int]  # anchored tensor -> partner (identity anchors included)
+    uf: _UF
+    comps: dict[int, list[int]]  # component root -> ops
+
+    def comp_of(self, t: int) -> int | None:
+        prod = self.g.profile.tensors[t].producer
+        if prod < 0 or prod not in self.uf.parent:
+            return None
+        return self.uf.find(prod)
+
+    def identity(self, ops: list[int]) -> bool:
+        """Every anchored output maps onto a partner of an anchored input."""
+        prof, fwd = self.g.profile, self.fwd
+        ins = {fwd[t] for o in ops for t in prof.ops[o].inputs if t in fwd}
+        outs = [t for o in ops for t in prof.ops[o].outputs if t in fwd]
+        return bool(outs) and all(fwd[t] in ins for t in outs)
+
+    def feeder(self, c: int, ops: list[int]) -> int | None:
+        """The first other component that produces an input of component `c`."""
+        for o in sorted(ops):
+            for t in self.g.profile.ops[o].inputs:
+                fc = self.comp_of(t)
+                if fc is not None and fc != c:
+                    return fc
+        return None
+
+
+@dataclass
+class _FreeMerge:
+    """State of merging alias-only groups: which group each op is in, the merges made so
+    far, and whether each merged group has ops on side A / side B."""
+
+    group_of_a: dict
+    group_of_b: dict
+    sides: dict
+    merge: _UF = field(default_factory=lambda: _UF())
+
+    def neighbours(self, ops: list[int], g: RunGraph, gof: dict, k, down: bool) -> dict:
+        """Neighbouring groups (merged roots) → modules of the neighbouring ops."""
+        prof, merge = g.profile, self.merge
+        out: dict = {}
+        for o in ops:
+            if down:
+                near = [c for t in prof.ops[o].outputs for c in g.consumers[t]]
+            else:
+                near = [prof.tensors[t].producer for t in prof.ops[o].inputs]
+            for c in near:
+                if c >= 0 and c in gof and merge.find(gof[c]) != merge.find(k):
+                    out.setdefault(merge.find(gof[c]), set()).add(prof.ops[c].module)
+        return out
+
+
+def _mirrored(r: Region, fwd: dict[int, int]) -> Region:
+    """The empty counterpart of a one-sided region: its anchored boundary, mapped over."""
+    return Region(
+        ops=[],
+        inputs=list(dict.fromkeys(fwd[t] for t in r.inputs if t in fwd)),
+        outputs=list(dict.fromkeys(fwd[t] for t in r.outputs if t in fwd)),
+    )
 
 
 def _region(p: Profile, g: RunGraph, ops: list[int], anchored: dict[int, int]) -> Region:

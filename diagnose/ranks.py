@@ -156,40 +156,33 @@ class RankTimeline:
 
 
 def timeline(profile: Profile) -> RankTimeline | None:
-    """The collective timings a distributed recording left in the run's config."""
-    raw = profile.config.get("dist.collectives")
-    if not raw:
+    """The collective timings a distributed recording left on the run (`Profile.dist`)."""
+    d = profile.dist
+    if d is None:
         return None
-    doc = json.loads(raw)
-    calls = json.loads(profile.config.get("dist.calls", "{}"))
-    colls = []
-    for row in doc.get("ops", []):
-        starts = [int(x) for x in row.get("start_ns", [])]
-        spans = [
-            max(0, int(d) - s) if d else 0
-            for s, d in zip(starts, row.get("done_ns", []), strict=False)
-        ]
-        colls.append(
-            CollectiveTiming(
-                op=int(row["op"]),
-                name=str(row["name"]),
-                group=str(row.get("group", "")),
-                sync=bool(row.get("sync")),
-                start_ns=starts,
-                span_ns=spans,
-                wait_ns=[int(x) for x in row.get("wait_ns", [])],
-                wait_cpu_ns=[int(x) for x in row.get("wait_cpu_ns", [])],
-            )
+    colls = [
+        CollectiveTiming(
+            op=c.op,
+            name=c.name,
+            group=c.group,
+            sync=c.sync,
+            start_ns=list(c.start_ns),
+            span_ns=[
+                max(0, e - s) if e else 0 for s, e in zip(c.start_ns, c.done_ns, strict=False)
+            ],
+            wait_ns=list(c.wait_ns),
+            wait_cpu_ns=list(c.wait_cpu_ns),
         )
-    starts, ends = calls.get("start_ns", []), calls.get("end_ns", [])
+        for c in d.collectives
+    ]
     return RankTimeline(
         rank=profile.run.rank,
-        host=profile.config.get("dist.host", profile.run.host),
-        iterations=[int(i) for i in doc.get("iterations", [])],
-        ref_ns=[int(x) for x in calls.get("ref_ns", [])],
+        host=d.host or profile.run.host,
+        iterations=list(d.iterations),
+        ref_ns=list(d.call_ref_ns),
         collectives=colls,
-        cpu_ns=[int(x) for x in calls.get("cpu_ns", [])],
-        wall_ns=[int(e) - int(s) for s, e in zip(starts, ends, strict=False)],
+        cpu_ns=list(d.call_cpu_ns),
+        wall_ns=[e - s for s, e in zip(d.call_start_ns, d.call_end_ns, strict=False)],
     )
 
 

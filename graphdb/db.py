@@ -59,6 +59,8 @@ from .model import (
     Profile,
     RunInfo,
     TensorRecord,
+    split_stored_config,
+    stored_config,
 )
 
 DB_FILENAME = "profile.kuzu"
@@ -445,7 +447,7 @@ def _profile_tables(p: Profile) -> list[tuple[S.Table, pa.Table]]:
     node(S.MODULE, p.modules, m_uid)
     node(S.FRAME, p.frames, f_uid)
     node(S.KERNEL, p.kernels, k_uid)
-    cfg = list(p.config.items())
+    cfg = list(stored_config(p).items())  # typed metadata (dist) as config rows
     c_uid = _uids(run, len(cfg))
     add(
         S.CONFIG_ENTRY,
@@ -962,7 +964,7 @@ class ProfileDB:
         kc = self._nodes(S.KERNEL, run)
         kernels_ = [KernelRecord(*r) for r in zip(kc["idx"], kc["name"], kc["device"], strict=True)]
         cc = self._nodes(S.CONFIG_ENTRY, run)
-        config = dict(zip(cc["key"], cc["value"], strict=True))
+        config, dist = split_stored_config(dict(zip(cc["key"], cc["value"], strict=True)))
 
         sc = self._nodes(S.POWER_SERIES, run)
         power = [
@@ -989,6 +991,7 @@ class ProfileDB:
             kernels=kernels_,
             config=config,
             power=power,
+            dist=dist,
         )
 
     # ---- queries ---------------------------------------------------------------------

@@ -13,67 +13,16 @@ so attribution never has to reconcile two clocks.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+
+# Re-exported: the operator vocabularies live in `vocab.py`; much code imports this one here.
+from .vocab import BOOKKEEPING_OPS  # noqa: F401
 
 SCHEMA_VERSION = 2
 
 # How an energy figure was obtained. Every energy number shown to a user carries one.
 ENERGY_METHODS = ("measured", "replayed", "solved", "estimated")
-
-# Operators that only allocate, alias or bookkeep, or are pure wrappers whose real work
-# (if any) shows up as a child op (`clone` → `copy_`). Divergence analysis and kernel
-# extraction ignore them (paper §4.3: differences that do not reach a different kernel
-# are noise).
-BOOKKEEPING_OPS = frozenset(
-    {
-        "aten::empty",
-        "aten::empty_like",
-        "aten::empty_strided",
-        "aten::as_strided",
-        "aten::resize_",
-        "aten::detach",
-        "aten::detach_",
-        "aten::lift_fresh",
-        "aten::alias",
-        "aten::view",
-        "aten::_unsafe_view",
-        "aten::_reshape_alias",
-        "aten::t",
-        "aten::transpose",
-        "aten::expand",
-        "aten::permute",
-        "aten::unsqueeze",
-        "aten::squeeze",
-        "aten::slice",
-        "aten::select",
-        "aten::result_type",
-        "aten::is_nonzero",
-        "aten::item",
-        "aten::_local_scalar_dense",
-        "aten::set_",
-        "aten::zero_",
-        "aten::fill_",
-        "aten::resolve_conj",
-        "aten::resolve_neg",
-        "aten::as_strided_",
-        "aten::_nnpack_available",
-        "aten::reshape",
-        "aten::contiguous",
-        "aten::clone",
-        "aten::to",
-        "aten::_to_copy",
-        "aten::lift_fresh_copy",
-        "aten::numpy_T",
-        "aten::view_as",
-        "aten::flatten",
-        "aten::unflatten",
-        "aten::split",
-        "aten::chunk",
-        "aten::narrow",
-        "aten::split_with_sizes",
-        "aten::unbind",
-    }
-)
 
 
 @dataclass
@@ -222,6 +171,7 @@ class Profile:
     kernels: list[KernelRecord] = field(default_factory=list)
     config: dict[str, str] = field(default_factory=dict)
     power: list[PowerSeries] = field(default_factory=list)
+    dist: DistInfo | None = None  # set on the ranks of a distributed job
 
     def flows(self) -> list[tuple[int, int, int, int]]:
         """Dataflow hops as (src_op, dst_op, tensor_idx, arg_index), one per consumer."""
@@ -352,3 +302,178 @@ class DiffResult:
             "message": self.message,
             "findings": [f.to_json() for f in self.findings],
         }
+
+
+# --- Distributed job info ---
+# What a rank of a distributed job recorded besides its operators: where it ran, how it
+# was launched and when each collective started, completed and was waited on. Typed here
+# rather than read back as JSON strings from `Profile.config`; the DB and shard files
+# still store it as `dist.*` config rows (`to_config`/`from_config`), so neither format
+# changed.
+
+DIST_CONFIG_PREFIX = "dist."  # no knob uses it, so config diffs never see these rows
+_CALL_CLOCK = "time.perf_counter_ns (CLOCK_MONOTONIC: shared by processes of one host)"
+
+
+@dataclass
+class CollectiveTimes:
+    """One collective operator of a rank, with its times in each usable timing iteration.
+
+    Lists are per iteration (`DistInfo.iterations`), all in `perf_counter_ns`. `done_ns`
+    is when the work completed (0 when unknown), `wait_ns` how long the rank waited for
+    it; `sync` says the caller waited at once (no overlap with compute)."""
+
+    op: int  # OpRecord.idx
+    name: str
+    group: str = ""
+    group_size: int = 0
+    sync: bool = False
+    size_bytes: int = 0
+    start_ns: list[int] = field(default_factory=list)
+    end_ns: list[int] = field(default_factory=list)
+    done_ns: list[int] = field(default_factory=list)
+    wait_ns: list[int] = field(default_factory=list)
+    wait_cpu_ns: list[int] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "op": self.op,
+            "name": self.name,
+            "group": self.group,
+            "group_size": self.group_size,
+            "sync": self.sync,
+            "bytes": self.size_bytes,
+            "start_ns": self.start_ns,
+            "end_ns": self.end_ns,
+            "done_ns": self.done_ns,
+            "wait_ns": self.wait_ns,
+            "wait_cpu_ns": self.wait_cpu_ns,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> CollectiveTimes:
+        def ints(key: str) -> list[int]:
+            return [int(x) for x in d.get(key, [])]
+
+        return cls(
+            op=int(d["op"]),
+            name=str(d["name"]),
+            group=str(d.get("group", "")),
+            group_size=int(d.get("group_size", 0)),
+            sync=bool(d.get("sync")),
+            size_bytes=int(d.get("bytes", 0)),
+            start_ns=ints("start_ns"),
+            end_ns=ints("end_ns"),
+            done_ns=ints("done_ns"),
+            wait_ns=ints("wait_ns"),
+            wait_cpu_ns=ints("wait_cpu_ns"),
+        )
+
+
+@dataclass
+class DistInfo:
+    """A rank's place in its job and the timings of its timing-pass iterations.
+
+    `call_*_ns` are per timing iteration of the entry function: its start and end, its
+    CPU time, and `call_ref_ns` the release from the barrier before it (the common
+    reference point that makes the ranks' timelines comparable)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    host: str = ""
+    initialized: bool = False  # whether the script had a process group
+    backend: str = ""  # of that process group ("" when none)
+    master: str = ""  # MASTER_ADDR:MASTER_PORT
+    launcher: str = ""  # "torchrun" | "slurm": whose environment named the rank
+    job_id: str = ""  # the launcher's job id (TORCHELASTIC_RUN_ID, SLURM_JOB_ID)
+    iterations: list[int] = field(default_factory=list)  # usable timing iterations
+    mismatched_iterations: int = 0  # iterations whose collectives did not line up
+    collectives: list[CollectiveTimes] = field(default_factory=list)
+    call_start_ns: list[int] = field(default_factory=list)
+    call_end_ns: list[int] = field(default_factory=list)
+    call_cpu_ns: list[int] = field(default_factory=list)
+    call_ref_ns: list[int] = field(default_factory=list)
+
+    def to_config(self) -> dict[str, str]:
+        """The `dist.*` config rows this info is stored as (DB and shard files)."""
+
+        def dumps(doc: dict) -> str:
+            return json.dumps(doc, separators=(",", ":"))
+
+        p = DIST_CONFIG_PREFIX
+        cfg = {
+            p + "collectives": dumps(
+                {
+                    "iterations": self.iterations,
+                    "mismatched_iterations": self.mismatched_iterations,
+                    "ops": [c.to_json() for c in self.collectives],
+                }
+            ),
+            p + "calls": dumps(
+                {
+                    "start_ns": self.call_start_ns,
+                    "end_ns": self.call_end_ns,
+                    "cpu_ns": self.call_cpu_ns,
+                    "ref_ns": self.call_ref_ns,
+                    "clock": _CALL_CLOCK,
+                }
+            ),
+            p + "rank": str(self.rank),
+            p + "world_size": str(self.world_size),
+            p + "local_rank": str(self.local_rank),
+            p + "host": self.host,
+            p + "initialized": str(self.initialized),
+        }
+        if self.backend:
+            cfg[p + "backend"] = self.backend
+        cfg[p + "master"] = self.master
+        if self.launcher:
+            cfg[p + "launcher"] = self.launcher
+        if self.job_id:
+            cfg[p + "job_id"] = self.job_id
+        return cfg
+
+    @classmethod
+    def from_config(cls, config: dict[str, str]) -> DistInfo | None:
+        """Inverse of `to_config`; None when the rows are not there (not a rank)."""
+        p = DIST_CONFIG_PREFIX
+        if not any(k.startswith(p) for k in config):
+            return None
+        colls = json.loads(config.get(p + "collectives") or "{}")
+        calls = json.loads(config.get(p + "calls") or "{}")
+
+        def ints(doc: dict, key: str) -> list[int]:
+            return [int(x) for x in doc.get(key, [])]
+
+        return cls(
+            rank=int(config.get(p + "rank", "0")),
+            world_size=int(config.get(p + "world_size", "1")),
+            local_rank=int(config.get(p + "local_rank", "0")),
+            host=config.get(p + "host", ""),
+            initialized=config.get(p + "initialized") == "True",
+            backend=config.get(p + "backend", ""),
+            master=config.get(p + "master", ""),
+            launcher=config.get(p + "launcher", ""),
+            job_id=config.get(p + "job_id", ""),
+            iterations=ints(colls, "iterations"),
+            mismatched_iterations=int(colls.get("mismatched_iterations", 0)),
+            collectives=[CollectiveTimes.from_json(r) for r in colls.get("ops", [])],
+            call_start_ns=ints(calls, "start_ns"),
+            call_end_ns=ints(calls, "end_ns"),
+            call_cpu_ns=ints(calls, "cpu_ns"),
+            call_ref_ns=ints(calls, "ref_ns"),
+        )
+
+
+def stored_config(profile: Profile) -> dict[str, str]:
+    """The config rows a profile is stored as: its config plus its typed metadata."""
+    if profile.dist is None:
+        return dict(profile.config)
+    return {**profile.config, **profile.dist.to_config()}
+
+
+def split_stored_config(rows: dict[str, str]) -> tuple[dict[str, str], DistInfo | None]:
+    """Inverse of `stored_config`: the plain config and the typed metadata it held."""
+    config = {k: v for k, v in rows.items() if not k.startswith(DIST_CONFIG_PREFIX)}
+    return config, DistInfo.from_config(rows)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .model import BOOKKEEPING_OPS
+from .vocab import DATA_MOVING_OPS, IGNORED_OPS  # noqa: F401  (DATA_MOVING_OPS: re-export)
 
 _FRAME_KEY = (
     "CASE WHEN {f}.file = {r}.script THEN 'py:<script>:' + {f}.function "
@@ -89,26 +89,6 @@ class PathPair:
     @property
     def identical(self) -> bool:
         return self.path_a == self.path_b
-
-
-# Ops that move or write data. BOOKKEEPING_OPS may list them (matching treats layout
-# changes as transparent), but a copy is a real kernel that reads and writes the whole
-# tensor — the layout round trips and redundant copies of paper cases c2, c5 and c12 are
-# made of exactly these — so divergence analysis never drops them.
-DATA_MOVING_OPS = frozenset(
-    {
-        "aten::clone",
-        "aten::contiguous",
-        "aten::_to_copy",
-        "aten::to",
-        "aten::copy_",
-        "aten::fill_",
-        "aten::zero_",
-    }
-)
-
-IGNORED_OPS = BOOKKEEPING_OPS - DATA_MOVING_OPS
-"""What divergence analysis ignores: allocations, views and metadata-only ops."""
 
 
 def bookkeeping() -> list[str]:

@@ -45,7 +45,7 @@ from magneton.graphdb.model import (
     RunInfo,
     TensorRecord,
 )
-from magneton.tracer.distributed import (
+from magneton.tracer.shards import (
     Shard,
     find_shards,
     profile_from_dict,
@@ -202,16 +202,16 @@ def test_collectives_are_operators_with_measured_waits(jobs):
     frames = {f.idx: f for f in p.frames}
     from_backward = [op for op in colls if any(frames[i].function == "backward" for i in op.frames)]
     assert len(from_backward) == 10  # one bucket per batch of rank 0
-    doc = json.loads(p.config["dist.collectives"])
-    assert doc["mismatched_iterations"] == 0 and len(doc["ops"]) == len(colls)
-    sync = [row for row in doc["ops"] if row["sync"]]
+    info = p.dist
+    assert info.mismatched_iterations == 0 and len(info.collectives) == len(colls)
+    sync = [row for row in info.collectives if row.sync]
     # Join's "how many ranks still train?" all-reduce is waited on at once: its wait
     # (for rank 1's extra batches) is measured inside the operator's window
-    assert sync and all(w > 0 for row in sync for w in row["wait_ns"])
+    assert sync and all(w > 0 for row in sync for w in row.wait_ns)
     by_idx = {op.idx: op for op in colls}
-    row = max(sync, key=lambda r: r["wait_ns"][0])
-    assert by_idx[row["op"]].time_s * 1e9 >= row["wait_ns"][0] * 0.9
-    assert p.config["dist.backend"] == "gloo" and p.config["dist.world_size"] == "2"
+    row = max(sync, key=lambda r: r.wait_ns[0])
+    assert by_idx[row.op].time_s * 1e9 >= row.wait_ns[0] * 0.9
+    assert info.backend == "gloo" and info.world_size == 2
 
 
 def test_failed_rank_is_recorded_and_the_other_rank_lands(jobs):

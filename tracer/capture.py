@@ -24,6 +24,7 @@ calls belong to which recorded operator.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import sys
 import threading
@@ -35,13 +36,13 @@ from typing import Any
 
 import torch
 from magneton.graphdb.model import (
-    BOOKKEEPING_OPS,
     FrameRecord,
     KernelRecord,
     ModuleRecord,
     OpRecord,
     TensorRecord,
 )
+from magneton.graphdb.vocab import BOOKKEEPING_OPS, IN_PLACE_WRITE_OPS
 from magneton.tracer.invariants import summarize
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
@@ -64,10 +65,18 @@ _SKIP_FILES = (
 _SKIP_DIRS = tuple(
     os.path.join(_TORCH_DIR, d) + os.sep for d in ("_dynamo", "_compile.py", "profiler")
 )
-_MAGNETON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_SELF_DIRS = tuple(
-    os.path.join(_MAGNETON_DIR, d) + os.sep for d in ("tracer", "magneton", "graphdb")
-)
+
+
+def _package_dir(name: str) -> str:
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.submodule_search_locations
+    return os.path.abspath(spec.submodule_search_locations[0]) + os.sep
+
+
+# Magneton's own packages wherever the install put them: the stage folders of a checkout
+# (tracer/, graphdb/), or one magneton/ tree in a wheel or a strict editable install,
+# where a path computed from this file's parent would name a folder that does not exist.
+_SELF_DIRS = tuple(_package_dir(n) for n in ("magneton.tracer", "magneton", "magneton.graphdb"))
 
 
 def _op_name(func) -> tuple[str, str]:
@@ -513,11 +522,6 @@ def attach_call_paths(result: StructureResult, events) -> None:
             op.module = fwd_module.get(grad_of[op.idx], op.module)
 
 
-# Copies inside a bigger op (addmm copying its bias into the output) are real work but
-# do not make their parent a mere dispatcher the way `_convolution → thnn_conv2d` does.
-_COPY_OPS = frozenset({"aten::copy_", "aten::fill_", "aten::zero_"})
-
-
 def _kernels_of(chains: list[list[str]]) -> list[str]:
     """The ops that did the work: on each chain the deepest non-bookkeeping op, minus ops
     that only dispatched to a deeper kernel (`aten::_convolution` above
@@ -532,7 +536,9 @@ def _kernels_of(chains: list[list[str]]) -> list[str]:
     keep = [
         c
         for c in cands
-        if not any(len(d) > len(c) and d[: len(c)] == c and d[-1] not in _COPY_OPS for d in cands)
+        if not any(
+            len(d) > len(c) and d[: len(c)] == c and d[-1] not in IN_PLACE_WRITE_OPS for d in cands
+        )
     ]
     return list(dict.fromkeys(c[-1] for c in keep))
 

@@ -10,12 +10,12 @@ backward data-flow searches the source for.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import sys
 
 import torch
+from magneton.graphdb.vocab import sha256_file  # noqa: F401  (re-export: record.py uses it)
 
 # Environment variables that change threading or kernel choice.
 ENV_VARS = (
@@ -45,14 +45,6 @@ def _get(fn, default="n/a") -> str:
         return str(fn())
     except Exception:
         return default
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def snapshot(script: str = "") -> dict[str, str]:

@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass
 
 from magneton.graphdb.model import OpRecord
+from magneton.graphdb.vocab import ZERO_COST_OPS
 
 # Bytes per element. Keys are dtype names without the "torch." prefix.
 _DTYPE_BYTES = {
@@ -63,55 +64,6 @@ _DTYPE_BYTES = {
     "qint32": 4,
 }
 
-# Ops that alias, allocate or only inspect metadata: no arithmetic, no data movement.
-ZERO_COST_OPS = frozenset(
-    {
-        "aten::empty",
-        "aten::empty_like",
-        "aten::empty_strided",
-        "aten::new_empty",
-        "aten::new_empty_strided",
-        "aten::as_strided",
-        "aten::resize_",
-        "aten::detach",
-        "aten::detach_",
-        "aten::lift_fresh",
-        "aten::alias",
-        "aten::view",
-        "aten::view_as",
-        "aten::_unsafe_view",
-        "aten::_reshape_alias",
-        "aten::reshape",  # reaches dispatch only when it is a view; copies show up as clone
-        "aten::t",
-        "aten::transpose",
-        "aten::expand",
-        "aten::expand_as",
-        "aten::permute",
-        "aten::unsqueeze",
-        "aten::squeeze",
-        "aten::slice",
-        "aten::select",
-        "aten::split",
-        "aten::split_with_sizes",
-        "aten::chunk",
-        "aten::unbind",
-        "aten::narrow",
-        "aten::diagonal",
-        "aten::unfold",
-        "aten::result_type",
-        "aten::is_nonzero",
-        "aten::set_",
-        "aten::sym_size",
-        "aten::sym_stride",
-        "aten::sym_numel",
-        "aten::sym_storage_offset",
-        "aten::size",
-        "aten::stride",
-        "aten::dim",
-        "aten::_local_scalar_dense",
-        "aten::item",
-    }
-)
 
 # FLOPs per output element of point-wise ops. Arithmetic = 1; transcendental functions
 # are priced by an approximate instruction count of a vectorised implementation.
@@ -328,43 +280,23 @@ def _sdpa_flops(shapes: list[list[int]]) -> float:
     return batch * (2.0 * L * S * E + 5.0 * L * S + 2.0 * L * S * Ev)
 
 
-def count_work(
-    name: str,
-    input_shapes: list[list[int]],
-    input_dtypes: list[str],
-    output_shapes: list[list[int]],
-    output_dtypes: list[str],
-    scalar_args: str = "",
-) -> WorkCount:
-    """FLOPs and bytes of one operator call from its recorded signature."""
-    if name in ZERO_COST_OPS:
-        return WorkCount(0.0, 0.0, True)
-    base = _base(name)
-    in_bytes = _tensor_bytes(input_shapes, input_dtypes)
-    out_bytes = _tensor_bytes(output_shapes, output_dtypes)
-    nbytes = in_bytes + out_bytes
-    ins = input_shapes
-    out0 = output_shapes[0] if output_shapes else []
-    n_out = _numel(out0) if output_shapes else 0
-    n_in0 = _numel(ins[0]) if ins else 0
+@dataclass(frozen=True)
+class _Call:
+    """One operator call's recorded signature, with the sizes every formula needs."""
 
-    if base in ("mm", "matmul", "bmm", "dot", "vdot", "mv", "inner"):
-        if len(ins) >= 2:
-            return WorkCount(_matmul_flops(ins[0], ins[1], out0), nbytes, True)
-    if base in ("addmm", "baddbmm", "addbmm", "addmv", "addr"):
-        if len(ins) >= 3:
-            flops = _matmul_flops(ins[1], ins[2], out0) + n_out  # + beta·self
-            return WorkCount(flops, nbytes, True)
-    if base in ("linear", "_addmm_activation"):
-        if base == "_addmm_activation" and len(ins) >= 3:
-            return WorkCount(_matmul_flops(ins[1], ins[2], out0) + 2 * n_out, nbytes, True)
-        if len(ins) >= 2:
-            w = ins[1]
-            flops = 2.0 * n_out * (w[-1] if w else 0)
-            if len(ins) >= 3:
-                flops += n_out
-            return WorkCount(flops, nbytes, True)
-    if base in (
+    base: str  # `aten::add_` -> `add`
+    ins: list[list[int]]
+    in_dtypes: list[str]
+    out0: list[int]  # first output's shape
+    n_out: int  # its elements (0 without outputs)
+    n_in0: int  # first input's elements (0 without inputs)
+    out_bytes: float
+    nbytes: float  # inputs + outputs
+    scalar_args: str
+
+
+_CONVOLUTIONS = frozenset(
+    {
         "convolution",
         "_convolution",
         "conv1d",
@@ -379,48 +311,118 @@ def count_work(
         "_slow_conv2d_forward",
         "slow_conv_transpose2d",
         "thnn_conv2d",
-    ):
-        if len(ins) >= 2:
-            transposed = "transpose" in base or bool(
-                re.search(r"transposed\s*=\s*True", scalar_args)
-            )
-            has_bias = len(ins) >= 3 and bool(ins[2])
-            return WorkCount(_conv_flops(ins[0], ins[1], out0, transposed, has_bias), nbytes, True)
-    if base == "convolution_backward":
-        # grad_input + grad_weight: two convolutions of the forward's size
+    }
+)
+
+
+def count_work(
+    name: str,
+    input_shapes: list[list[int]],
+    input_dtypes: list[str],
+    output_shapes: list[list[int]],
+    output_dtypes: list[str],
+    scalar_args: str = "",
+) -> WorkCount:
+    """FLOPs and bytes of one operator call from its recorded signature."""
+    if name in ZERO_COST_OPS:
+        return WorkCount(0.0, 0.0, True)
+    in_bytes = _tensor_bytes(input_shapes, input_dtypes)
+    out_bytes = _tensor_bytes(output_shapes, output_dtypes)
+    call = _Call(
+        base=_base(name),
+        ins=input_shapes,
+        in_dtypes=input_dtypes,
+        out0=output_shapes[0] if output_shapes else [],
+        n_out=_numel(output_shapes[0]) if output_shapes else 0,
+        n_in0=_numel(input_shapes[0]) if input_shapes else 0,
+        out_bytes=out_bytes,
+        nbytes=in_bytes + out_bytes,
+        scalar_args=scalar_args,
+    )
+    # the first family with a formula for the call decides (order matters: a family
+    # whose arguments are missing passes the call on, as an unknown op would)
+    for family in (_matmul_work, _conv_work, _attention_work, _movement_work, _elementwise_work):
+        w = family(call)
+        if w is not None:
+            return w
+    return WorkCount(0.0, call.nbytes, False)
+
+
+def _matmul_work(c: _Call) -> WorkCount | None:
+    ins, base = c.ins, c.base
+    if base in ("mm", "matmul", "bmm", "dot", "vdot", "mv", "inner") and len(ins) >= 2:
+        return WorkCount(_matmul_flops(ins[0], ins[1], c.out0), c.nbytes, True)
+    if base in ("addmm", "baddbmm", "addbmm", "addmv", "addr") and len(ins) >= 3:
+        flops = _matmul_flops(ins[1], ins[2], c.out0) + c.n_out  # + beta·self
+        return WorkCount(flops, c.nbytes, True)
+    if base == "_addmm_activation" and len(ins) >= 3:
+        return WorkCount(_matmul_flops(ins[1], ins[2], c.out0) + 2 * c.n_out, c.nbytes, True)
+    if base in ("linear", "_addmm_activation") and len(ins) >= 2:
+        w = ins[1]
+        flops = 2.0 * c.n_out * (w[-1] if w else 0)
         if len(ins) >= 3:
-            grad_out, x, w = ins[0], ins[1], ins[2]
-            fwd = _conv_flops(x, w, grad_out, "transposed=True" in scalar_args, False)
-            return WorkCount(2.0 * fwd, nbytes, True)
-    if "scaled_dot_product" in base or base in ("_flash_attention_forward",):
-        return WorkCount(_sdpa_flops(ins), nbytes, True)
-    if base in _GATHERS:
+            flops += c.n_out
+        return WorkCount(flops, c.nbytes, True)
+    return None
+
+
+def _conv_work(c: _Call) -> WorkCount | None:
+    ins = c.ins
+    if c.base in _CONVOLUTIONS and len(ins) >= 2:
+        transposed = "transpose" in c.base or bool(
+            re.search(r"transposed\s*=\s*True", c.scalar_args)
+        )
+        has_bias = len(ins) >= 3 and bool(ins[2])
+        return WorkCount(_conv_flops(ins[0], ins[1], c.out0, transposed, has_bias), c.nbytes, True)
+    if c.base == "convolution_backward" and len(ins) >= 3:
+        # grad_input + grad_weight: two convolutions of the forward's size
+        grad_out, x, w = ins[0], ins[1], ins[2]
+        fwd = _conv_flops(x, w, grad_out, "transposed=True" in c.scalar_args, False)
+        return WorkCount(2.0 * fwd, c.nbytes, True)
+    return None
+
+
+def _attention_work(c: _Call) -> WorkCount | None:
+    if "scaled_dot_product" in c.base or c.base in ("_flash_attention_forward",):
+        return WorkCount(_sdpa_flops(c.ins), c.nbytes, True)
+    return None
+
+
+def _movement_work(c: _Call) -> WorkCount | None:
+    """Gathers and copies: bytes moved, no arithmetic."""
+    if c.base in _GATHERS:
         # weight/table first for embedding, index first... read rows + indices, write out
         idx_bytes = 0.0
-        for i, shape in enumerate(ins):
-            dt = input_dtypes[i] if i < len(input_dtypes) else ""
+        for i, shape in enumerate(c.ins):
+            dt = c.in_dtypes[i] if i < len(c.in_dtypes) else ""
             if "int" in dt:
                 idx_bytes += _numel(shape) * dtype_bytes(dt)
-        return WorkCount(0.0, idx_bytes + 2.0 * out_bytes, True)
-    if base in ("copy", "clone", "contiguous", "_to_copy", "to", "cat", "stack", "repeat"):
-        if base == "copy" and len(ins) >= 2:
+        return WorkCount(0.0, idx_bytes + 2.0 * c.out_bytes, True)
+    if c.base in ("copy", "clone", "contiguous", "_to_copy", "to", "cat", "stack", "repeat"):
+        if c.base == "copy" and len(c.ins) >= 2:
             # dst.copy_(src): read src, write dst (dst is not read)
-            src = _tensor_bytes(ins[1:2], input_dtypes[1:2])
-            dst = _tensor_bytes(ins[0:1], input_dtypes[0:1])
+            src = _tensor_bytes(c.ins[1:2], c.in_dtypes[1:2])
+            dst = _tensor_bytes(c.ins[0:1], c.in_dtypes[0:1])
             return WorkCount(0.0, src + dst, True)
-        return WorkCount(0.0, nbytes, True)
+        return WorkCount(0.0, c.nbytes, True)
+    return None
+
+
+def _elementwise_work(c: _Call) -> WorkCount | None:
+    """Factories, random numbers, per-element and reduction ops: FLOPs per element."""
+    base, n_out = c.base, c.n_out
     if base in ("arange", "linspace", "logspace", "zeros", "ones", "full", "zeros_like"):
-        return WorkCount(float(n_out), out_bytes, True)
+        return WorkCount(float(n_out), c.out_bytes, True)
     if base in ("randn", "rand", "randint", "randn_like", "rand_like", "randperm"):
-        return WorkCount(4.0 * n_out, out_bytes, True)
+        return WorkCount(4.0 * n_out, c.out_bytes, True)
     if base in _PER_INPUT_ELEMENT:
-        return WorkCount(float(_PER_INPUT_ELEMENT[base] * n_in0), nbytes, True)
+        return WorkCount(float(_PER_INPUT_ELEMENT[base] * c.n_in0), c.nbytes, True)
     if base in _REDUCTIONS:
-        return WorkCount(float(_REDUCTIONS[base] * n_in0), nbytes, True)
+        return WorkCount(float(_REDUCTIONS[base] * c.n_in0), c.nbytes, True)
     if base in _POINTWISE:
-        n = max(n_out, max((_numel(s) for s in ins), default=0))
-        return WorkCount(float(_POINTWISE[base] * n), nbytes, True)
-    return WorkCount(0.0, nbytes, False)
+        n = max(n_out, max((_numel(s) for s in c.ins), default=0))
+        return WorkCount(float(_POINTWISE[base] * n), c.nbytes, True)
+    return None
 
 
 def count_op(op: OpRecord) -> WorkCount:

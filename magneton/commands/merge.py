@@ -1,9 +1,10 @@
 """`magneton merge --db DIR SHARD...`: load per-rank shards into the DB.
 
-The multi-node recipe (docs/distributed.md): each node records its ranks with torchrun
-(`torchrun ... -m magneton.tracer.distributed SCRIPT --db DIR --job NAME`), which leaves
-one shard per rank under DIR/shards/NAME/; copy those directories to one machine and merge
-them here. Shards are files or directories (searched recursively). Nothing is written when
+The multi-node recipe (docs/distributed.md): the ranks are started by torchrun
+(`torchrun ... -m magneton.tracer.distributed SCRIPT --db DIR --job NAME`) or srun
+(`srun magneton record SCRIPT --db DIR --run NAME`), which leaves one shard per rank under
+DIR/shards/NAME/; with DIR on a shared filesystem merge them here once the job is done,
+else copy those directories to one machine first. Shards are files or directories (searched recursively). Nothing is written when
 a run of the same name already exists, unless --replace; merging node by node is fine
 (ranks already in the DB stay).
 """
@@ -37,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from magneton.tracer.distributed import find_shards, merge_shards, read_shard
+    from magneton.tracer.merge import merge_shards
+    from magneton.tracer.shards import find_shards, read_shard
 
     paths = find_shards(args.shards)
     shards = [read_shard(p) for p in paths]

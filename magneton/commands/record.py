@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 from magneton.graphdb.model import MagnetonError
 
@@ -47,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from magneton.tracer.rankenv import rank_env
     from magneton.tracer.record import RecordOptions, record_script
 
     if args.warmup < 0 or args.repeat < 1:
@@ -61,12 +61,13 @@ def run(args: argparse.Namespace) -> int:
         call_paths=not args.no_call_paths,
         progress=True,
     )
-    # Under torchrun every rank runs this command: each must write its own shard, never
+    # Under torchrun or srun every rank runs this command: each must write its own shard, never
     # the shared Kùzu DB (one writer only).
-    if args.nproc > 1 or ("RANK" in os.environ and "WORLD_SIZE" in os.environ):
-        from magneton.tracer.distributed import record_distributed
+    if args.nproc > 1 or rank_env() is not None:
+        from magneton.tracer.launch import JobSpec, record_distributed
 
-        return record_distributed(args, opts)
+        job = JobSpec(args.script, args.db, args.run, args.nproc, args.entry, args.setup)
+        return record_distributed(job, opts)
     profile = record_script(
         args.script, db=args.db, run=args.run, entry=args.entry, setup=args.setup, options=opts
     )

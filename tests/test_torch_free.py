@@ -1,0 +1,36 @@
+"""Diff-time code must not load torch: `diff`, reports and the TUI work on saved runs on a
+machine that may not have torch, and importing it costs seconds on every command.
+
+Each check runs in a fresh interpreter, because the test process itself has long since
+imported torch through other tests.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "magneton.diagnose.equivalence",
+        "magneton.diagnose.match",
+        "magneton.graphdb.model",
+        "magneton.graphdb.vocab",
+        "magneton.tracer.unfoldings",
+    ],
+)
+def test_diff_time_module_does_not_import_torch(module):
+    code = f"import sys, {module}; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", f"importing {module} loaded torch"
+
+
+def test_the_check_can_fail():
+    """The same probe reports a module that does load torch (the tracer's summaries)."""
+    code = "import sys, magneton.tracer.invariants; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
