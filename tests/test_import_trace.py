@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from magneton.graphdb import open_db
 from magneton.tracer.kineto import estimate_energy, profile_from_trace, read_trace
 from magneton.tracer.power import MODELS
@@ -149,7 +150,7 @@ def test_two_rank_traces_load_as_one_job(tmp_path):
         for rank in (0, 1):
             p = h.load_profile(f"job/rank{rank}")
             assert (p.run.rank, p.run.world_size) == (rank, 128)
-            assert p.config["dist.backend"] == "nccl"
+            assert p.dist is not None and p.dist.backend == "nccl"
             assert any(op.device.startswith("cuda") for op in p.ops)
     # importing again without --replace leaves the job as it is
     r = cli("import-trace", str(ranks), "--db", str(db), "--run", "job")

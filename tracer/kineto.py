@@ -25,7 +25,7 @@ What becomes what:
 * Python stacks: `python_function` events (with_stack=True) enclosing an operator become
   its `frames` ("file.py(12): fn" → FrameRecord), entry first.
 * `distributedInfo` gives rank, world size and backend (`RunInfo.rank/world_size`,
-  `config["dist.backend"]`); `deviceProperties` the GPU name.
+  `Profile.dist`); `deviceProperties` the GPU name.
 
 Energy (see docs/traces.md, docs/energy.md "Imported traces"): a power log given with
 `--power meter:FILE[@OFFSET_S]` (a `timestamp_s,watts` CSV or nvidia-smi's
@@ -48,7 +48,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from magneton.graphdb.model import (
+    DistInfo,
     FrameRecord,
     KernelRecord,
     MagnetonError,
@@ -349,6 +351,9 @@ def profile_from_trace(tf: TraceFile, run: str) -> tuple[Profile, ImportStats]:
     _assign(profile, records)
     _fill_run(profile.run, tf, profile)
     profile.config.update(_config(tf, stats))
+    if tf.backend or tf.world_size > 1:
+        # distributedInfo: the rank's place in its job, typed like a recorded rank's
+        profile.dist = DistInfo(rank=tf.rank, world_size=tf.world_size, backend=tf.backend)
     return profile, stats
 
 
@@ -410,8 +415,6 @@ def _config(tf: TraceFile, stats: ImportStats) -> dict[str, str]:
         "trace.gpu": str(props[0].get("name", "")) if props else "",
         "trace.counts": json.dumps(stats.__dict__, sort_keys=True),
     }
-    if tf.backend:
-        cfg["dist.backend"] = tf.backend
     return cfg
 
 

@@ -71,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
         _save_one(args.db, profiles[next(iter(profiles))][0], args.replace)
         return 0
     # a job is stored the way `magneton merge` stores a recorded one
-    from magneton.tracer.distributed import Shard, merge_shards
+    from magneton.tracer.merge import merge_shards
+    from magneton.tracer.shards import Shard
 
     world = max(max(w for _, w, _ in profiles.values()), len(profiles))
     shards = [Shard(args.run, r, world, p.run, p, path) for r, (p, _, path) in profiles.items()]
