@@ -271,15 +271,20 @@ class _Controller:
         if self.spec.mode != "steps" or self.done:
             return
         if not self.markers:
-            # The first explicit marker takes over from optimizer steps (a HF Trainer
-            # step ends with both): restart the count so no step is counted twice.
+            # The first explicit marker takes over from optimizer steps, and counting
+            # restarts: a HF Trainer step ends with an optimizer step *and* the callback,
+            # which must not count as two. Whatever the optimizer hook began is dropped.
             self.markers = True
-            if self.started:
-                raise MagnetonError(
-                    "magneton.step() was first called after optimizer steps were already "
-                    "being recorded; use --steps with WAIT >= 1"
-                )
-            self.unit = 0
+            if self.unit > 0:
+                if self.sched.wait + self.sched.warmup == 0:
+                    raise MagnetonError(
+                        "magneton.step() is first called after an optimizer step, which "
+                        "already began the window; use --steps with WAIT >= 1"
+                    )
+                self.reset()
+                self.unit = 1
+                self.begin(1, frame)
+                return
         self.boundary(frame)
 
     def boundary(self, frame: Any) -> None:
@@ -340,6 +345,10 @@ class _Controller:
             self.uninstall()
             self.finish()
 
+    def reset(self) -> None:
+        """Drop whatever has been captured so far (counting restarts)."""
+        self.started = False
+
     def begin_structure(self, frame: Any) -> None: ...
     def end_structure(self) -> None: ...
     def begin_timing(self, unit: int) -> None: ...
@@ -386,6 +395,7 @@ class _Recorder(_Controller):
         self._stack: contextlib.ExitStack | None = None
         self._capture: Any = None
         self._prof: Any = None
+        self._timing_open = False
         self._t0 = 0
 
     def _sync(self) -> None:
@@ -451,10 +461,12 @@ class _Recorder(_Controller):
             self.session.start()
         self._capture = TimingCapture()
         self._capture.__enter__()
+        self._timing_open = True
         self._t0 = time.perf_counter_ns()
 
     def end_timing(self, unit: int) -> None:
         self._capture.__exit__(None, None, None)
+        self._timing_open = False
         self._sync()
         self.walls.append((time.perf_counter_ns() - self._t0) / 1e9)
         self.iterations.append(self._capture.events)
@@ -475,16 +487,26 @@ class _Recorder(_Controller):
         self.session.attribute(profile)
         info.status = "ok"
 
-    def abort(self) -> None:
-        """Unwind whatever capture is open (the program raised mid-window)."""
+    def _unwind(self) -> None:
         if self._stack is not None:
+            stack, self._stack = self._stack, None
             with contextlib.suppress(Exception):
-                self._stack.close()
-        elif self._capture is not None and not self.done:
+                stack.close()
+        elif self._timing_open:
             with contextlib.suppress(Exception):
                 self._capture.__exit__(None, None, None)
+        self._timing_open = False
         with contextlib.suppress(Exception):
             self.session.stop()
+
+    def reset(self) -> None:
+        super().reset()
+        self._unwind()
+        self.profile, self.iterations, self.walls = None, [], []
+
+    def abort(self) -> None:
+        """Unwind whatever capture is open (the program raised mid-window)."""
+        self._unwind()
         self.uninstall()
 
 
@@ -606,6 +628,10 @@ class _Rerun(_Controller):
 
     def begin_structure(self, frame: Any) -> None:
         self.on_begin()
+
+    def reset(self) -> None:
+        super().reset()
+        self.on_end()
 
     def end_structure(self) -> None:
         self.on_end()
