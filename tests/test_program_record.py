@@ -211,3 +211,24 @@ def test_markers_are_no_ops_outside_a_recording():
         env={**os.environ},
     )
     assert proc.returncode == 0 and "decoded (2, 4, 16)" in proc.stdout
+
+
+def test_command_line_origin_names_the_option_and_its_value(tmp_path):
+    from magneton.tracer.program import command_line_origin, parse_command
+
+    cmd = ["python", str(TRAIN), "--attn-implementation", "eager", "--lr=1e-3"]
+    config = parse_command(cmd, steps="1:1:3").to_config()
+    attn = command_line_origin(config, "attn_implementation")
+    assert (attn.option, attn.value, attn.given) == ("--attn-implementation", "eager", True)
+    assert attn.file == str(TRAIN)
+    assert (
+        TRAIN.read_text()
+        .splitlines()[attn.line - 1]
+        .strip()
+        .startswith('p.add_argument("--attn-implementation"')
+    )
+    assert command_line_origin(config, "lr").value == "1e-3"
+    act = command_line_origin(config, "activation")
+    assert (act.value, act.given) == ("'gelu_new'", False)  # the default, as written
+    assert command_line_origin(config, "no_such_option") is None
+    assert command_line_origin({"torch.get_num_threads": "4"}, "lr") is None  # not a program

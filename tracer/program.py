@@ -667,3 +667,82 @@ def program_config(config: dict[str, str]) -> dict[str, str]:
     """The `program.*` entries of a run's config ({} for a `setup()`/`main()` run): what a
     re-run needs to reproduce the window, small enough to pass in a JSON spec."""
     return {k: v for k, v in config.items() if k.startswith("program.")}
+
+
+# --------------------------------------------------------------------------------------
+# Command-line origins (for the backward data-flow)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class CommandLineOrigin:
+    """Where a program's `args.NAME` came from: an argparse option and its value."""
+
+    dest: str  # "attn_implementation"
+    option: str  # "--attn-implementation"
+    value: str  # the value this run used, as typed ("eager"), or the default's source
+    given: bool  # True: on the command line; False: the add_argument default
+    file: str  # the script holding the add_argument call
+    line: int  # its line
+
+
+def command_line_origin(config: dict[str, str], dest: str) -> CommandLineOrigin | None:
+    """For a program run, trace `args.DEST` to the `add_argument` that defines it in the
+    program's script and to the value its recorded command line gave (else the default).
+
+    Static: the script's `add_argument("--x-y", ...)` calls are read with `ast`, never run,
+    so a diagnosis can name "--attn-implementation eager" as the cause without re-running.
+    None when the run is not a program run or no option of that dest is found.
+    """
+    import ast
+
+    spec = ProgramSpec.from_config(config)
+    if spec is None:
+        return None
+    try:
+        with open(spec.script, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), spec.script)
+    except (OSError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "add_argument"
+        ):
+            continue
+        flags = [
+            a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
+        ]
+        kw = {k.arg: k.value for k in node.keywords if k.arg}
+        longs = [f for f in flags if f.startswith("--")] or [f for f in flags if f.startswith("-")]
+        explicit = kw.get("dest")
+        name = (
+            explicit.value
+            if isinstance(explicit, ast.Constant)
+            else (longs[0].lstrip("-").replace("-", "_") if longs else (flags[0] if flags else ""))
+        )
+        if name != dest:
+            continue
+        option = longs[0] if longs else (flags[0] if flags else dest)
+        value = _option_value(spec.args, flags)
+        if value is not None:
+            return CommandLineOrigin(dest, option, value, True, spec.script, node.lineno)
+        default = kw.get("default")
+        shown = ast.unparse(default) if default is not None else "None"
+        return CommandLineOrigin(dest, option, shown, False, spec.script, node.lineno)
+    return None
+
+
+def _option_value(args: list[str], flags: list[str]) -> str | None:
+    """The last value given for any of `flags` (`--x v` or `--x=v`), as argparse would."""
+    value = None
+    for i, a in enumerate(args):
+        if a == "--":
+            break
+        for f in flags:
+            if a == f and i + 1 < len(args):
+                value = args[i + 1]
+            elif f.startswith("--") and a.startswith(f + "="):
+                value = a[len(f) + 1 :]
+    return value
