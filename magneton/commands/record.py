@@ -11,11 +11,13 @@ from magneton.graphdb.model import MagnetonError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "record",
-        help="run a script's entry function and record it as a run",
+        help="record a script's entry function, or a window of a program (-- python ...)",
         description=(
             "Import SCRIPT as a module, call setup() outside the measured region, then "
             "entry(*setup_result): `warmup` untraced calls, one structure pass (dataflow, "
-            "values, call paths) and `repeat` timed calls with the power sampler running."
+            "values, call paths) and `repeat` timed calls with the power sampler running. "
+            "Or run an unmodified program after `--` (`-- python train.py ARGS`) and record "
+            "a window of it: --steps WAIT:WARMUP:ACTIVE or a magneton.window() block."
         ),
     )
     p.add_argument("script", nargs="?", help="Python file defining setup() and main()")
@@ -103,6 +105,8 @@ def _record_program(args: argparse.Namespace, opts) -> int:
     command = ([args.script] if args.script else []) + list(args.command)
     if args.nproc > 1:
         raise MagnetonError("--nproc is not supported with `-- python ...` programs yet")
+    if args.warmup != 1 or args.repeat != 3:
+        raise MagnetonError("--warmup/--repeat count calls of main(); for programs use --steps")
     spec = parse_command(command, steps=args.steps, window=args.window)
     profile = record_program(spec, db=args.db, run=args.run, options=opts)
     r = profile.run
