@@ -7,6 +7,12 @@ Public API (imported lazily so `magneton --help` does not pay for importing torc
     with magneton.record_block("b", db="prof"):                   # a block, one pass
         model(x)
     db = magneton.open_db("prof")                                 # the Kùzu profile DB
+
+Markers for `magneton record ... -- python train.py ARGS` (no-ops when not recording):
+
+    with magneton.window("decode"):                               # a block to record
+        ...
+    magneton.step()                                               # end of a training step
 """
 
 from __future__ import annotations
@@ -19,7 +25,16 @@ from typing import Any
 # this once, when torch is first imported, so it has to be set before that.
 os.environ.setdefault("KINETO_LOG_LEVEL", "99")
 
-__all__ = ["record", "record_block", "record_script", "open_db", "RecordOptions", "MagnetonError"]
+__all__ = [
+    "record",
+    "record_block",
+    "record_script",
+    "open_db",
+    "RecordOptions",
+    "MagnetonError",
+    "window",
+    "step",
+]
 
 _LAZY = {
     "record": ("magneton.tracer.record", "record_callable"),
@@ -28,6 +43,8 @@ _LAZY = {
     "RecordOptions": ("magneton.tracer.record", "RecordOptions"),
     "open_db": ("magneton.graphdb", "open_db"),
     "MagnetonError": ("magneton.graphdb.model", "MagnetonError"),
+    "window": ("magneton.tracer.program", "window"),
+    "step": ("magneton.tracer.program", "step"),
 }
 
 

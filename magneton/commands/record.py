@@ -10,14 +10,22 @@ from magneton.graphdb.model import MagnetonError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "record",
-        help="run a script's entry function and record it as a run",
+        help="record a script's entry function, or a window of a program (-- python ...)",
         description=(
             "Import SCRIPT as a module, call setup() outside the measured region, then "
             "entry(*setup_result): `warmup` untraced calls, one structure pass (dataflow, "
-            "values, call paths) and `repeat` timed calls with the power sampler running."
+            "values, call paths) and `repeat` timed calls with the power sampler running. "
+            "Or run an unmodified program after `--` (`-- python train.py ARGS`) and record "
+            "a window of it: --steps WAIT:WARMUP:ACTIVE or a magneton.window() block."
         ),
     )
-    p.add_argument("script", help="Python file defining setup() and main()")
+    p.add_argument("script", nargs="?", help="Python file defining setup() and main()")
+    p.add_argument(
+        "command",
+        nargs="*",
+        help="or, after `--`: an unmodified program, `python SCRIPT ARGS` or `python -m MOD ARGS`"
+        " (see docs/programs.md)",
+    )
     p.add_argument("--db", required=True, help="profile DB directory (created if missing)")
     p.add_argument("--run", required=True, help="name of this run in the DB")
     p.add_argument("--entry", default="main", help="entry function (default: main)")
@@ -41,6 +49,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="skip the profiler-based dispatch chains (faster structure pass)",
     )
+    p.add_argument(
+        "--steps",
+        metavar="WAIT:WARMUP:ACTIVE",
+        help="program: record steps (optimizer.step() / magneton.step()), e.g. 1:1:3",
+    )
+    p.add_argument(
+        "--window", default="", help="program: record the magneton.window(NAME) block NAME"
+    )
     p.add_argument("--nproc", type=int, default=1, help="ranks to launch (torch.distributed)")
     p.set_defaults(func=run)
 
@@ -61,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
         call_paths=not args.no_call_paths,
         progress=True,
     )
+    if args.command or args.steps or args.window:
+        return _record_program(args, opts)
+    if not args.script:
+        raise MagnetonError("nothing to record: give SCRIPT, or `-- python SCRIPT ARGS`")
     # Under torchrun or srun every rank runs this command: each must write its own shard, never
     # the shared Kùzu DB (one writer only).
     if args.nproc > 1 or rank_env() is not None:
@@ -75,6 +95,25 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"recorded run '{r.name}': {len(profile.ops)} operators, {len(profile.tensors)} tensors, "
         f"{r.time_s * 1e3:.2f} ms/call, {r.energy_j:.4g} J/call "
+        f"({r.energy_method}, {r.power_source}) -> {args.db}"
+    )
+    return 0
+
+
+def _record_program(args: argparse.Namespace, opts) -> int:
+    from magneton.tracer.program import parse_command, record_program
+
+    command = ([args.script] if args.script else []) + list(args.command)
+    if args.nproc > 1:
+        raise MagnetonError("--nproc is not supported with `-- python ...` programs yet")
+    if args.warmup != 1 or args.repeat != 3:
+        raise MagnetonError("--warmup/--repeat count calls of main(); for programs use --steps")
+    spec = parse_command(command, steps=args.steps, window=args.window)
+    profile = record_program(spec, db=args.db, run=args.run, options=opts)
+    r = profile.run
+    print(
+        f"recorded run '{r.name}' ({spec.describe()}): {len(profile.ops)} operators, "
+        f"{r.time_s * 1e3:.2f} ms/unit, {r.energy_j:.4g} J/unit "
         f"({r.energy_method}, {r.power_source}) -> {args.db}"
     )
     return 0
