@@ -269,21 +269,14 @@ def charged_time_s(profile: Profile) -> dict[int, float]:
     between ops (the nearest-op rule of tracer/energy.py). Average power is energy over
     this time, so an op next to a long Python gap does not look hot.
 
-    Attribution stores the mean over the timing iterations in
-    `config["energy.charged_s"]`; without it, the first iteration's windows are re-tiled."""
-    import json
-
+    Attribution stores them in `profile.energy.charged_s`; without it, the first
+    iteration's windows are re-tiled."""
     import numpy as np
     from magneton.tracer.energy import tile
 
-    stored = profile.config.get("energy.charged_s")
-    if stored:
-        try:
-            vals = json.loads(stored)
-        except ValueError:
-            vals = None
-        if isinstance(vals, list) and len(vals) == len(profile.ops):
-            return {op.idx: float(v) for op, v in zip(profile.ops, vals, strict=True)}
+    vals = profile.energy.charged_s
+    if len(vals) == len(profile.ops) and vals:
+        return {op.idx: float(v) for op, v in zip(profile.ops, vals, strict=True)}
     timed = [op for op in profile.ops if op.end_ns > op.start_ns]
     out = {op.idx: op.time_s for op in profile.ops}
     if not timed:

@@ -57,6 +57,7 @@ from .model import (
     OpRecord,
     PowerSeries,
     Profile,
+    RunEnergy,
     RunInfo,
     TensorRecord,
 )
@@ -445,7 +446,7 @@ def _profile_tables(p: Profile) -> list[tuple[S.Table, pa.Table]]:
     node(S.MODULE, p.modules, m_uid)
     node(S.FRAME, p.frames, f_uid)
     node(S.KERNEL, p.kernels, k_uid)
-    cfg = list(p.config.items())
+    cfg = list({**p.config, **p.energy.to_config()}.items())  # RunEnergy as energy.* rows
     c_uid = _uids(run, len(cfg))
     add(
         S.CONFIG_ENTRY,
@@ -962,7 +963,7 @@ class ProfileDB:
         kc = self._nodes(S.KERNEL, run)
         kernels_ = [KernelRecord(*r) for r in zip(kc["idx"], kc["name"], kc["device"], strict=True)]
         cc = self._nodes(S.CONFIG_ENTRY, run)
-        config = dict(zip(cc["key"], cc["value"], strict=True))
+        energy, config = RunEnergy.from_config(dict(zip(cc["key"], cc["value"], strict=True)))
 
         sc = self._nodes(S.POWER_SERIES, run)
         power = [
@@ -989,6 +990,7 @@ class ProfileDB:
             kernels=kernels_,
             config=config,
             power=power,
+            energy=energy,
         )
 
     # ---- queries ---------------------------------------------------------------------

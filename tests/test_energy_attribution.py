@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from magneton.graphdb.model import OpRecord, Profile, RunInfo
@@ -135,7 +133,7 @@ def test_model_is_deterministic_and_labelled():
     # above idle = the priced work: FLOPs and bytes only
     dyn = sum(m.dynamic_j(o) for o in a.ops)
     assert a.run.energy_above_idle_j == pytest.approx(dyn, rel=1e-6)
-    assert json.loads(a.config["energy.model"])["name"] == "cpu-default"
+    assert a.energy.model["name"] == "cpu-default"
     assert a.power[0].source == "model" and len(a.power[0].t_ns) >= 2
 
 

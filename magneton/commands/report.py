@@ -98,7 +98,7 @@ def _json(profile, rows, tree, by, flatten_tree) -> dict:
         "run": r.name,
         "power_source": r.power_source,
         "energy_method": r.energy_method,
-        "method_note": profile.config.get("energy.note", ""),
+        "method_note": profile.energy.note,
         "energy_j": r.energy_j,
         "energy_above_idle_j": r.energy_above_idle_j,
         "time_s": r.time_s,
@@ -115,8 +115,8 @@ def _json(profile, rows, tree, by, flatten_tree) -> dict:
 
         out["operators"] = [x.to_json() for x in operator_table(profile, by="op")]
         out[key] = [x.to_json() for x in rows]
-    if profile.config.get("energy.model"):
-        out["model"] = json.loads(profile.config["energy.model"])
+    if profile.energy.model is not None:
+        out["model"] = profile.energy.model
     gaps = sum(len(s.gaps) for s in profile.power)
     if gaps:
         out["sensor_gaps"] = gaps
@@ -162,10 +162,7 @@ def _print(profile, rows, tree, args) -> None:
             row.method,
         )
     table.add_section()
-    try:
-        span = float(profile.config.get("energy.span_s", "0"))
-    except ValueError:
-        span = 0.0
+    span = profile.energy.span_s
     span = span if span > 0 else r.time_s  # charged time of the whole call
     table.add_row(
         "total",
