@@ -297,9 +297,11 @@ class Finding:
     root_cause: dict | None = None
     fix: dict | None = None
     occurrences: int = 1  # matched region pairs folded into this finding (one per layer)
+    interval: SavingInterval | None = None  # the confidence interval the verdict rests on
 
     def to_json(self) -> dict:
         return {
+            "interval": None if self.interval is None else self.interval.to_json(),
             "id": self.id,
             "wasteful": self.wasteful,
             "verdict": self.verdict,
@@ -471,3 +473,22 @@ class RunEnergy:
         for k in _RUN_ENERGY_KEYS:
             c.pop(k, None)
         return e, c
+
+
+@dataclass
+class SavingInterval:
+    """How sure a finding is: the wasteful side's energy over the efficient side's, with a
+    confidence interval from the regions' per-iteration energies (diagnose/detect.py)."""
+
+    ratio: float  # E_wasteful / E_efficient (geometric mean of the iterations)
+    ratio_low: float  # lower bound, one-sided at `confidence`
+    ratio_high: float  # upper bound, one-sided at `confidence`
+    saving_j_low: float  # saving implied by ratio_low (J per call)
+    saving_j_high: float
+    confidence: float  # e.g. 0.95
+    iterations_a: int
+    iterations_b: int
+    test: str = "welch-t on log energies"
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
