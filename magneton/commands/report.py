@@ -94,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
 def _json(profile, rows, tree, by, flatten_tree) -> dict:
     r = profile.run
     key = {"op": "operators", "module": "modules_table", "kernel": "kernels"}[by]
+    sp = profile.energy.spread
     out = {
         "run": r.name,
         "power_source": r.power_source,
@@ -106,6 +107,8 @@ def _json(profile, rows, tree, by, flatten_tree) -> dict:
         "by": by,
         "operators": [],
         "modules": flatten_tree(tree),
+        "spread": {**sp.__dict__, "unstable": sp.unstable} if sp.iterations else None,
+        "clock": profile.energy.clock,
     }
     if by == "op":
         out["operators"] = [x.to_json() for x in rows]
@@ -121,6 +124,26 @@ def _json(profile, rows, tree, by, flatten_tree) -> dict:
     if gaps:
         out["sensor_gaps"] = gaps
     return out
+
+
+def spread_line(profile) -> str:
+    """How repeatable the run's energy was over its timed iterations, and what to do
+    when it is too noisy to compare ("" when the run has no per-iteration record)."""
+    sp = profile.energy.spread
+    if sp.iterations < 2:
+        return ""
+    line = (
+        f"spread: ±{100 * sp.cv:.1f}% (CV of the call's energy over {sp.iterations} timed "
+        f"iterations, min {_fmt(sp.min_j)} J, max {_fmt(sp.max_j)} J"
+        + (f"; stopped: {sp.stop_reason}" if sp.stop_reason else "")
+        + ")"
+    )
+    if sp.unstable:
+        line = (
+            f"[yellow]{line}\nunstable: differences under ~{100 * 2 * sp.cv:.0f}% cannot be "
+            "told from noise; record again on a quieter machine or with more --repeat[/]"
+        )
+    return line
 
 
 def _fmt(x: float, unit: str = "") -> str:
@@ -188,6 +211,9 @@ def _print(profile, rows, tree, args) -> None:
             "between iterations)"
         )
     console.print(f"energy: {method_line(profile)}")
+    line = spread_line(profile)
+    if line:
+        console.print(line)
     gaps = sum(len(s.gaps) for s in profile.power)
     if gaps:
         console.print(
