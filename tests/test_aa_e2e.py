@@ -14,6 +14,7 @@ import io
 import json
 
 import pytest
+
 from magneton.cli import main as cli
 
 SCRIPT = """
