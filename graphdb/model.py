@@ -488,7 +488,8 @@ class SavingInterval:
     confidence: float  # e.g. 0.95
     iterations_a: int
     iterations_b: int
-    test: str = "welch-t on log energies"
+    between_runs_log_sd: float = 0.0  # noise between the recordings, from identical work
+    test: str = "welch-t on log energies + between-runs variance from identical work"
 
     def to_json(self) -> dict:
         return dict(self.__dict__)

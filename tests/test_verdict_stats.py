@@ -61,3 +61,32 @@ def test_region_samples_keep_the_noise_and_take_the_level_from_the_ops():
 def test_samples_that_do_not_describe_the_energies_are_ignored():
     assert run_samples(_profile([1e-9, 1e-9], [[1.0, 1.0], [1.0, 1.0]])) is None
     assert run_samples(_profile([1.0, 1.0], [[1.0, 1.0]])) is None  # one iteration
+
+
+def test_identical_work_measures_the_noise_between_recordings():
+    """Matched pairs that did the same work are an A/A experiment inside the diff: their
+    energy ratio is the drift between the recordings, and it widens every interval."""
+    from magneton.diagnose.detect import between_runs_log_sd
+    from magneton.diagnose.match import RegionPair
+    from magneton.graphdb.model import Region
+
+    def prof(energies, dtypes):
+        ops = [
+            OpRecord(idx=i, name="aten::mm", energy_j=e, input_shapes=[[4, 4]], input_dtypes=[d])
+            for i, (e, d) in enumerate(zip(energies, dtypes, strict=True))
+        ]
+        return Profile(run=RunInfo(name="r", energy_j=sum(energies)), ops=ops)
+
+    f32 = ["torch.float32"]
+    pa = prof([1.0, 1.0, 5.0], [f32, f32, f32])
+    pb = prof([1.1, 1.1, 1.0], [f32, f32, ["torch.float64"]])  # op 2 is other work
+    pairs = [RegionPair(a=Region(ops=[i]), b=Region(ops=[i])) for i in range(3)]
+    sd = between_runs_log_sd(pa, pb, pairs)
+    assert sd == pytest.approx(np.log(1.1), rel=1e-9)  # op 2's 5x is not noise
+    # a 15% difference in a region is within a 10% drift between recordings
+    rng = np.random.default_rng(0)
+    w, e = samples(rng, 1.15, 0.02, 12), samples(rng, 1.0, 0.02, 12)
+    assert confident(saving_interval(w, e)[1], 0.10)
+    assert not confident(saving_interval(w, e, between_runs_log_sd=sd)[1], 0.10)
+    # a 3x difference stays a finding
+    assert confident(saving_interval(3 * w, e, between_runs_log_sd=sd)[1], 0.10)
