@@ -30,7 +30,14 @@ Rules, and the failure each one prevents:
   linearly between the last good and next good readings (counters still give the exact
   total across the gap). The gap is recorded so reports can flag it.
 * The model source has no trace: each op costs `P_static·t + e_flop·FLOPs + e_byte·bytes`,
-  gaps cost `P_static` per second, and the result is labelled "estimated".
+  gaps cost `P_static` per second, and the result is labelled "estimated". `t` is the
+  process CPU time the op consumed when the timing pass read that clock
+  (`attribute_cpu_time`; tracer/timing.py): wall time grows with whatever another process
+  takes, and priced as energy it made identical ops differ 15-150x between recordings.
+  There the CPU time between two ops is the interpreter's and is kept apart as the next
+  op's `interp_j` (reports show it as python rows), not split at a midpoint.
+* Every iteration's per-op energies are kept (`Profile.energy.op_samples_j`) with the run's
+  spread over iterations: detection derives each region's uncertainty from them.
 
 `method="lsq"` solves per-operator-type power from coarse sensor windows (tracer/lsq.py) and
 uses it to split the measured total (labelled "solved"); use it when operators are much
