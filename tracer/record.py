@@ -256,6 +256,7 @@ def record_callable(
         session.stop()
     iterations, walls = tp.iterations, tp.walls_s
     session.timing = tp
+    info.repeat = len(walls)  # the timing pass chose how many (tracer/timing.py)
     info.timing = "separate" if _merge_timing(profile, iterations) else "combined"
     info.time_s = sum(walls) / len(walls)
     session.attribute(profile)
