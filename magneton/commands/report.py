@@ -140,8 +140,11 @@ def spread_line(profile) -> str:
     )
     if sp.unstable:
         line = (
-            f"[yellow]{line}\nunstable: differences under ~{100 * 2 * sp.cv:.0f}% cannot be "
-            "told from noise; record again on a quieter machine or with more --repeat[/]"
+            f"[yellow]{line}\nunstable: the call's energy varied ±{100 * sp.cv:.0f}% between "
+            "iterations (another process competing for the CPU, most likely); a diff "
+            "against this run needs a larger difference to count as a finding. Record it "
+            f"again on a quieter machine, or with --repeat {2 * sp.iterations} for more "
+            "iterations.[/]"
         )
     return line
 
@@ -204,12 +207,20 @@ def _print(profile, rows, tree, args) -> None:
     )
     if r.time_s > 0 and abs(span - r.time_s) > 0.05 * r.time_s:
         # the total's time is what the energy covers; say where the rest of the wall went
-        console.print(
-            f"time: energy covers {_fmt(span * 1e3)} ms per call (operators and the gaps "
-            f"between them); a call took {_fmt(r.time_s * 1e3)} ms wall on average (the "
-            "rest: Python before the first or after the last operator, and variation "
-            "between iterations)"
-        )
+        if profile.energy.clock == "process-cpu":
+            console.print(
+                f"time: energy covers {_fmt(span * 1e3)} ms of CPU time per call (operators "
+                f"and the Python between them); a call took {_fmt(r.time_s * 1e3)} ms wall "
+                "on average (the rest: waiting for a CPU while other processes ran, Python "
+                "before the first or after the last operator)"
+            )
+        else:
+            console.print(
+                f"time: energy covers {_fmt(span * 1e3)} ms per call (operators and the gaps "
+                f"between them); a call took {_fmt(r.time_s * 1e3)} ms wall on average (the "
+                "rest: Python before the first or after the last operator, and variation "
+                "between iterations)"
+            )
     console.print(f"energy: {method_line(profile)}")
     line = spread_line(profile)
     if line:
