@@ -210,7 +210,7 @@ def test_model_profile_from_file_and_env(tmp_path, monkeypatch):
 def test_model_prices_process_cpu_time_and_keeps_interpreter_time_apart():
     """With the timing pass's CPU clock, preemption (wall time the process did not run)
     costs nothing; the CPU time between ops is the interpreter's share of the next op;
-    each op is priced on its median iteration and every iteration is kept as a sample."""
+    each op is priced on its cheapest iteration and every iteration is kept as a sample."""
     from magneton.tracer.timing import TimingPass
 
     ms = 1_000_000
@@ -227,7 +227,7 @@ def test_model_prices_process_cpu_time_and_keeps_interpreter_time_apart():
     s.timing = TimingPass(cpu_windows=cpu)
     s.attribute(p)
     m = MODELS["cpu-default"]
-    e0 = m.p_static_w * 1e-3 + m.dynamic_j(p.ops[0])  # median of 1, 1, 1.2 ms
+    e0 = m.p_static_w * 1e-3 + m.dynamic_j(p.ops[0])  # cheapest of 1, 1, 1.2 ms
     e1 = m.p_static_w * 1.5e-3 + m.dynamic_j(p.ops[1])  # 1 ms own + 0.5 ms of Python
     assert p.ops[0].energy_j == pytest.approx(e0, rel=1e-9)
     assert p.ops[1].energy_j == pytest.approx(e1, rel=1e-9)
