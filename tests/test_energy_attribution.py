@@ -231,7 +231,7 @@ def test_model_prices_process_cpu_time_and_keeps_interpreter_time_apart():
     e1 = m.p_static_w * 1.5e-3 + m.dynamic_j(p.ops[1])  # 1 ms own + 0.5 ms of Python
     assert p.ops[0].energy_j == pytest.approx(e0, rel=1e-9)
     assert p.ops[1].energy_j == pytest.approx(e1, rel=1e-9)
-    assert p.ops[0].time_s == pytest.approx(1e-3)  # fastest wall window, not the 21 ms one
+    assert p.ops[0].time_s == pytest.approx(1e-3)  # own CPU time, not the 21 ms wall window
     assert p.energy.clock == "process-cpu"
     assert p.energy.interp_j == pytest.approx([0.0, m.p_static_w * 0.5e-3], rel=1e-9)
     assert np.asarray(p.energy.op_samples_j).shape == (3, 2)
