@@ -423,7 +423,9 @@ class RunEnergy:
         def compact(xs: list[float]) -> list[float]:
             return [float(f"{x:.4g}") for x in xs]
 
-        out = {"energy.span_s": repr(float(self.span_s))}
+        out = {}  # an empty RunEnergy adds no rows
+        if self.span_s:
+            out["energy.span_s"] = repr(float(self.span_s))
         if self.note:
             out["energy.note"] = self.note
         if self.clock:
