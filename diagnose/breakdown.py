@@ -16,14 +16,22 @@ Average power is energy over *charged* time (the op's window plus its share of t
 between ops, the nearest-op rule of tracer/energy.py), so a view op next to a long
 Python gap does not show hundreds of watts.
 
+Interpreter time between aten operators (Python, mask building, hooks) is real energy
+but not the next operator's: where the run's attribution kept it apart
+(`Profile.energy.interp_j`, the CPU-priced model), the op and kernel tables show it as rows
+of kind "python", one per source line that was running (the innermost frame of the
+stack of the op it led to), named `python: file:line function`. The module grouping keeps
+it in the module whose code ran it.
+
 Every row carries the method its energy was obtained by; a row mixing methods says so
 ("replayed+measured"), so an estimate never passes for a measurement.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from magneton.graphdb.model import OpRecord, Profile
 
@@ -40,9 +48,11 @@ class Row:
     avg_w: float
     share: float
     method: str
+    kind: str = "op"  # "op" | "python" (interpreter time between operators) | "other"
 
     def to_json(self) -> dict:
         return {
+            "kind": self.kind,
             "name": self.name,
             "calls": self.calls,
             "time_s": self.time_s,
@@ -110,9 +120,18 @@ def operator_table(profile: Profile, by: str = "op") -> list[Row]:
     if by not in ("op", "module", "kernel"):
         raise ValueError(f"unknown grouping {by!r}: op, module or kernel")
     acc: dict[str, _Acc] = {}
+    kinds: dict[str, str] = {}
     charged = charged_time_s(profile)
+    interp = _interp(profile) if by != "module" else {}
     for op in profile.ops:
         c = charged.get(op.idx, op.time_s)
+        if op.idx in interp:
+            name, e_py, s_py = interp[op.idx]
+            kinds[name] = "python"
+            # no calls: a python row is not an operator (operator counts stay exact)
+            acc.setdefault(name, _Acc()).add(0, s_py, e_py, op.energy_method, s_py)
+            op = _without(op, e_py)
+            c = max(0.0, c - s_py)
         if by == "op":
             acc.setdefault(op.name, _Acc()).add(1, op.time_s, op.energy_j, op.energy_method, c)
         elif by == "module":
@@ -137,10 +156,35 @@ def operator_table(profile: Profile, by: str = "op") -> list[Row]:
                 avg_w=a.energy_j / a.charged_s if a.charged_s > 0 else 0.0,
                 share=a.energy_j / total if total else 0.0,
                 method=_method_label(a.methods),
+                kind=kinds.get(name, "op"),
             )
         )
     rows.sort(key=lambda r: (-r.energy_j, r.name))
     return rows
+
+
+def _interp(profile: Profile) -> dict[int, tuple[str, float, float]]:
+    """op idx -> (python row name, interpreter energy J, interpreter seconds) for the
+    interpreter time that led to each op's call."""
+    vals = profile.energy.interp_j
+    if len(vals) != len(profile.ops):
+        return {}
+    p_static = float((profile.energy.model or {}).get("p_static_w", 0.0))
+    out = {}
+    for op, e in zip(profile.ops, vals, strict=True):
+        if e <= 0:
+            continue
+        where = "(unknown frame)"
+        if op.frames and 0 <= op.frames[-1] < len(profile.frames):
+            fr = profile.frames[op.frames[-1]]
+            where = f"{os.path.basename(fr.file)}:{fr.line} {fr.function}"
+        out[op.idx] = (f"python: {where}", float(e), float(e) / p_static if p_static else 0.0)
+    return out
+
+
+def _without(op: OpRecord, interp_j: float) -> OpRecord:
+    """A view of `op` without its interpreter share (the row it goes to is python)."""
+    return replace(op, energy_j=op.energy_j - interp_j, windows_ns=[])
 
 
 def top_rows(rows: list[Row], top: int | None, total_j: float) -> list[Row]:
@@ -163,6 +207,7 @@ def top_rows(rows: list[Row], top: int | None, total_j: float) -> list[Row]:
             avg_w=acc.energy_j / acc.charged_s if acc.charged_s > 0 else 0.0,
             share=acc.energy_j / total_j if total_j else 0.0,
             method=_method_label(acc.methods),
+            kind="other",
         )
     ]
 
@@ -269,21 +314,14 @@ def charged_time_s(profile: Profile) -> dict[int, float]:
     between ops (the nearest-op rule of tracer/energy.py). Average power is energy over
     this time, so an op next to a long Python gap does not look hot.
 
-    Attribution stores the mean over the timing iterations in
-    `config["energy.charged_s"]`; without it, the first iteration's windows are re-tiled."""
-    import json
-
+    Attribution stores them in `profile.energy.charged_s`; without it, the first
+    iteration's windows are re-tiled."""
     import numpy as np
     from magneton.tracer.energy import tile
 
-    stored = profile.config.get("energy.charged_s")
-    if stored:
-        try:
-            vals = json.loads(stored)
-        except ValueError:
-            vals = None
-        if isinstance(vals, list) and len(vals) == len(profile.ops):
-            return {op.idx: float(v) for op, v in zip(profile.ops, vals, strict=True)}
+    vals = profile.energy.charged_s
+    if len(vals) == len(profile.ops) and vals:
+        return {op.idx: float(v) for op, v in zip(profile.ops, vals, strict=True)}
     timed = [op for op in profile.ops if op.end_ns > op.start_ns]
     out = {op.idx: op.time_s for op in profile.ops}
     if not timed:

@@ -15,6 +15,27 @@ Rules, and the failure each prevents:
   5%: the paper's floor without false positives from power noise).
 - **Ignore tiny regions**: both sides below `TINY_SHARE` (0.1%) of their run's energy.
   Below that, per-operator attribution error and timer jitter dominate the difference.
+- **Only confident differences.** A run's per-iteration operator energies
+  (`Profile.energy.op_samples_j`) give each region one energy per timed iteration. The
+  energy ratio of the two sides is tested with Welch's t on the logarithms of those
+  energies (ratios are what the threshold is about, and a log makes their noise
+  symmetric); a pair is a finding only when the one-sided lower bound at `CONFIDENCE`
+  (95%) of the relative saving reaches the threshold. A difference the noise of the
+  run could explain is not reported at all: a confident, wrong finding is the worst thing
+  this tool can print. Without samples (a hand-built or pre-spread profile, a replayed
+  run whose samples no longer describe its energies) the point rule applies alone.
+  The point energies and the verdict rules below stay those of the operators' estimates.
+- **Identical work calibrates the noise between the two recordings.** Iterations of one
+  recording share its machine state; two recordings do not (load, frequency, a busy
+  hyper-thread sibling changed between them), and on a loaded 2-core machine identical
+  code drifted 10-15% between recordings while each recording's own iterations agreed
+  within 3%. Matched pairs that did the same work the same way - the same operators with
+  the same input shapes and dtypes, reaching the same kernels - are an A/A experiment
+  inside the diff: the energy-weighted root mean square of their log energy ratios
+  (`between_runs_log_sd`, around 0, so a uniform drift counts) is added to every region's
+  variance. A difference identical work also showed is then not evidence. Limitation: a
+  setting that slows every kernel alike without changing any (thread count) is
+  indistinguishable from load here; only interleaved re-measurement could tell them apart.
 - **Verdict "waste"** when the cheaper side is not slower by more than 1% (plus
   `TIME_ABS_SLACK_S`, the dispatch jitter of a microsecond-scale region) *and* the
   region outputs agree within 1%; otherwise "trade-off" (cheaper but slower, or cheaper
@@ -32,7 +53,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
-from magneton.graphdb.model import Finding, MagnetonError, Profile, Region
+from magneton.graphdb.model import Finding, MagnetonError, Profile, Region, SavingInterval
+from scipy import stats
 
 from .equivalence import Signature, signature
 from .match import MatchResult, RegionPair
@@ -44,6 +66,7 @@ TIME_SLACK = 0.01
 TIME_ABS_SLACK_S = 2e-6
 OUTPUT_TOL = 0.01
 _ATOL_FRAC = 1e-3
+CONFIDENCE = 0.95
 
 
 def check_threshold(threshold: float) -> None:
@@ -74,6 +97,133 @@ def output_rel_diff(sa: Signature, sb: Signature) -> float:
     qb = np.asarray([*sb.quantiles, *sb.stats[2:4]], dtype=np.float64)
     den = np.maximum(np.maximum(np.abs(qa), np.abs(qb)), _ATOL_FRAC * scale)
     return float(np.max(np.abs(qa - qb) / den))
+
+
+def run_samples(p: Profile) -> np.ndarray | None:
+    """The run's per-iteration operator energies, (iterations, ops), each op's rescaled to
+    its point estimate: the samples give the noise, the operators' energies the level (an
+    estimate priced on the fastest or median iteration is not the samples' mean). None
+    when the run has no samples that describe its operators' energies."""
+    rows = p.energy.op_samples_j
+    if len(rows) < 2 or any(len(r) != len(p.ops) for r in rows):
+        return None
+    if p.run.energy_method == "replayed" or p.energy.replay:
+        return None  # replay re-priced the ops; the timing-pass samples no longer apply
+    s = np.asarray(rows, dtype=float)
+    mean = s.mean(axis=0)
+    point = np.array([op.energy_j for op in p.ops])
+    total = float(mean.sum())
+    if total <= 0 or not (0.5 <= point.sum() / total <= 2.0):
+        return None  # energies were re-priced after recording (a tool, a test): not these
+    scale = np.divide(point, mean, out=np.zeros_like(point), where=mean > 0)
+    return s * scale
+
+
+def region_samples(samples: np.ndarray | None, ops: list[int]) -> np.ndarray | None:
+    """A region's energy in each timed iteration."""
+    if samples is None or not ops:
+        return None
+    return samples[:, ops].sum(axis=1)
+
+
+def saving_interval(
+    wasteful_j: np.ndarray,
+    efficient_j: np.ndarray,
+    confidence: float = CONFIDENCE,
+    between_runs_log_sd: float = 0.0,
+) -> tuple[float, float, float] | None:
+    """(ratio, low, high) of E_wasteful / E_efficient: the geometric-mean ratio and its
+    one-sided bounds at `confidence` (Welch's t on log energies), with the variance of
+    the noise between the two recordings (`between_runs_log_sd`, in log units) added.
+    None when either side has fewer than two positive samples."""
+    w = np.log(wasteful_j[wasteful_j > 0])
+    e = np.log(efficient_j[efficient_j > 0])
+    if len(w) < 2 or len(e) < 2:
+        return None
+    d = float(w.mean() - e.mean())
+    vw, ve = w.var(ddof=1) / len(w), e.var(ddof=1) / len(e)
+    v_between = between_runs_log_sd**2
+    se = float(np.sqrt(vw + ve + v_between))
+    if se == 0.0:
+        return float(np.exp(d)), float(np.exp(d)), float(np.exp(d))
+    if vw + ve > 0:
+        # Welch-Satterthwaite; the between-runs term is estimated from many regions and
+        # counted as known (it only ever widens the interval)
+        df = (vw + ve) ** 2 / (vw**2 / (len(w) - 1) + ve**2 / (len(e) - 1))
+        q = float(stats.t.ppf(confidence, df))
+    else:
+        q = float(stats.norm.ppf(confidence))
+    return float(np.exp(d)), float(np.exp(d - q * se)), float(np.exp(d + q * se))
+
+
+def same_work(pa: Profile, pb: Profile, rp: RegionPair) -> bool:
+    """Whether both sides of a matched pair did the same work the same way: operators,
+    input shapes and dtypes, and (where recorded) kernels, in order."""
+    if len(rp.a.ops) != len(rp.b.ops) or not rp.a.ops:
+        return False
+    for i, j in zip(rp.a.ops, rp.b.ops, strict=True):
+        oa, ob = pa.ops[i], pb.ops[j]
+        if (oa.name, oa.input_shapes, oa.input_dtypes) != (
+            ob.name,
+            ob.input_shapes,
+            ob.input_dtypes,
+        ):
+            return False
+        ka = [pa.kernels[k].name for k in oa.kernels if 0 <= k < len(pa.kernels)]
+        kb = [pb.kernels[k].name for k in ob.kernels if 0 <= k < len(pb.kernels)]
+        if ka and kb and ka != kb:
+            return False
+    return True
+
+
+def between_runs_log_sd(pa: Profile, pb: Profile, pairs: list[RegionPair]) -> float:
+    """Energy-weighted RMS of ln(E_a / E_b) over the pairs that did the same work: how much
+    identical work differed between these two recordings (0 with no such pair)."""
+    num = den = 0.0
+    for rp in pairs:
+        if not same_work(pa, pb, rp):
+            continue
+        ea = sum(pa.ops[o].energy_j for o in rp.a.ops)
+        eb = sum(pb.ops[o].energy_j for o in rp.b.ops)
+        if ea <= 0 or eb <= 0:
+            continue
+        w = 0.5 * (ea / max(run_energy_j(pa), 1e-300) + eb / max(run_energy_j(pb), 1e-300))
+        num += w * np.log(ea / eb) ** 2
+        den += w
+    return float(np.sqrt(num / den)) if den > 0 else 0.0
+
+
+def confident(ratio_low: float, threshold: float) -> bool:
+    """Whether the saving's lower bound, as a share of the wasteful side, reaches it."""
+    return ratio_low > 1.0 and 1.0 - 1.0 / ratio_low >= threshold
+
+
+def _interval(
+    sa: np.ndarray | None,
+    sb: np.ndarray | None,
+    wasteful: str,
+    e_w: float,
+    e_eff: float,
+    between_sd: float,
+) -> SavingInterval | None:
+    if sa is None or sb is None:
+        return None
+    w, eff = (sa, sb) if wasteful == "a" else (sb, sa)
+    got = saving_interval(w, eff, between_runs_log_sd=between_sd)
+    if got is None:
+        return None
+    ratio, low, high = got
+    return SavingInterval(
+        ratio=ratio,
+        ratio_low=low,
+        ratio_high=high,
+        saving_j_low=e_w * (1.0 - 1.0 / low) if low > 0 else 0.0,
+        saving_j_high=e_w * (1.0 - 1.0 / high) if high > 0 else 0.0,
+        confidence=CONFIDENCE,
+        iterations_a=len(sa),
+        iterations_b=len(sb),
+        between_runs_log_sd=between_sd,
+    )
 
 
 def _union(p: Profile, regions: list[Region]) -> Region:
@@ -134,6 +284,8 @@ def detect(
         folded[key].append(rp)
 
     e_run_a, e_run_b = run_energy_j(pa), run_energy_j(pb)
+    samp_a, samp_b = run_samples(pa), run_samples(pb)
+    between_sd = between_runs_log_sd(pa, pb, match.pairs)
     findings: list[Finding] = []
     for group in folded.values():
         ra = _union(pa, [rp.a for rp in group])
@@ -146,6 +298,16 @@ def detect(
             continue
         wasteful = "a" if ea > eb else "b"
         e_w, e_eff = (ea, eb) if wasteful == "a" else (eb, ea)
+        interval = _interval(
+            region_samples(samp_a, ra.ops),
+            region_samples(samp_b, rb.ops),
+            wasteful,
+            e_w,
+            e_eff,
+            between_sd,
+        )
+        if interval is not None and not confident(interval.ratio_low, threshold):
+            continue  # within what the runs' own noise explains
         t_w, t_eff = (ra.time_s, rb.time_s) if wasteful == "a" else (rb.time_s, ra.time_s)
         diff = max(out_diff(rp) for rp in group)
         time_ok = t_eff <= t_w * (1.0 + TIME_SLACK) + TIME_ABS_SLACK_S * len(group)
@@ -166,6 +328,7 @@ def detect(
             modules_a=_modules(pa, ra.ops),
             modules_b=_modules(pb, rb.ops),
             occurrences=len(group),
+            interval=interval,
         )
         findings.append(f)
     findings.sort(key=lambda f: (-f.saving_j, f.region_a.ops[:1], f.region_b.ops[:1]))

@@ -447,7 +447,7 @@ def _profile_tables(p: Profile) -> list[tuple[S.Table, pa.Table]]:
     node(S.MODULE, p.modules, m_uid)
     node(S.FRAME, p.frames, f_uid)
     node(S.KERNEL, p.kernels, k_uid)
-    cfg = list(stored_config(p).items())  # typed metadata (dist) as config rows
+    cfg = list(stored_config(p).items())  # typed metadata (dist, energy) as config rows
     c_uid = _uids(run, len(cfg))
     add(
         S.CONFIG_ENTRY,
@@ -964,7 +964,8 @@ class ProfileDB:
         kc = self._nodes(S.KERNEL, run)
         kernels_ = [KernelRecord(*r) for r in zip(kc["idx"], kc["name"], kc["device"], strict=True)]
         cc = self._nodes(S.CONFIG_ENTRY, run)
-        config, dist = split_stored_config(dict(zip(cc["key"], cc["value"], strict=True)))
+        rows = dict(zip(cc["key"], cc["value"], strict=True))
+        config, dist, energy = split_stored_config(rows)
 
         sc = self._nodes(S.POWER_SERIES, run)
         power = [
@@ -992,6 +993,7 @@ class ProfileDB:
             config=config,
             power=power,
             dist=dist,
+            energy=energy,
         )
 
     # ---- queries ---------------------------------------------------------------------

@@ -172,6 +172,7 @@ class Profile:
     config: dict[str, str] = field(default_factory=dict)
     power: list[PowerSeries] = field(default_factory=list)
     dist: DistInfo | None = None  # set on the ranks of a distributed job
+    energy: RunEnergy = field(default_factory=lambda: RunEnergy())
 
     def flows(self) -> list[tuple[int, int, int, int]]:
         """Dataflow hops as (src_op, dst_op, tensor_idx, arg_index), one per consumer."""
@@ -246,9 +247,11 @@ class Finding:
     root_cause: dict | None = None
     fix: dict | None = None
     occurrences: int = 1  # matched region pairs folded into this finding (one per layer)
+    interval: SavingInterval | None = None  # the confidence interval the verdict rests on
 
     def to_json(self) -> dict:
         return {
+            "interval": None if self.interval is None else self.interval.to_json(),
             "id": self.id,
             "wasteful": self.wasteful,
             "verdict": self.verdict,
@@ -466,14 +469,169 @@ class DistInfo:
         )
 
 
+
+
+# --- Run energy metadata ---
+# How a run's energy was obtained and how repeatable it was, typed. It used to ride in
+# `Profile.config` as JSON strings that every reader parsed on its own (and a typo in one
+# key silently read as "absent"). The DB still stores it as `energy.*` config rows
+# (`to_config`/`from_config`), so the schema did not change.
+
+_RUN_ENERGY_KEYS = (
+    "energy.note",
+    "energy.span_s",
+    "energy.charged_s",
+    "energy.model",
+    "energy.lsq",
+    "energy.replay",
+    "energy.clock",
+    "energy.samples_j",
+    "energy.interp_j",
+    "energy.spread",
+)
+
+
+@dataclass
+class EnergySpread:
+    """Repeatability of the run's energy over its timed iterations."""
+
+    iterations: int = 0
+    mean_j: float = 0.0  # mean per-iteration run energy
+    std_j: float = 0.0  # sample standard deviation over iterations
+    cv: float = 0.0  # std_j / mean_j (the "± x%" printed by `record` and `report`)
+    min_j: float = 0.0
+    max_j: float = 0.0
+    stop_reason: str = ""  # why the timing pass stopped: "stable", "max-iterations", "budget"
+
+    @property
+    def unstable(self) -> bool:
+        """Too noisy to compare runs at the default 10% threshold."""
+        return self.iterations >= 2 and self.cv > UNSTABLE_CV
+
+
+UNSTABLE_CV = 0.05
+
+
+@dataclass
+class RunEnergy:
+    """Energy metadata of one run (all energies per entry call).
+
+    `op_samples_j[k][i]` is operator i's energy in timed iteration k: the per-iteration
+    record that gives every region an uncertainty (diagnose/detect.py). `interp_j[i]` is
+    the part of op i's energy spent in the interpreter before it was called (Python
+    between aten operators), shown by `report` as rows of kind "python".
+    """
+
+    note: str = ""
+    clock: str = ""  # what priced time: "process-cpu" (CPU seconds consumed) or "wall"
+    span_s: float = 0.0  # mean iteration span (seconds charged per call)
+    charged_s: list[float] = field(default_factory=list)  # per op: own + interpreter time
+    interp_j: list[float] = field(default_factory=list)  # per op: interpreter share
+    op_samples_j: list[list[float]] = field(default_factory=list)  # [iteration][op]
+    spread: EnergySpread = field(default_factory=EnergySpread)
+    model: dict | None = None  # the energy model's coefficients when "estimated"
+    lsq: list[dict] = field(default_factory=list)  # least-squares solutions when "solved"
+    replay: list[dict] = field(default_factory=list)  # replay results when "replayed"
+
+    def to_config(self) -> dict[str, str]:
+        """The `energy.*` config rows that store this run's metadata in the DB."""
+        import json
+
+        def compact(xs: list[float]) -> list[float]:
+            return [float(f"{x:.4g}") for x in xs]
+
+        out = {}  # an empty RunEnergy adds no rows
+        if self.span_s:
+            out["energy.span_s"] = repr(float(self.span_s))
+        if self.note:
+            out["energy.note"] = self.note
+        if self.clock:
+            out["energy.clock"] = self.clock
+        if self.charged_s:
+            out["energy.charged_s"] = json.dumps(compact(self.charged_s))
+        if self.interp_j:
+            out["energy.interp_j"] = json.dumps(compact(self.interp_j))
+        if self.op_samples_j:
+            out["energy.samples_j"] = json.dumps([compact(r) for r in self.op_samples_j])
+        if self.spread.iterations:
+            out["energy.spread"] = json.dumps(self.spread.__dict__)
+        if self.model is not None:
+            out["energy.model"] = json.dumps(self.model)
+        if self.lsq:
+            out["energy.lsq"] = json.dumps(self.lsq)
+        if self.replay:
+            out["energy.replay"] = json.dumps(self.replay)
+        return out
+
+    @classmethod
+    def from_config(cls, config: dict[str, str]) -> tuple[RunEnergy, dict[str, str]]:
+        """(metadata, the remaining config) from stored config rows."""
+        import json
+
+        c = dict(config)
+        get = c.pop
+        e = cls(note=get("energy.note", ""), clock=get("energy.clock", ""))
+        try:
+            e.span_s = float(get("energy.span_s", "0") or 0)
+        except ValueError:
+            e.span_s = 0.0
+        for key, attr in (
+            ("energy.charged_s", "charged_s"),
+            ("energy.interp_j", "interp_j"),
+            ("energy.samples_j", "op_samples_j"),
+            ("energy.lsq", "lsq"),
+            ("energy.replay", "replay"),
+            ("energy.model", "model"),
+        ):
+            raw = get(key, "")
+            if raw:
+                setattr(e, attr, json.loads(raw))
+        raw = get("energy.spread", "")
+        if raw:
+            e.spread = EnergySpread(**json.loads(raw))
+        for k in _RUN_ENERGY_KEYS:
+            c.pop(k, None)
+        return e, c
+
+
+@dataclass
+class SavingInterval:
+    """How sure a finding is: the wasteful side's energy over the efficient side's, with a
+    confidence interval from the regions' per-iteration energies (diagnose/detect.py)."""
+
+    ratio: float  # E_wasteful / E_efficient (geometric mean of the iterations)
+    ratio_low: float  # lower bound, one-sided at `confidence`
+    ratio_high: float  # upper bound, one-sided at `confidence`
+    saving_j_low: float  # saving implied by ratio_low (J per call)
+    saving_j_high: float
+    confidence: float  # e.g. 0.95
+    iterations_a: int
+    iterations_b: int
+    between_runs_log_sd: float = 0.0  # noise between the recordings, from identical work
+    test: str = "welch-t on log energies + between-runs variance from identical work"
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+# --- Typed metadata as stored config rows ---
+# The DB and shard files store a profile's typed metadata (distributed info, run energy)
+# as prefixed config rows, so neither format changed when they became typed. These two
+# functions are the only place that knows the mapping.
+
+
 def stored_config(profile: Profile) -> dict[str, str]:
     """The config rows a profile is stored as: its config plus its typed metadata."""
-    if profile.dist is None:
-        return dict(profile.config)
-    return {**profile.config, **profile.dist.to_config()}
+    rows = {**profile.config, **profile.energy.to_config()}
+    if profile.dist is not None:
+        rows.update(profile.dist.to_config())
+    return rows
 
 
-def split_stored_config(rows: dict[str, str]) -> tuple[dict[str, str], DistInfo | None]:
+def split_stored_config(
+    rows: dict[str, str],
+) -> tuple[dict[str, str], DistInfo | None, RunEnergy]:
     """Inverse of `stored_config`: the plain config and the typed metadata it held."""
-    config = {k: v for k, v in rows.items() if not k.startswith(DIST_CONFIG_PREFIX)}
-    return config, DistInfo.from_config(rows)
+    energy, rest = RunEnergy.from_config(rows)
+    config = {k: v for k, v in rest.items() if not k.startswith(DIST_CONFIG_PREFIX)}
+    return config, DistInfo.from_config(rows), energy

@@ -24,6 +24,11 @@ from typing import Any
 # on stderr at its default level; they would bury Magneton's one-line errors. It reads
 # this once, when torch is first imported, so it has to be set before that.
 os.environ.setdefault("KINETO_LOG_LEVEL", "99")
+# OpenMP workers waiting at a barrier for a preempted peer spin by default, burning CPU
+# time that is no work: with another process on the machine this inflated the process
+# CPU time that prices operators 3-5x (tracer/timing.py). Passive waiting sleeps instead.
+# libgomp reads it once, when torch loads, so it too is set before that.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __all__ = [
     "record",

@@ -81,6 +81,6 @@ def test_stored_rows_keep_the_pre_typed_format():
 
 
 def test_single_process_run_has_no_dist_info():
-    config, info = split_stored_config({"torch.k": "v"})
+    config, info, _ = split_stored_config({"torch.k": "v"})
     assert info is None and config == {"torch.k": "v"}
     assert timeline(Profile(run=RunInfo(name="solo"))) is None

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from magneton.graphdb.model import OpRecord, Profile, RunInfo
@@ -135,7 +133,7 @@ def test_model_is_deterministic_and_labelled():
     # above idle = the priced work: FLOPs and bytes only
     dyn = sum(m.dynamic_j(o) for o in a.ops)
     assert a.run.energy_above_idle_j == pytest.approx(dyn, rel=1e-6)
-    assert json.loads(a.config["energy.model"])["name"] == "cpu-default"
+    assert a.energy.model["name"] == "cpu-default"
     assert a.power[0].source == "model" and len(a.power[0].t_ns) >= 2
 
 
@@ -207,3 +205,36 @@ def test_model_profile_from_file_and_env(tmp_path, monkeypatch):
         EnergySession.create("model:nope")
     with pytest.raises(MagnetonError, match="unknown power source"):
         EnergySession.create("wattmeter")
+
+
+def test_model_prices_process_cpu_time_and_keeps_interpreter_time_apart():
+    """With the timing pass's CPU clock, preemption (wall time the process did not run)
+    costs nothing; the CPU time between ops is the interpreter's share of the next op;
+    each op is priced on its cheapest iteration and every iteration is kept as a sample."""
+    from magneton.tracer.timing import TimingPass
+
+    ms = 1_000_000
+    # 3 iterations of two ops; wall windows: op 0 preempted for 20 ms in iteration 1
+    walls = [[(0, ms), (2 * ms, 3 * ms)], [(0, 21 * ms), (22 * ms, 23 * ms)]]
+    walls.append([(0, ms), (2 * ms, 3 * ms)])
+    # CPU clock: op 0 runs 1 ms (1.2 ms in iteration 2), 0.5 ms of Python, op 1 runs 1 ms
+    cpu = [[(0, ms), (ms + ms // 2, 2 * ms + ms // 2)] for _ in range(3)]
+    cpu[2][0] = (0, ms + ms // 5)
+    cpu[2][1] = (ms + ms // 5 + ms // 2, 2 * ms + ms // 5 + ms // 2)
+    ops = [_op(i, "aten::mul", [w[i] for w in walls]) for i in (0, 1)]
+    p = Profile(run=RunInfo(name="m", timing="separate"), ops=ops)
+    s = EnergySession.create("model:cpu-default")
+    s.timing = TimingPass(cpu_windows=cpu)
+    s.attribute(p)
+    m = MODELS["cpu-default"]
+    e0 = m.p_static_w * 1e-3 + m.dynamic_j(p.ops[0])  # cheapest of 1, 1, 1.2 ms
+    e1 = m.p_static_w * 1.5e-3 + m.dynamic_j(p.ops[1])  # 1 ms own + 0.5 ms of Python
+    assert p.ops[0].energy_j == pytest.approx(e0, rel=1e-9)
+    assert p.ops[1].energy_j == pytest.approx(e1, rel=1e-9)
+    assert p.ops[0].time_s == pytest.approx(1e-3)  # own CPU time, not the 21 ms wall window
+    assert p.energy.clock == "process-cpu"
+    assert p.energy.interp_j == pytest.approx([0.0, m.p_static_w * 0.5e-3], rel=1e-9)
+    assert np.asarray(p.energy.op_samples_j).shape == (3, 2)
+    assert p.energy.spread.iterations == 3 and p.energy.spread.cv > 0
+    assert p.energy.spread.max_j > p.energy.spread.min_j
+    assert p.run.energy_j == pytest.approx(sum(o.energy_j for o in p.ops), rel=1e-12)

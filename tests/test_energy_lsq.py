@@ -100,7 +100,7 @@ def test_session_lsq_method_labels_ops_solved():
     assert sum(o.energy_j for o in mm) / sum(o.time_s for o in mm) > 1.8 * (
         sum(o.energy_j for o in add) / sum(o.time_s for o in add)
     )
-    assert "energy.lsq" in p.config
+    assert p.energy.lsq
 
 
 def test_lsq_needs_windows():

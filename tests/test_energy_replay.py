@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -54,7 +53,7 @@ def test_replay_with_model_restores_inplace_inputs_and_keeps_estimates():
     assert torch.equal(inplace_workload(x, w), expected)
     assert all(op.energy_method == "estimated" for op in p.ops)
     assert sum(op.energy_j for op in p.ops) == pytest.approx(p.run.energy_j, rel=1e-9)
-    stored = json.loads(p.config["energy.replay"])
+    stored = p.energy.replay
     assert {r["name"] for r in stored} == set(by_name)
 
 
@@ -96,7 +95,7 @@ def test_replay_through_recorder_with_measured_counter(tmp_path):
     assert p.run.power_source == "rapl:package-0+dram"
     assert p.run.idle_w == pytest.approx(50.0, rel=0.05)
     assert p.run.energy_method == "replayed"
-    reps = json.loads(p.config["energy.replay"])
+    reps = p.energy.replay
     assert reps and all(r["method"] == "replayed" for r in reps if not r["skipped"])
     for r in reps:
         assert r["power_w"] == pytest.approx(50.0, rel=0.1), r

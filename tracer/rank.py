@@ -21,6 +21,8 @@ failure each prevents:
 
 from __future__ import annotations
 
+import dataclasses
+
 import datetime as _dt
 import os
 import signal
@@ -260,17 +262,21 @@ def _record_rank_profile(
 ) -> Profile:
     import torch.distributed as dist
     from magneton.tracer.capture import StructureCapture, TimingCapture
+    from magneton.tracer.timing import CpuTimingCapture
 
     log = _CallLog()
     total = opts.warmup + 1 + opts.repeat
-    with CollectiveRecorder().install([TimingCapture, StructureCapture]) as recorder:
+    with CollectiveRecorder().install(
+        # dispatch rules bind to exact classes: the CPU-clock capture needs its own
+        [TimingCapture, CpuTimingCapture, StructureCapture]
+    ) as recorder:
         fn = _make_entry(entry_fn, recorder, total, opts.warmup, policy, log)
         profile = record_callable(
             fn,
             args,
             run=run,
             db=None,
-            options=opts,
+            options=dataclasses.replace(opts, adaptive=False),  # ranks pair iterations
             script=script,
             entry=entry,
             setup=setup,

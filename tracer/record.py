@@ -37,13 +37,13 @@ from magneton.graphdb.model import MagnetonError, Profile, RunInfo
 from magneton.tracer.capture import (
     ModuleTracker,
     StructureCapture,
-    TimingCapture,
     attach_call_paths,
     call_profiler,
     finish_modules,
     run_structure_pass,
 )
 from magneton.tracer.config import sha256_file, snapshot
+from magneton.tracer.timing import MAX_ITERATIONS, timed_iterations
 
 
 @dataclass
@@ -56,6 +56,9 @@ class RecordOptions:
     replace: bool = False  # overwrite a run of the same name
     call_paths: bool = True  # capture aten dispatch chains with the profiler
     progress: bool = False
+    # more timing iterations until stable (tracer/timing.py); off for the ranks of a job,
+    # whose iterations must pair up collective by collective, so every rank runs `repeat`
+    adaptive: bool = True
 
 
 # --------------------------------------------------------------------------------------
@@ -174,20 +177,6 @@ def _entry_code(fn: Callable) -> Any:
     return getattr(getattr(target, "__func__", target), "__code__", None)
 
 
-def _timing_pass(call: Callable[[], Any], repeat: int, sync: bool) -> tuple[list, list[float]]:
-    iterations, walls = [], []
-    for _ in range(max(1, repeat)):
-        tc = TimingCapture()
-        t0 = time.perf_counter_ns()
-        with tc:
-            call()
-        if sync:
-            torch.cuda.synchronize()
-        walls.append((time.perf_counter_ns() - t0) / 1e9)
-        iterations.append(tc.events)
-    return iterations, walls
-
-
 def _merge_timing(profile: Profile, iterations: list) -> bool:
     """Copy timing-pass windows onto the structure ops; False if the op sequences differ."""
     names = [op.name for op in profile.ops]
@@ -265,9 +254,18 @@ def record_callable(
     sync = info.device == "cuda"
     session.start()
     try:
-        iterations, walls = _timing_pass(call, opts.repeat, sync)
+        tp = timed_iterations(
+            call,
+            opts.repeat,
+            sync,
+            cpu_clock=session.prices_cpu_time(sync),
+            max_iterations=MAX_ITERATIONS if opts.adaptive else opts.repeat,
+        )
     finally:
         session.stop()
+    iterations, walls = tp.iterations, tp.walls_s
+    session.timing = tp
+    info.repeat = len(walls)  # the timing pass chose how many (tracer/timing.py)
     info.timing = "separate" if _merge_timing(profile, iterations) else "combined"
     info.time_s = sum(walls) / len(walls)
     session.attribute(profile)

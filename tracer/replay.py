@@ -41,12 +41,11 @@ ops the attribution had charged to it, and `op.energy_method = "replayed"`. Ever
 same signature (name, shapes, dtypes, scalar args, device, layout) shares one replay. With
 the model source the replay only re-times the op: its numbers stay "estimated".
 Per-replay details (loop count, J/call in the loop, above-idle J/call, std) go to
-`profile.config["energy.replay"]`.
+`profile.energy.replay`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
@@ -199,7 +198,7 @@ def replay_ops_detailed(
             op.energy_j = res.power_w * op.time_s + (gap.gap_j if gap else 0.0)
             op.energy_method = method
     _update_run(profile, session)
-    profile.config["energy.replay"] = json.dumps([asdict(r) for r in results])
+    profile.energy.replay = [asdict(r) for r in results]
     return results
 
 
@@ -219,10 +218,7 @@ def _update_run(profile: Profile, session: EnergySession) -> None:
     run.energy_j = float(sum(op.energy_j for op in profile.ops))
     span = session.last_span_s
     if span <= 0:
-        try:
-            span = float(profile.config.get("energy.span_s", "0"))
-        except ValueError:
-            span = 0.0
+        span = profile.energy.span_s
     if span <= 0:
         span = run.time_s
     idle = run.idle_w if run.idle_w else (0.0 if math.isnan(session.idle_w) else session.idle_w)

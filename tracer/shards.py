@@ -71,10 +71,11 @@ def _known(cls: type, d: dict) -> Any:
 
 def profile_to_dict(profile: Profile) -> dict:
     """Plain JSON-able dict of a Profile, including the in-memory `windows_ns`. Typed
-    metadata (`dist`) travels as config rows, as in the DB, so the shard format is the same
-    for every reader."""
+    metadata (`dist`, `energy`) travels as config rows, as in the DB, so the shard format is
+    the same for every reader."""
     d = dataclasses.asdict(profile)
     d.pop("dist", None)
+    d.pop("energy", None)
     d["config"] = stored_config(profile)
     return d
 
@@ -91,7 +92,7 @@ def profile_from_dict(d: dict) -> Profile:
         ps = _known(PowerSeries, s)
         ps.gaps = [(int(a), int(b)) for a, b in ps.gaps]
         power.append(ps)
-    config, dist = split_stored_config({str(k): str(v) for k, v in d.get("config", {}).items()})
+    config, dist, energy = split_stored_config({str(k): str(v) for k, v in d.get("config", {}).items()})
     return Profile(
         run=_known(RunInfo, d["run"]),
         ops=ops,
@@ -102,6 +103,7 @@ def profile_from_dict(d: dict) -> Profile:
         config=config,
         power=power,
         dist=dist,
+        energy=energy,
     )
 
 

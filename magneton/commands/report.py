@@ -94,11 +94,12 @@ def run(args: argparse.Namespace) -> int:
 def _json(profile, rows, tree, by, flatten_tree) -> dict:
     r = profile.run
     key = {"op": "operators", "module": "modules_table", "kernel": "kernels"}[by]
+    sp = profile.energy.spread
     out = {
         "run": r.name,
         "power_source": r.power_source,
         "energy_method": r.energy_method,
-        "method_note": profile.config.get("energy.note", ""),
+        "method_note": profile.energy.note,
         "energy_j": r.energy_j,
         "energy_above_idle_j": r.energy_above_idle_j,
         "time_s": r.time_s,
@@ -106,6 +107,8 @@ def _json(profile, rows, tree, by, flatten_tree) -> dict:
         "by": by,
         "operators": [],
         "modules": flatten_tree(tree),
+        "spread": {**sp.__dict__, "unstable": sp.unstable} if sp.iterations else None,
+        "clock": profile.energy.clock,
     }
     if by == "op":
         out["operators"] = [x.to_json() for x in rows]
@@ -115,12 +118,35 @@ def _json(profile, rows, tree, by, flatten_tree) -> dict:
 
         out["operators"] = [x.to_json() for x in operator_table(profile, by="op")]
         out[key] = [x.to_json() for x in rows]
-    if profile.config.get("energy.model"):
-        out["model"] = json.loads(profile.config["energy.model"])
+    if profile.energy.model is not None:
+        out["model"] = profile.energy.model
     gaps = sum(len(s.gaps) for s in profile.power)
     if gaps:
         out["sensor_gaps"] = gaps
     return out
+
+
+def spread_line(profile) -> str:
+    """How repeatable the run's energy was over its timed iterations, and what to do
+    when it is too noisy to compare ("" when the run has no per-iteration record)."""
+    sp = profile.energy.spread
+    if sp.iterations < 2:
+        return ""
+    line = (
+        f"spread: ±{100 * sp.cv:.1f}% (CV of the call's energy over {sp.iterations} timed "
+        f"iterations, min {_fmt(sp.min_j)} J, max {_fmt(sp.max_j)} J"
+        + (f"; stopped: {sp.stop_reason}" if sp.stop_reason else "")
+        + ")"
+    )
+    if sp.unstable:
+        line = (
+            f"[yellow]{line}\nunstable: the call's energy varied ±{100 * sp.cv:.0f}% between "
+            "iterations (another process competing for the CPU, most likely); a diff "
+            "against this run needs a larger difference to count as a finding. Record it "
+            f"again on a quieter machine, or with --repeat {2 * sp.iterations} for more "
+            "iterations.[/]"
+        )
+    return line
 
 
 def _fmt(x: float, unit: str = "") -> str:
@@ -162,10 +188,7 @@ def _print(profile, rows, tree, args) -> None:
             row.method,
         )
     table.add_section()
-    try:
-        span = float(profile.config.get("energy.span_s", "0"))
-    except ValueError:
-        span = 0.0
+    span = profile.energy.span_s
     span = span if span > 0 else r.time_s  # charged time of the whole call
     table.add_row(
         "total",
@@ -184,13 +207,24 @@ def _print(profile, rows, tree, args) -> None:
     )
     if r.time_s > 0 and abs(span - r.time_s) > 0.05 * r.time_s:
         # the total's time is what the energy covers; say where the rest of the wall went
-        console.print(
-            f"time: energy covers {_fmt(span * 1e3)} ms per call (operators and the gaps "
-            f"between them); a call took {_fmt(r.time_s * 1e3)} ms wall on average (the "
-            "rest: Python before the first or after the last operator, and variation "
-            "between iterations)"
-        )
+        if profile.energy.clock == "process-cpu":
+            console.print(
+                f"time: energy covers {_fmt(span * 1e3)} ms of CPU time per call (operators "
+                f"and the Python between them); a call took {_fmt(r.time_s * 1e3)} ms wall "
+                "on average (the rest: waiting for a CPU while other processes ran, Python "
+                "before the first or after the last operator)"
+            )
+        else:
+            console.print(
+                f"time: energy covers {_fmt(span * 1e3)} ms per call (operators and the gaps "
+                f"between them); a call took {_fmt(r.time_s * 1e3)} ms wall on average (the "
+                "rest: Python before the first or after the last operator, and variation "
+                "between iterations)"
+            )
     console.print(f"energy: {method_line(profile)}")
+    line = spread_line(profile)
+    if line:
+        console.print(line)
     gaps = sum(len(s.gaps) for s in profile.power)
     if gaps:
         console.print(

@@ -1,0 +1,89 @@
+"""One finding per cause: findings that one change would fix become one group.
+
+A config choice such as `attn_implementation="eager"` changes several regions of a run
+(the mask, the scores, the softmax, in every layer); listed one by one they read as
+several problems and split the saving that motivates the change. A group lists its regions
+("in 4 places") with their summed saving, and groups are ranked by that sum.
+
+The cause of a finding is its key variable and the origin it traces back to (file, line,
+and the values on each side). Where that origin is the same, the divergence site does not
+split the group: one argument reaches different library lines (the eager mask is built at
+one line, its softmax at another) and one edit fixes both. Without a traced origin (kind
+"unknown", or not diagnosed) nothing is known to be shared, so the divergence site is the
+key and such findings group only with those diverging at the same place and kind. Noise
+never groups with a real finding.
+
+`cause_key` is the one place that reads the diagnosis payload; re-point it when that
+payload changes shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from magneton.graphdb.model import Finding
+
+
+def cause_key(f: Finding) -> tuple:
+    """What makes two findings one cause (see the module docstring)."""
+    rc = f.root_cause or {}
+    noise = f.verdict == "noise"
+    if rc.get("kind") not in (None, "unknown") and rc.get("variable") and rc.get("file"):
+        values = rc.get("values") or {}
+        return (
+            "origin",
+            noise,
+            rc["variable"],
+            rc["file"],
+            rc.get("line"),
+            repr(values.get("a")),
+            repr(values.get("b")),
+        )
+    site = ((f.divergence or {}).get("site") or {}).get("a") or {}
+    if site.get("file"):
+        return ("site", noise, site["file"], site.get("line"), f.wasteful)
+    return ("finding", f.id)  # nothing known to share: a group of its own
+
+
+@dataclass
+class CauseGroup:
+    """Findings sharing one cause, the largest saving first."""
+
+    findings: list[Finding] = field(default_factory=list)
+    saving_j: float = 0.0  # summed over the group's findings (J per call)
+    saving_share: float = 0.0  # summed shares of the wasteful run
+
+    @property
+    def lead(self) -> Finding:
+        return self.findings[0]
+
+    @property
+    def places(self) -> int:
+        """Matched region pairs the cause shows up in (folded layers count each)."""
+        return sum(f.occurrences for f in self.findings)
+
+    def to_json(self) -> dict:
+        return {
+            "finding_ids": [f.id for f in self.findings],
+            "places": self.places,
+            "saving_j": self.saving_j,
+            "saving_share": self.saving_share,
+            "verdict": self.lead.verdict,
+            "root_cause": self.lead.root_cause,
+        }
+
+
+def group_by_cause(findings: list[Finding]) -> list[CauseGroup]:
+    """Groups of findings with one cause, ranked by summed saving (largest first)."""
+    groups: dict[tuple, CauseGroup] = {}
+    for f in findings:
+        g = groups.setdefault(cause_key(f), CauseGroup())
+        g.findings.append(f)
+        g.saving_j += f.saving_j
+        g.saving_share += f.saving_share
+    for g in groups.values():
+        g.findings.sort(key=lambda f: (-f.saving_j, f.id))
+    # noise last whatever its size, as `diff` lists findings
+    return sorted(
+        groups.values(), key=lambda g: (g.lead.verdict == "noise", -g.saving_j, g.lead.id)
+    )

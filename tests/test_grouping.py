@@ -1,0 +1,72 @@
+"""One finding per cause: findings one change would fix are one group, ranked by the
+summed saving."""
+
+from __future__ import annotations
+
+from magneton.diagnose.grouping import cause_key, group_by_cause
+from magneton.graphdb.model import Finding, Region
+
+
+def finding(fid, saving, rc=None, site=None, verdict="waste", occurrences=1) -> Finding:
+    f = Finding(
+        id=fid,
+        wasteful="a",
+        verdict=verdict,
+        region_a=Region(ops=[fid]),
+        region_b=Region(ops=[fid]),
+        saving_j=saving,
+        saving_share=saving / 100.0,
+        output_rel_diff=0.0,
+        occurrences=occurrences,
+    )
+    f.root_cause = rc
+    if site:
+        f.divergence = {"site": {"a": {"file": site[0], "line": site[1]}, "b": None}}
+    return f
+
+
+ATTN = {
+    "kind": "api-argument",
+    "variable": "attn_implementation",
+    "values": {"a": "eager", "b": "sdpa"},
+    "file": "/w/a.py",
+    "line": 15,
+}
+UNKNOWN = {"kind": "unknown", "variable": None, "file": None, "line": None}
+
+
+def test_findings_with_one_origin_are_one_group_with_summed_saving():
+    mask = finding(1, 5.0, ATTN, site=("modeling_gpt2.py", 80), occurrences=2)
+    softmax = finding(2, 3.0, ATTN, site=("modeling_gpt2.py", 95), occurrences=2)
+    other = finding(3, 6.0, {**ATTN, "variable": "activation_function", "line": 9})
+    groups = group_by_cause([mask, softmax, other])
+    assert [g.lead.id for g in groups] == [1, 3]  # 8 J beats 6 J
+    attn = groups[0]
+    assert [f.id for f in attn.findings] == [1, 2]
+    assert attn.saving_j == 8.0 and attn.places == 4
+    assert attn.saving_share == 0.08
+    assert attn.to_json()["finding_ids"] == [1, 2]
+
+
+def test_unknown_causes_group_only_at_the_same_divergence_site():
+    a = finding(1, 2.0, UNKNOWN, site=("x.py", 3))
+    b = finding(2, 1.0, UNKNOWN, site=("x.py", 3))
+    c = finding(3, 1.5, UNKNOWN, site=("y.py", 7))
+    d = finding(4, 1.0, None)  # not diagnosed
+    e = finding(5, 1.0, None)
+    groups = group_by_cause([a, b, c, d, e])
+    assert [[f.id for f in g.findings] for g in groups] == [[1, 2], [3], [4], [5]]
+
+
+def test_noise_never_joins_a_real_finding_and_ranks_last():
+    real = finding(1, 1.0, ATTN)
+    noise = finding(2, 9.0, ATTN, verdict="noise")
+    groups = group_by_cause([noise, real])
+    assert [g.lead.id for g in groups] == [1, 2]
+    assert cause_key(real) != cause_key(noise)
+
+
+def test_different_values_of_one_variable_are_different_causes():
+    a = finding(1, 1.0, ATTN)
+    b = finding(2, 1.0, {**ATTN, "values": {"a": "eager", "b": "flash"}})
+    assert len(group_by_cause([a, b])) == 2
