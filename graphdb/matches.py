@@ -27,6 +27,9 @@ from typing import Any
 
 from .model import DiffResult, Finding, Region, RunSummary
 
+# the fields diagnosis fills, stored in their JSON form
+DIAGNOSIS_FIELDS = ("category", "divergence", "root_cause", "fix")
+
 
 def diff_uid(a: str, b: str) -> str:
     """Unique key of an ordered run pair (the length prefix keeps "a|b"+"c" ≠ "a"+"b|c")."""
@@ -144,9 +147,31 @@ def store_diff(
     )
 
 
+def finding_record(f: Finding) -> dict:
+    """A finding as `Diff.result_json` keeps it: its fields, regions whole, and the
+    diagnosis fields in their `to_json` form."""
+    d = {
+        k.name: getattr(f, k.name)
+        for k in dataclasses.fields(Finding)
+        if k.name not in ("region_a", "region_b", "job", *DIAGNOSIS_FIELDS)
+    }
+    d["region_a"] = dataclasses.asdict(f.region_a)
+    d["region_b"] = dataclasses.asdict(f.region_b)
+    d.update(f.diagnosis_json())
+    return d
+
+
 def _result_dict(result: DiffResult, regions: list[tuple[str, Region, Region]]) -> dict:
+    res = {
+        "a": dataclasses.asdict(result.a),
+        "b": dataclasses.asdict(result.b),
+        "findings": [finding_record(f) for f in result.findings],
+        "matched_pairs": result.matched_pairs,
+        "threshold": result.threshold,
+        "message": result.message,
+    }
     return {
-        "result": dataclasses.asdict(result),
+        "result": res,
         "regions": [
             {"kind": kind, "a": dataclasses.asdict(ra), "b": dataclasses.asdict(rb)}
             for kind, ra, rb in regions
@@ -158,8 +183,10 @@ def _finding(d: dict) -> Finding:
     d = dict(d)
     d["region_a"] = Region(**d["region_a"])
     d["region_b"] = Region(**d["region_b"])
-    names = {f.name for f in dataclasses.fields(Finding)}
-    return Finding(**{k: v for k, v in d.items() if k in names})
+    plain = {f.name for f in dataclasses.fields(Finding)} - {"job", *DIAGNOSIS_FIELDS}
+    f = Finding(**{k: v for k, v in d.items() if k in plain})
+    f.set_diagnosis_json(d)
+    return f
 
 
 def load_diff(

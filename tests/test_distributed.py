@@ -26,12 +26,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from magneton.diagnose.collectives import JOIN_API, collective_cause
+from magneton.diagnose.jobdiff import diff_jobs
 from magneton.diagnose.ranks import (
-    JOIN_API,
     CollectiveTiming,
     RankTimeline,
-    collective_cause,
-    diff_jobs,
     estimate_peer_waits,
     rank_report,
 )
@@ -275,27 +274,27 @@ def test_rank_report_over_all_ranks(jobs):
 def test_c9_join_shadow_collectives_are_redundant_and_blame_join(jobs):
     res = diff_jobs(jobs["db"], "join", "manual", match_values=False)
     assert res.a.run == "join" and res.b.run == "manual"
-    early = [f for f in res.findings if f.divergence["rank"] == 0]
+    early = [f for f in res.findings if f.job.rank == 0]
     assert len(early) == 1
     f = early[0]
     assert f.wasteful == "a" and f.category == "redundant" and f.verdict == "waste"
-    coll = f.divergence["collectives"]
+    coll = f.job.collectives.to_json()
     # 3 extra batches of rank 1 -> 3 shadow iterations of (all-reduce for "who still
     # trains?", gradient-sync flag, gradient bucket)
     assert coll["phases"]["shadow"] == 9
     assert coll["energy_j"] > 0 and f.region_a.energy_j >= coll["energy_j"]
     assert all(f.ops_a[0:1]) and "c10d::allreduce_" in f.ops_a
-    rc = f.root_cause
+    rc = f.root_cause.to_json()
     assert rc["kind"] == "code" and rc["variable"] == JOIN_API
     src = (C9 / "join.py").read_text().splitlines()
     assert rc["file"] == str(C9 / "join.py") and "with Join([model])" in src[rc["line"] - 1]
     assert rc["rule"]["id"] == "join-redundant-allreduce"
-    assert f.fix["summary"]
+    assert f.fix.summary
     # the late rank's own all-reduces of its extra batches were partnered by the shadows
-    late = [g for g in res.findings if g.divergence["rank"] == 1]
-    assert late and late[0].divergence["collectives"]["phases"]["partner of rank 0 shadow"] == 3
+    late = [g for g in res.findings if g.job.rank == 1]
+    assert late and late[0].job.collectives.phases["partner of rank 0 shadow"] == 3
     assert not res.message  # findings were made: printers show the table
-    assert f.divergence["rank_time_s"]["a"] > 0 and f.divergence["runs"]["b"] == "manual/rank0"
+    assert f.job.rank_time_s["a"] > 0 and f.job.runs["b"] == "manual/rank0"
     assert json.dumps(res.to_json())  # the `magneton diff --json` contract holds
 
 

@@ -42,6 +42,7 @@ from .data import (
     default_patch_path,
     describe_energy,
     error_text,
+    finding_runs,
     fmt_j,
     fmt_pct,
     fmt_s,
@@ -536,16 +537,16 @@ class FindingsScreen(BaseScreen):
 def export_finding(screen: Screen, result: DiffResult, f: Finding) -> None:
     """Ask where to write the finding's patch (default next to the wasteful script)."""
     app: MagnetonApp = screen.app  # type: ignore[assignment]
-    if not f.fix or not f.fix.get("patch"):
+    if f.fix is None or not f.fix.patch:
         if f.category is None:
             screen.notify("no patch yet: diagnosis is still running", severity="warning")
         else:
             screen.notify("this finding has no patch to export", severity="warning")
         return
-    run = result.a.run if f.wasteful == "a" else result.b.run
+    run = finding_runs(result, f)[0 if f.wasteful == "a" else 1]
     script = next((r.script for r in app.runs if r.name == run), "")
-    # the patch's paths are relative to fix["base_dir"] (the wasteful script's folder)
-    base = f.fix.get("base_dir") or (str(Path(script).parent) if script else "")
+    # the patch's paths are relative to fix.base_dir (the wasteful script's folder)
+    base = f.fix.base_dir or (str(Path(script).parent) if script else "")
     base_dir = Path(base) if base else None
     default = default_patch_path(base_dir, f.id)
 
@@ -623,8 +624,9 @@ class FindingScreen(BaseScreen):
     @work(thread=True, exclusive=True, group="profiles")
     def load_profiles(self) -> None:
         try:
-            pa = self.store.profile(self.result.a.run)
-            pb = self.store.profile(self.result.b.run)
+            run_a, run_b = finding_runs(self.result, self.finding)
+            pa = self.store.profile(run_a)
+            pb = self.store.profile(run_b)
         except Exception as e:
             self.from_thread(
                 self.notify, f"cannot load profiles: {error_text(e)}", severity="error"
