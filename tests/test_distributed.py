@@ -303,6 +303,69 @@ def test_diff_jobs_rejects_single_runs(jobs):
         diff_jobs(jobs["db"], "join/rank0", "manual")
 
 
+def _cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli_main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_job_names_work_in_diff_gate_and_export_patch(jobs):
+    """Jobs go through the one diff pipeline: `diff` (and its CI gate) and `export-patch`
+    take job names as they take run names."""
+    db = str(jobs["db"])
+    code, out, err = _cli("diff", "--db", db, "join", "manual", "--json", "--fail-on", "waste")
+    assert code == 3, err
+    res = json.loads(out)
+    assert res["a"]["run"] == "join"
+    join = next(f for f in res["findings"] if f["category"] == "redundant")
+    assert join["divergence"]["rank"] in (0, 1) and join["verdict"] == "waste"
+    # the finding has guidance but no mechanical patch: export-patch says so for the job
+    fid = str(join["id"])
+    code, _, err = _cli("export-patch", "--db", db, "join", "manual", "--finding", fid)
+    assert code == 1 and "no mechanical patch" in err and "shadow collectives" in err, err
+    code, _, err = _cli("export-patch", "--db", db, "join", "manual", "--finding", "99")
+    assert code == 2 and "no finding 99 in the diff of 'join' and 'manual'" in err
+
+
+def test_tui_opens_a_job_diff_and_its_finding(jobs):
+    """`magneton-tui --db D join manual`: the findings of the job diff, and a finding's
+    screen with the profiles of the ranks it concerns."""
+    import asyncio
+
+    from magneton.tui.app import MagnetonApp
+    from magneton.tui.data import Store
+    from magneton.tui.screens import FindingScreen, FindingsScreen
+
+    store = Store(jobs["db"])
+    app = MagnetonApp(store, store.check(), "join", "manual", diagnose=True, rerun=False)
+
+    async def wait(pilot, cond, what: str, timeout: float = 240) -> None:
+        import time
+
+        t0 = time.monotonic()
+        while not cond():
+            assert time.monotonic() - t0 < timeout, f"timed out waiting for {what}"
+            await pilot.pause(0.1)
+
+    async def go() -> None:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await wait(pilot, lambda: isinstance(app.screen, FindingsScreen), "findings")
+            screen = app.screen
+            await wait(pilot, lambda: screen.result is not None, "the job diff")
+            await wait(pilot, lambda: not screen.diagnosing, "the job diff to finish")
+            assert screen.result.a.run == "join" and screen.result.findings
+            await pilot.press("enter")
+            await wait(pilot, lambda: isinstance(app.screen, FindingScreen), "the finding")
+            detail = app.screen
+            await wait(pilot, lambda: detail.prof["a"] is not None, "the rank profiles")
+            f = detail.finding
+            assert detail.prof["a"].run.name == f.job.runs["a"]
+            assert detail.prof["a"].run.name.startswith("join/rank")
+
+    asyncio.run(go())
+
+
 # ---- pure parts -------------------------------------------------------------------------
 
 
