@@ -176,8 +176,15 @@ def find_divergence(
         else:
             d.a = PathElement("none")
         return d
-    # identical kernel paths on both sides: compare the arguments of twin operators,
-    # pairing the k-th operator of a path on side a with the k-th on side b (several
+    return _args_divergence(pairs, prof_a, prof_b, len(shared))
+
+
+def _args_divergence(
+    pairs: list[PathPair], prof_a: Profile, prof_b: Profile, n_shared: int
+) -> Divergence:
+    """Identical kernel paths on both sides: the first twin operator pair whose arguments
+    differ (or, when none does, the first pair: same kernels, same arguments)."""
+    # twin operators: the k-th operator of a path on side a pairs with the k-th on side b (several
     # operators share a path when one line issues them, e.g. the muls of one GELU line)
     twins = [p for p in pairs if p.identical]
     by_path: dict[tuple[str, ...], tuple[set[int], set[int]]] = {}
@@ -209,7 +216,7 @@ def find_divergence(
             site_a=_site(oa, prof_a, len(oa.frames)),
             site_b=_site(ob, prof_b, len(ob.frames)),
             common_prefix=_prefix(p, oa, ob, prof_a, prof_b),
-            identical_paths=len(shared),
+            identical_paths=n_shared,
             common=p.common,
             path_a=p.path_a,
             path_b=p.path_b,
@@ -226,7 +233,7 @@ def find_divergence(
         site_a=_site(oa, prof_a, len(oa.frames)),
         site_b=_site(ob, prof_b, len(ob.frames)),
         common_prefix=_prefix(p, oa, ob, prof_a, prof_b),
-        identical_paths=len(shared),
+        identical_paths=n_shared,
         common=p.common,
         path_a=p.path_a,
         path_b=p.path_b,

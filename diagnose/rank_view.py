@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from magneton.graphdb.wording import energy_wording
+
 if TYPE_CHECKING:
     from .ranks import RankReport
 
@@ -14,12 +16,15 @@ def print_rank_report(rep: RankReport, console: Any = None) -> None:
     from rich.table import Table
 
     console = console or Console()
-    methods = ", ".join(rep.energy_methods) or "no energy"
-    sources = ", ".join(rep.power_sources)
+    how = (
+        energy_wording(", ".join(rep.energy_methods), ", ".join(rep.power_sources))
+        if rep.energy_methods
+        else "no energy"
+    )
     console.print(
         f"job '{rep.name}': {rep.world_size} ranks, {rep.job_time_s * 1e3:.2f} ms/call "
         f"(slowest rank {rep.slowest_rank}), {rep.job_energy_j:.4g} J/call incl. idle tails "
-        f"({methods}{'; ' + sources if sources else ''})"
+        f"({how})"
     )
     if rep.imbalance_ratio:
         basis = ", ".join(sorted({s.busy_basis for s in rep.ranks if s.busy_basis}))

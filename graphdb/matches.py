@@ -88,6 +88,25 @@ def store_diff(
             }
         ],
     )
+    region_rows, in_region = _region_rows(uid, a, b, regions, finding_of_region)
+    db.bulk_insert("MatchedRegion", region_rows)
+    db.bulk_insert("IN_REGION", in_region)
+    finding_rows = [_finding_row(uid, a, b, f) for f in result.findings]
+    db.bulk_insert("DiffFinding", finding_rows)
+    db.bulk_insert(
+        "FLAGS",
+        [{"from": f"{uid}|{fid}", "to": f"{uid}|{k}"} for k, fid in finding_of_region.items()],
+    )
+
+
+def _region_rows(
+    uid: str,
+    a: str,
+    b: str,
+    regions: list[tuple[str, Region, Region]],
+    finding_of_region: dict[int, int],
+) -> tuple[list[dict], list[dict]]:
+    """`MatchedRegion` rows and their `IN_REGION` rels to both runs' operators."""
     region_rows, in_region = [], []
     for k, (kind, ra, rb) in enumerate(regions):
         ruid = f"{uid}|{k}"
@@ -113,38 +132,32 @@ def store_diff(
         )
         in_region += [{"from": f"{a}/{o}", "to": ruid, "side": "a"} for o in ra.ops]
         in_region += [{"from": f"{b}/{o}", "to": ruid, "side": "b"} for o in rb.ops]
-    db.bulk_insert("MatchedRegion", region_rows)
-    db.bulk_insert("IN_REGION", in_region)
-    finding_rows = []
-    for f in result.findings:
-        finding_rows.append(
-            {
-                "uid": f"{uid}|{f.id}",
-                "run_a": a,
-                "run_b": b,
-                "id": f.id,
-                "wasteful": f.wasteful,
-                "verdict": f.verdict,
-                "energy_a_j": f.region_a.energy_j,
-                "energy_b_j": f.region_b.energy_j,
-                "time_a_s": f.region_a.time_s,
-                "time_b_s": f.region_b.time_s,
-                "saving_j": f.saving_j,
-                "saving_share": f.saving_share,
-                "output_rel_diff": f.output_rel_diff,
-                "occurrences": f.occurrences,
-                "ops_a": f.ops_a,
-                "ops_b": f.ops_b,
-                "modules_a": f.modules_a,
-                "modules_b": f.modules_b,
-                "json": json.dumps(f.to_json(), separators=(",", ":")),
-            }
-        )
-    db.bulk_insert("DiffFinding", finding_rows)
-    db.bulk_insert(
-        "FLAGS",
-        [{"from": f"{uid}|{fid}", "to": f"{uid}|{k}"} for k, fid in finding_of_region.items()],
-    )
+    return region_rows, in_region
+
+
+def _finding_row(uid: str, a: str, b: str, f: Finding) -> dict:
+    """A `DiffFinding` row: columns for Cypher, and the finding's JSON."""
+    return {
+        "uid": f"{uid}|{f.id}",
+        "run_a": a,
+        "run_b": b,
+        "id": f.id,
+        "wasteful": f.wasteful,
+        "verdict": f.verdict,
+        "energy_a_j": f.region_a.energy_j,
+        "energy_b_j": f.region_b.energy_j,
+        "time_a_s": f.region_a.time_s,
+        "time_b_s": f.region_b.time_s,
+        "saving_j": f.saving_j,
+        "saving_share": f.saving_share,
+        "output_rel_diff": f.output_rel_diff,
+        "occurrences": f.occurrences,
+        "ops_a": f.ops_a,
+        "ops_b": f.ops_b,
+        "modules_a": f.modules_a,
+        "modules_b": f.modules_b,
+        "json": json.dumps(f.to_json(), separators=(",", ":")),
+    }
 
 
 def finding_record(f: Finding) -> dict:

@@ -34,6 +34,7 @@ from magneton.graphdb.model import (
     MagnetonError,
     Profile,
 )
+from magneton.graphdb.wording import energy_wording
 
 if TYPE_CHECKING:
     from magneton.graphdb.db import ProfileDB, QueryResult, RunRow
@@ -130,18 +131,7 @@ def finding_runs(result: DiffResult, f: Finding) -> tuple[str, str]:
 
 def describe_energy(method: str, source: str) -> str:
     """How an energy figure was obtained, in one phrase a user can act on."""
-    source = source or "an unknown source"
-    if method == "measured":
-        return f"measured by {source}"
-    if method == "replayed":
-        return f"replayed per operator on {source}"
-    if method == "solved":
-        return f"solved by least squares from {source}"
-    if method == "estimated":
-        if source.startswith("model"):
-            return f"estimated by {source} — no power sensor"
-        return f"estimated from {source}"
-    return f"method not recorded ({source})"
+    return energy_wording(method, source)
 
 
 # --------------------------------------------------------------------------------------

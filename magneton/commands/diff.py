@@ -125,9 +125,10 @@ def print_diagnosis(result: DiffResult) -> None:
 
 
 def energy_line(s: RunSummary, side: str) -> str:
-    method = s.energy_method or "unknown method"
-    source = f", {s.power_source}" if s.power_source else ""
-    return f"{side} = '{s.run}': {s.energy_j:.4g} J/call, {s.time_s * 1e3:.3g} ms/call ({method}{source})"
+    from magneton.graphdb.wording import energy_wording
+
+    how = energy_wording(s.energy_method, s.power_source)
+    return f"{side} = '{s.run}': {s.energy_j:.4g} J/call, {s.time_s * 1e3:.3g} ms/call ({how})"
 
 
 def abbreviate(ops: list[str], occurrences: int = 1, limit: int = 6) -> str:
