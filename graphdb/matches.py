@@ -192,7 +192,8 @@ def _result_dict(result: DiffResult, regions: list[tuple[str, Region, Region]]) 
     }
 
 
-def _finding(d: dict) -> Finding:
+def finding_from_record(d: dict) -> Finding:
+    """Inverse of `finding_record`."""
     d = dict(d)
     d["region_a"] = Region(**d["region_a"])
     d["region_b"] = Region(**d["region_b"])
@@ -221,7 +222,7 @@ def load_diff(
     result = DiffResult(
         a=RunSummary(**r["a"]),
         b=RunSummary(**r["b"]),
-        findings=[_finding(f) for f in r["findings"]],
+        findings=[finding_from_record(f) for f in r["findings"]],
         matched_pairs=r["matched_pairs"],
         threshold=r["threshold"],
         message=r["message"],
