@@ -14,7 +14,8 @@ from Cypher (`graphdb.paths.DIVERGENCE_QUERY`); this module picks the deviation 
    way and the difference is in their arguments (shapes, dtypes, contiguity, scalar
    arguments) or outside the kernels (thread count, busy-waiting): level `kernel`.
 
-The result (`Divergence.to_json()`, documented in docs/diagnosis.md):
+The result is a `Divergence` of graphdb/model.py whose elements are `PathElement`s;
+`Divergence.to_json()` (documented in docs/diagnosis.md) writes:
 
     {"level": "python" | "dispatch" | "kernel",
      "ops": {"a": idx, "b": idx},                 # the diverging operator pair

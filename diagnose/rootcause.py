@@ -16,13 +16,12 @@ finding of a `DiffResult` (paper §4.3, Algorithm 2):
 
 A finding whose diagnosis fails for an unexpected reason keeps its measurement and gets a
 root cause of kind "unknown" with the reason: one broken diagnosis must not hide the
-other findings (the error is kept in `root_cause["error"]`).
+other findings (the error is kept in `RootCause.error`).
 
-root_cause = {"kind": "config" | "api-argument" | "global-flag" | "env" | "code" | "unknown",
-              "variable", "values": {"a", "b"}, "file", "line", "code",
-              "origins": {"a": {...}, "b": {...}}, "key_variable": {...},
-              "data_flow": [hop, ...], "rule": {...} | None, "library_default": bool}
-fix = {"summary", "patch" (unified diff text or None), "file", "base_dir", "snippet"}
+The results are the typed `Divergence`, `RootCause` and `Fix` of graphdb/model.py, built
+here directly (their `to_json` is the `diff --json` contract, docs/diagnosis.md).
+Diagnosis never writes the DB; `store_diagnosis` does, when a caller asks
+(diagnose/pipeline.py composes the two).
 """
 
 from __future__ import annotations
