@@ -1,5 +1,6 @@
-"""`diff_runs`: match two recorded runs and flag where one spends more energy (the
-matching → detection half of differential energy debugging; diagnosis wraps it).
+"""`diff_profiles`: match two recorded runs and flag where one spends more energy (the
+matching → detection half of differential energy debugging; pipeline.py composes it
+with loading, diagnosis and storing).
 
 Outcomes that are not findings are reported in `DiffResult.message`, never as an empty
 table or an exception: a diff that legitimately finds nothing comparable is an answer
@@ -20,12 +21,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from magneton.graphdb.model import DiffResult, MagnetonError, Profile, Region, RunSummary
+from magneton.graphdb.model import DiffResult, Profile, RunSummary
 
 from .detect import DEFAULT_THRESHOLD, check_threshold, detect, run_energy_j
 from .equivalence import DEFAULT_TAU
 from .match import MatchResult, match_runs
-from .pathmatch import diff_and_store_by_path, has_values
 
 
 def summary(p: Profile) -> RunSummary:
@@ -115,30 +115,12 @@ def diff_runs(
     diagnose: bool = True,
     rerun: bool = True,
 ) -> DiffResult:
-    """Diff runs `a` and `b` of an open ProfileDB; findings sorted by energy saved.
+    """Diff (and diagnose) runs or jobs `a` and `b` with the pipeline; with `store`, the
+    result replaces any stored diff of (a, b) (the DB must be writable). A convenience
+    over `pipeline.run_diff` + `pipeline.store_outcome`."""
+    from .pipeline import run_diff, store_outcome
 
-    When `store` and the DB is writable, the result replaces any stored diff of (a, b).
-    """
-    check_threshold(threshold)
-    profiles = []
-    for name in (a, b):
-        db.require_run(name)
-        p = db.load_profile(name)
-        if p.run.status != "ok":
-            why = f": {p.run.error}" if p.run.error else ""
-            raise MagnetonError(f"run '{name}' did not record successfully ({p.run.status}{why})")
-        profiles.append(p)
-    pa, pb = profiles
-    if not (has_values(pa) and has_values(pb)):  # imported traces: match by name
-        return diff_and_store_by_path(db, pa, pb, threshold, tau=tau, store=store)
-    result, m = diff_profiles(pa, pb, threshold=threshold, tau=tau)
-    if diagnose and result.findings:
-        from magneton.diagnose.rootcause import diagnose_result
-
-        diagnose_result(db, result, rerun=rerun, profiles=(pa, pb))
-    if store and not getattr(db, "read_only", True):
-        from magneton.graphdb.matches import store_diff
-
-        regions: list[tuple[str, Region, Region]] = [(rp.kind, rp.a, rp.b) for rp in m.pairs]
-        store_diff(db, result, regions, tau=tau, finding_of_region=region_findings(result, m))
-    return result
+    out = run_diff(db, a, b, threshold=threshold, tau=tau, diagnose=diagnose, rerun=rerun)
+    if store:
+        store_outcome(db, out)
+    return out.result

@@ -14,7 +14,8 @@ from Cypher (`graphdb.paths.DIVERGENCE_QUERY`); this module picks the deviation 
    way and the difference is in their arguments (shapes, dtypes, contiguity, scalar
    arguments) or outside the kernels (thread count, busy-waiting): level `kernel`.
 
-The result (`Divergence.to_json()`, documented in docs/diagnosis.md):
+The result is a `Divergence` of graphdb/model.py whose elements are `PathElement`s;
+`Divergence.to_json()` (documented in docs/diagnosis.md) writes:
 
     {"level": "python" | "dispatch" | "kernel",
      "ops": {"a": idx, "b": idx},                 # the diverging operator pair
@@ -30,67 +31,41 @@ Elements are {"kind": "frame", "file", "line", "function", "code"}, {"kind": "op
 from __future__ import annotations
 
 import linecache
-from dataclasses import dataclass, field
+from dataclasses import replace
 
 from magneton.diagnose.dataflow import source_index
-from magneton.graphdb.model import Finding, FrameRecord, OpRecord, Profile
+from magneton.graphdb.model import (
+    Divergence,
+    Finding,
+    FrameRecord,
+    OpRecord,
+    PathElement,
+    Profile,
+)
 from magneton.graphdb.paths import PathPair, kernel_paths, path_pairs
 
 LEVEL_OF_PREFIX = {"py": "python", "at": "dispatch", "k": "kernel"}
 
 
-@dataclass
-class Divergence:
-    level: str
-    op_a: int | None
-    op_b: int | None
-    a: dict
-    b: dict
-    site_a: dict | None = None
-    site_b: dict | None = None
-    common_prefix: list[dict] = field(default_factory=list)
-    identical_paths: int = 0
-    common: int = 0  # length of the common prefix (path elements)
-    path_a: tuple[str, ...] = ()
-    path_b: tuple[str, ...] = ()
-
-    def to_json(self) -> dict:
-        return {
-            "level": self.level,
-            "ops": {"a": self.op_a, "b": self.op_b},
-            "a": self.a,
-            "b": self.b,
-            "site": {"a": self.site_a, "b": self.site_b},
-            "common_prefix": self.common_prefix,
-            "identical_paths": self.identical_paths,
-        }
-
-
-def frame_json(fr: FrameRecord) -> dict:
+def frame_element(fr: FrameRecord) -> PathElement:
     # linecache, not a parse: showing a line must not cost a libcst pass over the file
     code = linecache.getline(fr.file, fr.line).strip() if fr.file else ""
-    return {
-        "kind": "frame",
-        "file": fr.file,
-        "line": fr.line,
-        "function": fr.function,
-        "code": code,
-    }
+    return PathElement("frame", file=fr.file, line=fr.line, function=fr.function, code=code)
 
 
-def _element(path: tuple[str, ...], i: int, op: OpRecord | None, prof: Profile) -> dict:
-    """Path element i as a JSON dict (frames resolved to file/line/code)."""
+def _element(path: tuple[str, ...], i: int, op: OpRecord | None, prof: Profile) -> PathElement:
+    """Path element i (frames resolved to file/line/code)."""
     if i >= len(path):
-        return {"kind": "none"}
+        return PathElement("none")
     el = path[i]
     prefix, _, rest = el.partition(":")
     if prefix == "py" and op is not None and i < len(op.frames):
-        return frame_json(prof.frames[op.frames[i]])
+        return frame_element(prof.frames[op.frames[i]])
     if prefix == "at":
-        return {"kind": "op", "name": rest}
+        return PathElement("op", name=rest)
     if prefix == "k":
-        return {"kind": "kernel", "name": rest}
-    return {"kind": "frame", "function": rest.rsplit(":", 1)[-1], "file": "", "line": 0}
+        return PathElement("kernel", name=rest)
+    return PathElement("frame", function=rest.rsplit(":", 1)[-1], file="", line=0)
 
 
 def _level(pair: PathPair) -> str:
@@ -100,17 +75,19 @@ def _level(pair: PathPair) -> str:
     return "kernel"
 
 
-def _site(op: OpRecord | None, prof: Profile, common: int) -> dict | None:
+def _site(op: OpRecord | None, prof: Profile, common: int) -> PathElement | None:
     """The last Python frame inside the common prefix (where the two sides chose)."""
     if op is None or not op.frames:
         return None
     i = min(common, len(op.frames)) - 1
     if i < 0:
         return None
-    return frame_json(prof.frames[op.frames[i]])
+    return frame_element(prof.frames[op.frames[i]])
 
 
-def _prefix(pair: PathPair, op_a: OpRecord, op_b: OpRecord, pa: Profile, pb: Profile) -> list[dict]:
+def _prefix(
+    pair: PathPair, op_a: OpRecord, op_b: OpRecord, pa: Profile, pb: Profile
+) -> list[PathElement]:
     out = []
     for i in range(pair.common):
         el = pair.path_a[i]
@@ -119,17 +96,17 @@ def _prefix(pair: PathPair, op_a: OpRecord, op_b: OpRecord, pa: Profile, pb: Pro
             fa = pa.frames[op_a.frames[i]] if i < len(op_a.frames) else None
             fb = pb.frames[op_b.frames[i]] if i < len(op_b.frames) else None
             out.append(
-                {
-                    "kind": "frame",
-                    "function": fa.function if fa else rest.rsplit(":", 1)[-1],
-                    "a": f"{fa.file}:{fa.line}" if fa else "",
-                    "b": f"{fb.file}:{fb.line}" if fb else "",
-                }
+                PathElement(
+                    "frame",
+                    function=fa.function if fa else rest.rsplit(":", 1)[-1],
+                    a=f"{fa.file}:{fa.line}" if fa else "",
+                    b=f"{fb.file}:{fb.line}" if fb else "",
+                )
             )
         elif prefix == "at":
-            out.append({"kind": "op", "name": rest})
+            out.append(PathElement("op", name=rest))
         else:
-            out.append({"kind": "kernel", "name": rest})
+            out.append(PathElement("kernel", name=rest))
     return out
 
 
@@ -196,12 +173,19 @@ def find_divergence(
         best = max(cands, key=lambda p: (p.common, -p.op_a, -p.op_b))
         d = _build(best, prof_a, prof_b, len(shared))
         if extra_side == "a":
-            d.b = {"kind": "none"}
+            d.b = PathElement("none")
         else:
-            d.a = {"kind": "none"}
+            d.a = PathElement("none")
         return d
-    # identical kernel paths on both sides: compare the arguments of twin operators,
-    # pairing the k-th operator of a path on side a with the k-th on side b (several
+    return _args_divergence(pairs, prof_a, prof_b, len(shared))
+
+
+def _args_divergence(
+    pairs: list[PathPair], prof_a: Profile, prof_b: Profile, n_shared: int
+) -> Divergence:
+    """Identical kernel paths on both sides: the first twin operator pair whose arguments
+    differ (or, when none does, the first pair: same kernels, same arguments)."""
+    # twin operators: the k-th operator of a path on side a pairs with the k-th on side b (several
     # operators share a path when one line issues them, e.g. the muls of one GELU line)
     twins = [p for p in pairs if p.identical]
     by_path: dict[tuple[str, ...], tuple[set[int], set[int]]] = {}
@@ -224,17 +208,16 @@ def find_divergence(
         p = min(twins, key=lambda p: (p.op_a, p.op_b))
         oa, ob = prof_a.ops[p.op_a], prof_b.ops[p.op_b]
         kern = p.path_a[-1].split(":", 1)[-1] if p.path_a else oa.name
-        same = {"kind": "args", "op": oa.name, "kernel": kern, "diff": {}}
         return Divergence(
             level="kernel",
             op_a=p.op_a,
             op_b=p.op_b,
-            a=same,
-            b=dict(same),
+            a=PathElement("args", op=oa.name, kernel=kern, diff={}),
+            b=PathElement("args", op=oa.name, kernel=kern, diff={}),
             site_a=_site(oa, prof_a, len(oa.frames)),
             site_b=_site(ob, prof_b, len(ob.frames)),
             common_prefix=_prefix(p, oa, ob, prof_a, prof_b),
-            identical_paths=len(shared),
+            identical_paths=n_shared,
             common=p.common,
             path_a=p.path_a,
             path_b=p.path_b,
@@ -246,22 +229,12 @@ def find_divergence(
         level="kernel",
         op_a=p.op_a,
         op_b=p.op_b,
-        a={
-            "kind": "args",
-            "op": oa.name,
-            "kernel": kern,
-            "diff": {k: v["a"] for k, v in diff.items()},
-        },
-        b={
-            "kind": "args",
-            "op": ob.name,
-            "kernel": kern,
-            "diff": {k: v["b"] for k, v in diff.items()},
-        },
+        a=PathElement("args", op=oa.name, kernel=kern, diff={k: v["a"] for k, v in diff.items()}),
+        b=PathElement("args", op=ob.name, kernel=kern, diff={k: v["b"] for k, v in diff.items()}),
         site_a=_site(oa, prof_a, len(oa.frames)),
         site_b=_site(ob, prof_b, len(ob.frames)),
         common_prefix=_prefix(p, oa, ob, prof_a, prof_b),
-        identical_paths=len(shared),
+        identical_paths=n_shared,
         common=p.common,
         path_a=p.path_a,
         path_b=p.path_b,
@@ -288,9 +261,9 @@ def _one_sided(
     best = max(pairs, key=lambda p: (p.common, -(p.op_a if extra == "a" else p.op_b)))
     d = _build(best, pa, pb, 0)
     if extra == "a":
-        d.b = {"kind": "none"}
+        d.b = PathElement("none")
     else:
-        d.a = {"kind": "none"}
+        d.a = PathElement("none")
     if d.level == "kernel" and best.identical:
         # the same path exists elsewhere in the other run: more of the same work
         d.level = "dispatch"
@@ -312,16 +285,16 @@ def _build(p: PathPair, pa: Profile, pb: Profile, n_shared: int) -> Divergence:
     ea = _element(p.path_a, p.common, oa, pa)
     eb = _element(p.path_b, p.common, ob, pb)
     if (
-        ea.get("kind") == "frame"
-        and eb.get("kind") == "frame"
-        and ea.get("file")
-        and ea.get("file") == eb.get("file")
-        and ea.get("function") == eb.get("function")
-        and _same_function(ea["file"], ea["line"], eb["line"])
+        ea.kind == "frame"
+        and eb.kind == "frame"
+        and ea.file
+        and ea.file == eb.file
+        and ea.function == eb.function
+        and _same_function(ea.file, ea.line or 0, eb.line or 0)
     ):
         # same function, different lines: the two sides took different branches *inside*
         # it, so that function (not its caller) is where the choice was made
-        site = dict(ea, line=max(ea["line"], eb["line"]), branch=True)
+        site = replace(ea, line=max(ea.line or 0, eb.line or 0), branch=True)
         return Divergence(
             level="python",
             op_a=p.op_a,
@@ -329,7 +302,7 @@ def _build(p: PathPair, pa: Profile, pb: Profile, n_shared: int) -> Divergence:
             a=ea,
             b=eb,
             site_a=site,
-            site_b=dict(site),
+            site_b=replace(site),
             common_prefix=_prefix(p, oa, ob, pa, pb),
             identical_paths=n_shared,
             common=p.common,

@@ -344,51 +344,12 @@ class Port:
 def port_statements(wasteful: Block, efficient: Block) -> Port:
     """Replace the wasteful block with the efficient one when that is sound."""
     snippet = efficient.code()
-    local_reads, global_reads, eff_assigned = _scope_names(efficient)
-    _, _, waste_assigned = _scope_names(wasteful)
-    have_local = _available_before(wasteful)
-    have_module = _module_names(wasteful.idx)
-    missing_local = sorted(local_reads - have_local)
-    if missing_local:
-        return Port(
-            None,
-            f"the efficient code reads {', '.join(missing_local)}, which is not defined at "
-            "the wasteful call site",
-            snippet,
-        )
-    # Same name is not same value: a local the ported code reads must be a parameter of
-    # both functions, or be assigned before the block by identical code on both sides.
-    w_params = {p.name.value for p in _params(wasteful.fn)}
-    e_params = {p.name.value for p in _params(efficient.fn)}
-    for name in sorted(local_reads):
-        if name in w_params and name in e_params:
-            continue
-        if _definition_code(efficient, name) is None or _definition_code(
-            efficient, name
-        ) != _definition_code(wasteful, name):
-            return Port(
-                None,
-                f"{name!r} is computed differently before the two call sites",
-                snippet,
-            )
-    needed_later = _read_after(wasteful, waste_assigned)
-    lost = sorted(needed_later - eff_assigned)
-    if lost:
-        return Port(
-            None,
-            f"later code reads {', '.join(lost)}, which the efficient code does not define",
-            snippet,
-        )
-    w_ret = _ends_in_return(wasteful.statements[-1])
-    e_ret = _ends_in_return(efficient.statements[-1])
-    if e_ret and not w_ret and wasteful.end < len(wasteful.body.body):
-        return Port(None, "the efficient code returns where the wasteful code continues", snippet)
-    if w_ret and not e_ret:
-        return Port(
-            None, "the efficient code does not return the value the wasteful code returns", snippet
-        )
+    why = _unsound_port(wasteful, efficient)
+    if why:
+        return Port(None, why, snippet)
+    _, global_reads, _ = _scope_names(efficient)
     add_imports: list[cst.SimpleStatementLine] = []
-    for name in sorted(global_reads - have_module):
+    for name in sorted(global_reads - _module_names(wasteful.idx)):
         binding = _module_binding(efficient.idx, name)
         if binding is None:
             return Port(None, f"the efficient code needs module name {name!r}", snippet)
@@ -401,34 +362,7 @@ def port_statements(wasteful: Block, efficient: Block) -> Port:
         + efficient.statements
         + list(wasteful.body.body[wasteful.end :])
     )
-    target = wasteful.body
-
-    class _Swap(cst.CSTTransformer):
-        def __init__(self):
-            super().__init__()
-            self.done = False
-
-        def leave_IndentedBlock(self, original_node, updated_node):
-            if original_node is target:
-                self.done = True
-                return updated_node.with_changes(body=new_body)
-            return updated_node
-
-        def leave_Module(self, original_node, updated_node):
-            if not add_imports:
-                return updated_node
-            body = list(updated_node.body)
-            last_import = -1
-            for i, st in enumerate(body):
-                if isinstance(st, cst.SimpleStatementLine) and any(
-                    isinstance(s, (cst.Import, cst.ImportFrom)) for s in st.body
-                ):
-                    last_import = i
-            for k, st in enumerate(add_imports):
-                body.insert(last_import + 1 + k, st)
-            return updated_node.with_changes(body=body)
-
-    swap = _Swap()
+    swap = _Swap(wasteful.body, new_body, add_imports)
     new_module = wasteful.idx.module.visit(swap)
     if not swap.done:
         return Port(None, "the wasteful statements are not in an indented block", snippet)
@@ -438,6 +372,76 @@ def port_statements(wasteful: Block, efficient: Block) -> Port:
             wasteful.idx.module.code_for_node(s).strip() for s in add_imports
         )
     return Port(new_module.code, note, snippet)
+
+
+def _unsound_port(wasteful: Block, efficient: Block) -> str:
+    """Why the efficient block cannot replace the wasteful one ("" when it can): a name
+    it reads is missing or means something else there, later code reads a name it does
+    not define, or the two differ in whether they return."""
+    local_reads, _, eff_assigned = _scope_names(efficient)
+    _, _, waste_assigned = _scope_names(wasteful)
+    missing_local = sorted(local_reads - _available_before(wasteful))
+    if missing_local:
+        return (
+            f"the efficient code reads {', '.join(missing_local)}, which is not defined at "
+            "the wasteful call site"
+        )
+    # Same name is not same value: a local the ported code reads must be a parameter of
+    # both functions, or be assigned before the block by identical code on both sides.
+    w_params = {p.name.value for p in _params(wasteful.fn)}
+    e_params = {p.name.value for p in _params(efficient.fn)}
+    for name in sorted(local_reads):
+        if name in w_params and name in e_params:
+            continue
+        if _definition_code(efficient, name) is None or _definition_code(
+            efficient, name
+        ) != _definition_code(wasteful, name):
+            return f"{name!r} is computed differently before the two call sites"
+    lost = sorted(_read_after(wasteful, waste_assigned) - eff_assigned)
+    if lost:
+        return f"later code reads {', '.join(lost)}, which the efficient code does not define"
+    w_ret = _ends_in_return(wasteful.statements[-1])
+    e_ret = _ends_in_return(efficient.statements[-1])
+    if e_ret and not w_ret and wasteful.end < len(wasteful.body.body):
+        return "the efficient code returns where the wasteful code continues"
+    if w_ret and not e_ret:
+        return "the efficient code does not return the value the wasteful code returns"
+    return ""
+
+
+class _Swap(cst.CSTTransformer):
+    """Puts `new_body` in place of the block `target`, and `add_imports` after the
+    module's last import."""
+
+    def __init__(
+        self,
+        target: cst.BaseSuite,
+        new_body: list,
+        add_imports: list[cst.SimpleStatementLine],
+    ):
+        super().__init__()
+        self.target, self.new_body, self.add_imports = target, new_body, add_imports
+        self.done = False
+
+    def leave_IndentedBlock(self, original_node, updated_node):
+        if original_node is self.target:
+            self.done = True
+            return updated_node.with_changes(body=self.new_body)
+        return updated_node
+
+    def leave_Module(self, original_node, updated_node):
+        if not self.add_imports:
+            return updated_node
+        body = list(updated_node.body)
+        last_import = -1
+        for i, st in enumerate(body):
+            if isinstance(st, cst.SimpleStatementLine) and any(
+                isinstance(s, (cst.Import, cst.ImportFrom)) for s in st.body
+            ):
+                last_import = i
+        for k, st in enumerate(self.add_imports):
+            body.insert(last_import + 1 + k, st)
+        return updated_node.with_changes(body=body)
 
 
 def _ends_in_return(st: cst.BaseStatement) -> bool:

@@ -54,6 +54,7 @@ from magneton.diagnose.dataflow import (
     literal_value,
     source_index,
 )
+from magneton.graphdb.model import KeyVariableInfo, PathElement
 from magneton.knowledge.base import Knob, KnowledgeBase
 
 RERUN_TIMEOUT_S = 240.0
@@ -441,21 +442,18 @@ class KeyVariable:
     rerun: dict = field(default_factory=dict)
     note: str = ""
 
-    def to_json(self) -> dict:
-        d = {
-            "kind": self.kind,
-            "expr": self.expr,
-            "file": self.file,
-            "line": self.line,
-            "values": self.values,
-        }
-        if self.knob is not None:
-            d["knob"] = self.knob.key
-        if self.rerun:
-            d["rerun"] = self.rerun
-        if self.note:
-            d["note"] = self.note
-        return d
+    def info(self) -> KeyVariableInfo:
+        """The part of the key variable that a finding's root cause carries."""
+        return KeyVariableInfo(
+            kind=self.kind,
+            expr=self.expr,
+            file=self.file,
+            line=self.line,
+            values=self.values,
+            knob=self.knob.key if self.knob is not None else None,
+            rerun=self.rerun,
+            note=self.note,
+        )
 
 
 def _branch_tests(idx: SourceIndex, fn: cst.FunctionDef, before: int) -> list[cst.CSTNode]:
@@ -548,7 +546,7 @@ def _values_table(results: dict[str, RerunResult]) -> dict[tuple[str, int, str],
 class SitePlan:
     """Static preparation of one Python deviation site: what the re-run must watch."""
 
-    site: dict
+    site: PathElement
     idx: SourceIndex
     fn: cst.FunctionDef
     ctx: SliceContext
@@ -558,14 +556,17 @@ class SitePlan:
     branches: list[cst.CSTNode]
 
 
-def plan_site(site: dict, sides: dict[str, SideInfo], kb: KnowledgeBase) -> SitePlan | KeyVariable:
+def plan_site(
+    site: PathElement, sides: dict[str, SideInfo], kb: KnowledgeBase
+) -> SitePlan | KeyVariable:
     """Prepare the analysis of a Python deviation site (a KeyVariable when impossible)."""
-    idx = source_index(site["file"])
+    file, line = site.file or "", site.line or 0
+    idx = source_index(file)
     if idx is None:
-        return KeyVariable("unknown", note=f"cannot read {site['file']}")
-    fn = idx.function_at(site["line"], site.get("function"))
+        return KeyVariable("unknown", note=f"cannot read {file}")
+    fn = idx.function_at(line, site.function)
     if fn is None:
-        return KeyVariable("unknown", note=f"no function around {site['file']}:{site['line']}")
+        return KeyVariable("unknown", note=f"no function around {file}:{line}")
     ctx = SliceContext(
         sides={
             n: SideContext(script=s.script, files=s.files, frames=s.frames)
@@ -576,7 +577,7 @@ def plan_site(site: dict, sides: dict[str, SideInfo], kb: KnowledgeBase) -> Site
         ),
     )
     slicer = BackwardSlicer(ctx)
-    watches, targets, branches = _static_watches(idx, fn, site["line"], slicer)
+    watches, targets, branches = _static_watches(idx, fn, line, slicer)
     return SitePlan(site, idx, fn, ctx, slicer, watches, targets, branches)
 
 
@@ -625,7 +626,7 @@ def run_rerun(
 
 
 def python_key_variable(
-    site: dict, sides: dict[str, SideInfo], kb: KnowledgeBase, *, rerun: bool
+    site: PathElement, sides: dict[str, SideInfo], kb: KnowledgeBase, *, rerun: bool
 ) -> KeyVariable:
     """Key variable of a divergence decided at a Python line both sides executed."""
     plan = plan_site(site, sides, kb)
@@ -683,7 +684,7 @@ def analyze_site(
             key_node = (ops or [chosen_branch.test])[0]
         else:
             for t in targets:
-                vals = ctx.values.get((idx.path, site["line"], idx.code(t)), {})
+                vals = ctx.values.get((idx.path, site.line, idx.code(t)), {})
                 if len(set(vals.values())) > 1:
                     key_node = t
                     break

@@ -221,15 +221,3 @@ def finding_regions(result: DiffResult, regions: list[tuple[str, Region, Region]
         elif rb.ops and rb.ops[0] in first_b:
             owner[k] = first_b[rb.ops[0]]
     return owner
-
-
-def diff_and_store_by_path(
-    db, pa: Profile, pb: Profile, threshold: float, *, tau: float, store: bool
-) -> DiffResult:
-    """`diff_runs` for value-less runs: path matching, stored like a value diff."""
-    result, regions = diff_by_path(pa, pb, threshold)
-    if store and not getattr(db, "read_only", True):
-        from magneton.graphdb.matches import store_diff
-
-        store_diff(db, result, regions, tau=tau, finding_of_region=finding_regions(result, regions))
-    return result

@@ -12,17 +12,16 @@ finding of a `DiffResult` (paper §4.3, Algorithm 2):
 4. knowledge rules name the pattern and ground it (paper tables, docs, issues) — they
    explain findings, never create them;
 5. a fix — a libcst patch of the wasteful script when the change is mechanical, guidance
-   otherwise (fix.py).
+   otherwise (fixes.py, with the libcst edits of fix.py).
 
 A finding whose diagnosis fails for an unexpected reason keeps its measurement and gets a
 root cause of kind "unknown" with the reason: one broken diagnosis must not hide the
-other findings (the error is kept in `root_cause["error"]`).
+other findings (the error is kept in `RootCause.error`).
 
-root_cause = {"kind": "config" | "api-argument" | "global-flag" | "env" | "code" | "unknown",
-              "variable", "values": {"a", "b"}, "file", "line", "code",
-              "origins": {"a": {...}, "b": {...}}, "key_variable": {...},
-              "data_flow": [hop, ...], "rule": {...} | None, "library_default": bool}
-fix = {"summary", "patch" (unified diff text or None), "file", "base_dir", "snippet"}
+The results are the typed `Divergence`, `RootCause` and `Fix` of graphdb/model.py, built
+here directly (their `to_json` is the `diff --json` contract, docs/diagnosis.md).
+Diagnosis never writes the DB; `store_diagnosis` does, when a caller asks
+(diagnose/pipeline.py composes the two).
 """
 
 from __future__ import annotations
@@ -30,26 +29,20 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from dataclasses import dataclass
+from collections.abc import Callable
 
-import libcst as cst
 from magneton.diagnose.dataflow import (
     Origin,
-    Span,
     find_attribute_origin,
     is_user_file,
     source_index,
     user_files,
 )
-from magneton.diagnose.divergence import Divergence, find_divergence
+from magneton.diagnose.divergence import find_divergence
 from magneton.diagnose.fix import (
-    add_keyword,
-    extend_to_end,
-    make_patch,
-    port_statements,
-    replace_value,
     statement_block,
 )
+from magneton.diagnose.fixes import RunPair, make_fix, script_unchanged, user_lines
 from magneton.diagnose.keyvar import (
     KeyVariable,
     SideInfo,
@@ -61,34 +54,23 @@ from magneton.diagnose.keyvar import (
     python_key_variable,
     run_rerun,
 )
-from magneton.graphdb.model import DiffResult, Finding, Profile
+from magneton.graphdb.model import (
+    DiffResult,
+    Divergence,
+    Finding,
+    Fix,
+    FlowHop,
+    OriginInfo,
+    PathElement,
+    Profile,
+    RootCause,
+)
 from magneton.graphdb.paths import IGNORED_OPS
 from magneton.knowledge.base import KnowledgeBase, default_knowledge
 from magneton.knowledge.match import RuleMatch, SideFacts, match_rules
 
-
-@dataclass
-class _Runs:
-    a: Profile
-    b: Profile
-
-
-def _sha256(path: str) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _script_unchanged(p: Profile) -> bool:
-    s = p.run.script
-    if not s or not os.path.isfile(s):
-        return False
-    want = p.run.script_sha256 or p.config.get("script.sha256", "")
-    return not want or _sha256(s) == want
+# progress(done, total): called after each diagnosed finding
+Progress = Callable[[int, int], None]
 
 
 def side_facts(p: Profile, ops: list[int]) -> SideFacts:
@@ -121,27 +103,11 @@ def _side_info(name: str, p: Profile, op: int | None) -> SideInfo:
         config=p.config,
         files=user_files(p.run.script),
         frames=frames,
-        script_unchanged=_script_unchanged(p),
+        script_unchanged=script_unchanged(p),
     )
 
 
-def _user_lines(p: Profile, ops: list[int]) -> list[int]:
-    """Lines of the user's script that issued the region's (non-bookkeeping) operators."""
-    lines = []
-    script = p.run.script
-    for i in ops:
-        op = p.ops[i]
-        if op.name in IGNORED_OPS:
-            continue
-        for fi in reversed(op.frames):
-            fr = p.frames[fi]
-            if os.path.realpath(fr.file) == os.path.realpath(script):
-                lines.append(fr.line)
-                break
-    return sorted(set(lines))
-
-
-def _is_python_decision(div: Divergence, runs: _Runs) -> bool:
+def _is_python_decision(div: Divergence, runs: RunPair) -> bool:
     """The first difference is a Python frame, or the first aten op entered from Python
     (the same line called a different API): a decision made in Python at the site."""
     if div.level == "python":
@@ -153,30 +119,30 @@ def _is_python_decision(div: Divergence, runs: _Runs) -> bool:
     return div.common <= min(na, nb)
 
 
-def _site_is_user(div: Divergence, runs: _Runs) -> bool:
+def _site_is_user(div: Divergence, runs: RunPair) -> bool:
     """The choice was made by *different user code* on the two sides (API misuse):
     the site is in the users' scripts and the two sites are different files or
     statements. The same user helper module branching differently is analysed like
     library code (which branch, steered by what)."""
     sa, sb = div.site_a, div.site_b
     user = bool(
-        (sa and is_user_file(sa["file"], runs.a.run.script))
-        or (sb and is_user_file(sb["file"], runs.b.run.script))
+        (sa and is_user_file(sa.file or "", runs.a.run.script))
+        or (sb and is_user_file(sb.file or "", runs.b.run.script))
     )
     if not user:
         return False
     if not sa or not sb:
         return True
-    same_place = os.path.realpath(sa["file"]) == os.path.realpath(sb["file"])
-    return not (same_place and (sa.get("branch") or sa.get("code") == sb.get("code")))
+    same_place = os.path.realpath(sa.file or "") == os.path.realpath(sb.file or "")
+    return not (same_place and (sa.branch or sa.code == sb.code))
 
 
 def _dtype_origins(div: Divergence, sides: dict[str, SideInfo]) -> dict[str, Origin] | None:
     """Same kernels on different dtypes (a float64 input by accident is the classic):
     the user's `dtype=` that chose each side's dtype, when the two differ."""
-    if div.a.get("kind") != "args":
+    if div.a.kind != "args":
         return None
-    diffs = {"a": div.a.get("diff") or {}, "b": div.b.get("diff") or {}}
+    diffs = {"a": div.a.diff or {}, "b": div.b.diff or {}}
 
     def dtype_of(diff: dict) -> str | None:
         """The dtype this side's op ran on: its dtypes, or a `dtype=` argument
@@ -202,7 +168,7 @@ def _dtype_origins(div: Divergence, sides: dict[str, SideInfo]) -> dict[str, Ori
 
 
 def _code_origin(p: Profile, ops: list[int], side: str) -> Origin | None:
-    lines = _user_lines(p, ops)
+    lines = user_lines(p, ops)
     if not lines:
         return None
     block = statement_block(p.run.script, lines)
@@ -227,187 +193,10 @@ def _code_origin(p: Profile, ops: list[int], side: str) -> Origin | None:
     )
 
 
-def _literal_code(value: str | None) -> str | None:
-    """A snapshot/observed value as Python source: 'True' → True, "'x'" → 'x', '4' → 4."""
-    if value is None:
-        return None
-    try:
-        node = cst.parse_expression(value)
-    except cst.ParserSyntaxError:
-        return repr(value)
-    if isinstance(node, (cst.Name, cst.SimpleString, cst.Integer, cst.Float, cst.UnaryOperation)):
-        return value
-    return repr(value)
-
-
-def _rel(path: str | None, base: str) -> str:
-    if not path:
-        return ""
-    try:
-        rel = os.path.relpath(path, base)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
-
-
-def _make_fix(
-    finding: Finding,
-    kv: KeyVariable | None,
-    origins: dict[str, Origin | None],
-    runs: _Runs,
-    rule: RuleMatch | None,
-    kind: str,
-) -> dict:
-    w = finding.wasteful
-    e = "b" if w == "a" else "a"
-    pw = runs.a if w == "a" else runs.b
-    pe = runs.b if w == "a" else runs.a
-    base = os.path.dirname(pw.run.script) if pw.run.script else ""
-    ow, oe = origins.get(w), origins.get(e)
-    fix: dict = {"summary": "", "patch": None, "file": None, "base_dir": base or None}
-    rule_text = ""
-    if rule is not None:
-        eff_value = None
-        if kv is not None and kv.values.get(e):
-            eff_value = kv.values[e]
-        rule_text = rule.rule.render_fix(
-            efficient_value=eff_value if rule.rule.efficient_value is None else None,
-            knob=kv.knob.key if kv is not None and kv.knob is not None else None,
-        )
-    if not _script_unchanged(pw):
-        fix["summary"] = (
-            f"{os.path.basename(pw.run.script or '?')} changed since it was recorded; "
-            "re-record it to get a patch. " + rule_text
-        ).strip()
-        return fix
-    if kind in ("config", "api-argument", "global-flag") and ow is not None:
-        new_code = None
-        if oe is not None and oe.value is not None and oe.span is not None:
-            new_code = oe.value
-        elif kv is not None:
-            new_code = _literal_code(kv.values.get(e))
-        if rule is not None and rule.rule.efficient_value is not None and new_code is None:
-            new_code = _literal_code(rule.rule.efficient_value)
-        patched = None
-        where = ""
-        if ow.span is not None and ow.file and is_user_file(ow.file, pw.run.script) and new_code:
-            patched = replace_value(ow.file, ow.span, new_code)
-            fix["file"] = _rel(ow.file, base)
-            where = f"{_rel(ow.file, base)}:{ow.line}"
-            name = f"{ow.assigned_to} (which sets {ow.variable})" if ow.assigned_to else ow.variable
-            fix["summary"] = (
-                f"In {where} change {name} from {ow.value} to {new_code} "
-                f"(the value the efficient run used)."
-            )
-        elif ow.library_default and ow.insert and new_code:
-            ins = ow.insert
-            patched = add_keyword(ins["file"], Span(*ins["span"]), ins["keyword"], new_code)
-            fix["file"] = _rel(ins["file"], base)
-            where = f"{_rel(ins['file'], base)}:{ins['line']}"
-            fix["summary"] = (
-                f"{ow.variable} is the library default {ow.value} "
-                f"({_rel(ow.file, base)}:{ow.line}); pass {ins['keyword']}={new_code} "
-                f"where the script builds it ({where})."
-            )
-        elif kind == "global-flag" and kv is not None and kv.knob is not None:
-            fix["summary"] = (
-                f"{kv.knob.key} is {kv.values.get(w)} in the wasteful run and "
-                f"{kv.values.get(e)} in the efficient one, but the script does not set it; "
-                f"set it explicitly (e.g. {kv.knob.key} = {new_code})."
-            )
-        if patched is not None:
-            p = make_patch(fix_file_abs(fix, base), base, patched)
-            fix["patch"] = p.diff() if p else None
-        if rule_text:
-            fix["summary"] = (fix["summary"] + " " + rule_text).strip()
-        if not fix["summary"]:
-            fix["summary"] = rule_text or "Use the efficient run's setting."
-        return fix
-    if kind == "env":
-        var = (ow.env_var if ow else None) or (ow.variable if ow else "")
-        eff = (oe.value if oe else None) or (kv.values.get(e) if kv else None)
-        fix["summary"] = (
-            f"Run with {var}={eff} as the efficient run did (it was "
-            f"{(ow.value if ow else None) or '(unset)'})." + (" " + rule_text if rule_text else "")
-        ).strip()
-        if ow is not None and ow.span is not None and ow.file and eff is not None:
-            patched = replace_value(ow.file, ow.span, _literal_code(eff) or repr(eff))
-            if patched is not None:
-                fix["file"] = _rel(ow.file, base)
-                p = make_patch(ow.file, base, patched)
-                fix["patch"] = p.diff() if p else None
-        return fix
-    if kind == "code":
-        lines_w = _user_lines(pw, finding.region_a.ops if w == "a" else finding.region_b.ops)
-        lines_e = _user_lines(pe, finding.region_b.ops if w == "a" else finding.region_a.ops)
-        bw = statement_block(pw.run.script, lines_w) if lines_w else None
-        be = statement_block(pe.run.script, lines_e) if lines_e else None
-        if bw is not None and be is not None:
-            port = port_statements(bw, be)
-            if port.text is None:
-                # the matcher may cut one computation into several findings, so the
-                # region's statements alone can miss the code that produces the
-                # returned value; retry with both blocks extended to the end of their
-                # block (the rest of the computation, up to its return)
-                for xw, xe in (
-                    (extend_to_end(bw), extend_to_end(be)),
-                    (extend_to_end(bw, whole=True), extend_to_end(be, whole=True)),
-                ):
-                    retry = port_statements(xw, xe)
-                    if retry.text is not None:
-                        port, bw, be = retry, xw, xe
-                        break
-            fix["snippet"] = port.snippet.strip()
-            fw, lw = bw.lines()
-            where = f"{_rel(pw.run.script, base)}:{fw}" + (f"-{lw}" if lw != fw else "")
-            if port.text is not None:
-                p = make_patch(pw.run.script, base, port.text)
-                fix["patch"] = p.diff() if p else None
-                fix["file"] = _rel(pw.run.script, base)
-                fe_, le_ = be.lines()
-                fix["summary"] = (
-                    f"Replace {where} with the efficient side's code "
-                    f"({os.path.basename(pe.run.script)}:{fe_}"
-                    + (f"-{le_}" if le_ != fe_ else "")
-                    + ")"
-                    + (f"; {port.reason}" if port.reason else "")
-                    + "."
-                )
-            else:
-                fix["summary"] = (
-                    f"Rewrite {where} like the efficient side "
-                    f"({os.path.basename(pe.run.script)}:{be.lines()[0]}); not ported "
-                    f"automatically: {port.reason}."
-                )
-        else:
-            fix["summary"] = "Use the efficient side's implementation of this region."
-        if rule_text:
-            fix["summary"] += " " + rule_text
-        return fix
-    if div_same_everything(finding):
-        fix["summary"] = (
-            "Nothing to change: the two sides do the same thing here; re-record both runs "
-            "with a larger --repeat to see whether the difference persists."
-        )
-        return fix
-    fix["summary"] = rule_text or "No mechanical fix: compare the two sides' code for this region."
-    return fix
-
-
-def div_same_everything(finding: Finding) -> bool:
-    d = finding.divergence or {}
-    return (d.get("a") or {}).get("kind") == "args" and not (d.get("a") or {}).get("diff")
-
-
-def fix_file_abs(fix: dict, base: str) -> str:
-    f = fix.get("file") or ""
-    return f if os.path.isabs(f) else os.path.join(base, f)
-
-
 def _category(kind: str, div: Divergence | None, rule: RuleMatch | None) -> str | None:
     if rule is not None:
         return rule.rule.category
-    if div is not None and (div.a.get("kind") == "none" or div.b.get("kind") == "none"):
+    if div is not None and (div.a.kind == "none" or div.b.kind == "none"):
         return "redundant"
     if kind == "code":
         return "api-misuse"
@@ -450,6 +239,61 @@ def _explaining_rules(
     return keep
 
 
+def origin_info(o: Origin) -> OriginInfo:
+    """The part of an origin a finding's root cause carries (no spans)."""
+    return OriginInfo(
+        kind=o.kind,
+        variable=o.variable,
+        file=o.file,
+        line=o.line,
+        code=o.code,
+        value=o.value,
+        library_default=o.library_default,
+        env_var=o.env_var,
+        assigned_to=o.assigned_to,
+        note=o.note,
+    )
+
+
+def _root_cause(
+    kind: str,
+    kv: KeyVariable | None,
+    origins: dict[str, Origin | None],
+    w: str,
+    matches: list[RuleMatch],
+) -> RootCause:
+    ow = origins.get(w)
+    best = matches[0] if matches else None
+    flow = kv.flow if kv is not None else None
+    return RootCause(
+        kind=kind,
+        variable=ow.variable if ow else (kv.expr if kv else None),
+        values=_values(kv, origins),
+        file=ow.file if ow else None,
+        line=ow.line if ow else None,
+        code=ow.code if ow else None,
+        library_default=bool(ow.library_default) if ow else False,
+        origins={s: (origin_info(o) if o else None) for s, o in origins.items()},
+        key_variable=kv.info() if kv else None,
+        data_flow=[FlowHop(**h.to_json()) for h in flow.hops] if flow else [],
+        rule=best.ref() if best else None,
+        rules=[m.rule.id for m in matches],
+        unresolved=(flow.unresolved or None) if flow is not None else None,
+        note=(kv.note or None) if kv is not None else None,
+    )
+
+
+# Nothing a user could change differs, so calling it waste would send them hunting for a
+# fix that does not exist (seen: identical LayerNorm regions 12% apart on a loaded 2-core
+# box under the cpu-default model).
+NOISE_NOTE = (
+    "both sides ran the same kernels, reached the same way, with the same "
+    "arguments, and no recorded setting that affects such kernels differs: "
+    "nothing in the programs explains this difference (run-to-run variation "
+    "or contention; re-record with a larger --repeat to check)"
+)
+
+
 class Diagnoser:
     """Diagnoses the findings of one pair of runs; caches per deviation site, so the
     findings of repeated layers (one per transformer block) cost one re-run."""
@@ -469,176 +313,148 @@ class Diagnoser:
         self.kb = kb or default_knowledge()
         if profiles is None:
             profiles = (db.load_profile(result.a.run), db.load_profile(result.b.run))
-        self.runs = _Runs(*profiles)
+        self.runs = RunPair(*profiles)
         self._kv_cache: dict[tuple, KeyVariable] = {}
         self._divs: dict[int, Divergence | None] = {}
         self.timings: dict[str, float] = {}
         self.rerun_info: dict = {}
 
-    def diagnose_all(self, findings: list[Finding]) -> None:
+    def _divergence(self, f: Finding) -> Divergence | None:
+        return find_divergence(
+            self.db, f, self.result.a.run, self.result.b.run, self.runs.a, self.runs.b
+        )
+
+    def diagnose_all(self, findings: list[Finding], progress: Progress | None = None) -> None:
         """Diagnose every finding with at most one re-run of each script.
 
         Divergences come first; every Python deviation site contributes its watch
         points, both scripts are re-run once with all of them, then each finding is
         analysed. (A re-run costs seconds — importing transformers alone — so one per
-        site would multiply that by the number of distinct sites.)
+        site would multiply that by the number of distinct sites.) `progress(done,
+        total)` is called after each diagnosed finding.
         """
         t0 = time.perf_counter()
         plans: dict[tuple, tuple[SitePlan | KeyVariable, dict[str, SideInfo]]] = {}
         for f in findings:
             try:
-                div = find_divergence(
-                    self.db, f, self.result.a.run, self.result.b.run, self.runs.a, self.runs.b
-                )
+                div = self._divergence(f)
             except Exception:  # diagnose() recomputes it and records the error
                 continue
             self._divs[f.id] = div
             if div is None or div.site_a is None:
                 continue
             if _is_python_decision(div, self.runs) and not _site_is_user(div, self.runs):
-                key = ("py", div.site_a["file"], div.site_a["line"])
+                key = ("py", div.site_a.file, div.site_a.line)
                 if key not in plans:
                     sides = {
                         "a": _side_info("a", self.runs.a, div.op_a),
                         "b": _side_info("b", self.runs.b, div.op_b),
                     }
                     plans[key] = (plan_site(div.site_a, sides, self.kb), sides)
-        real = [p for p, _ in plans.values() if isinstance(p, SitePlan)]
         self.timings["prepare"] = round(time.perf_counter() - t0, 3)
-        if real:
-            sides = next(sd for p, sd in plans.values() if isinstance(p, SitePlan))
-            results, info = run_rerun(sides, merge_watches(real), self.rerun)
-            self.rerun_info = info
-            for key, (plan, sd) in plans.items():
-                self._kv_cache[key] = (
-                    analyze_site(plan, sd, self.kb, results, info)
-                    if isinstance(plan, SitePlan)
-                    else plan
-                )
-        for f in findings:
+        self._rerun_sites(plans)
+        for k, f in enumerate(findings, 1):
             self.diagnose(f)
+            if progress is not None:
+                progress(k, len(findings))
+
+    def _rerun_sites(
+        self, plans: dict[tuple, tuple[SitePlan | KeyVariable, dict[str, SideInfo]]]
+    ) -> None:
+        """One re-run of both scripts watching every site, then each site's key variable."""
+        real = [p for p, _ in plans.values() if isinstance(p, SitePlan)]
+        if not real:
+            return
+        sides = next(sd for p, sd in plans.values() if isinstance(p, SitePlan))
+        results, info = run_rerun(sides, merge_watches(real), self.rerun)
+        self.rerun_info = info
+        for key, (plan, sd) in plans.items():
+            self._kv_cache[key] = (
+                analyze_site(plan, sd, self.kb, results, info)
+                if isinstance(plan, SitePlan)
+                else plan
+            )
 
     def diagnose(self, finding: Finding) -> None:
         t0 = time.perf_counter()
         try:
             self._diagnose(finding)
         except Exception as e:  # keep the finding; say why its diagnosis is missing
-            finding.root_cause = {
-                "kind": "unknown",
-                "variable": None,
-                "values": {"a": None, "b": None},
-                "file": None,
-                "line": None,
-                "error": f"{type(e).__name__}: {e}",
-                "traceback": traceback.format_exc(limit=4),
-            }
+            finding.root_cause = RootCause(
+                kind="unknown",
+                error=f"{type(e).__name__}: {e}",
+                traceback=traceback.format_exc(limit=4),
+            )
             finding.category = finding.category or "misconfiguration"
-            finding.fix = {"summary": "diagnosis failed; see root_cause.error", "patch": None}
+            finding.fix = Fix(summary="diagnosis failed; see root_cause.error")
         self.timings[str(finding.id)] = round(time.perf_counter() - t0, 3)
+
+    def _key_variable(
+        self, finding: Finding, div: Divergence | None, matches: list[RuleMatch]
+    ) -> tuple[str, KeyVariable | None, dict[str, Origin | None]]:
+        """(root-cause kind, key variable, origins per side) of one finding."""
+        runs, w = self.runs, finding.wasteful
+        if div is None:
+            return "unknown", None, {}
+        python = _is_python_decision(div, runs)
+        if python and _site_is_user(div, runs):
+            return "code", None, self._code_origins(finding)
+        sides = {
+            "a": _side_info("a", runs.a, div.op_a),
+            "b": _side_info("b", runs.b, div.op_b),
+        }
+        if python and div.site_a is not None:
+            key = ("py", div.site_a.file, div.site_a.line)
+            kv = self._kv_cache.get(key)
+            if kv is None:
+                kv = python_key_variable(div.site_a, sides, self.kb, rerun=self.rerun)
+                self._kv_cache[key] = kv
+            ow = kv.origins.get(w)
+            return (ow.kind if ow is not None else "unknown"), kv, kv.origins
+        knob_keys = [m.rule.knob for m in matches if m.rule.knob]
+        knobs = [self.kb.knob(k) for k in knob_keys if self.kb.knob(k) is not None]
+        key = ("native", div.level, tuple(k.key for k in knobs))
+        kv = self._kv_cache.get(key)
+        if kv is None:
+            kv = native_key_variable(knobs, sides, self.kb, level=div.level)
+            self._kv_cache[key] = kv
+        ow = kv.origins.get(w)
+        if ow is not None:
+            return ow.kind, kv, kv.origins
+        dtypes = _dtype_origins(div, sides)
+        if dtypes is not None:
+            return dtypes[w].kind, kv, dict(dtypes)
+        if div.a.kind == "args" and div.a.diff:
+            return "code", kv, self._code_origins(finding)
+        return "unknown", kv, kv.origins
+
+    def _code_origins(self, finding: Finding) -> dict[str, Origin | None]:
+        return {
+            "a": _code_origin(self.runs.a, finding.region_a.ops, "a"),
+            "b": _code_origin(self.runs.b, finding.region_b.ops, "b"),
+        }
 
     def _diagnose(self, finding: Finding) -> None:
         runs = self.runs
-        if finding.id in self._divs:
-            div = self._divs[finding.id]
-        else:
-            div = find_divergence(
-                self.db, finding, self.result.a.run, self.result.b.run, runs.a, runs.b
-            )
-        finding.divergence = div.to_json() if div is not None else None
+        div = self._divs[finding.id] if finding.id in self._divs else self._divergence(finding)
+        finding.divergence = div
         w = finding.wasteful
         facts_a = side_facts(runs.a, finding.region_a.ops)
         facts_b = side_facts(runs.b, finding.region_b.ops)
         fw, fe = (facts_a, facts_b) if w == "a" else (facts_b, facts_a)
         matches = match_rules(self.kb, fw, fe, level=div.level if div else None)
-        sides = {
-            "a": _side_info("a", runs.a, div.op_a if div else None),
-            "b": _side_info("b", runs.b, div.op_b if div else None),
-        }
-        kv: KeyVariable | None = None
-        origins: dict[str, Origin | None] = {}
-        kind = "unknown"
-        if div is None:
-            pass
-        elif _is_python_decision(div, runs) and _site_is_user(div, runs):
-            kind = "code"
-            origins = {
-                "a": _code_origin(runs.a, finding.region_a.ops, "a"),
-                "b": _code_origin(runs.b, finding.region_b.ops, "b"),
-            }
-        elif _is_python_decision(div, runs) and div.site_a is not None:
-            key = ("py", div.site_a["file"], div.site_a["line"])
-            kv = self._kv_cache.get(key)
-            if kv is None:
-                kv = python_key_variable(div.site_a, sides, self.kb, rerun=self.rerun)
-                self._kv_cache[key] = kv
-            origins = kv.origins
-            ow = origins.get(w)
-            kind = ow.kind if ow is not None else "unknown"
-        else:
-            knob_keys = [m.rule.knob for m in matches if m.rule.knob]
-            knobs = [self.kb.knob(k) for k in knob_keys if self.kb.knob(k) is not None]
-            key = ("native", div.level, tuple(k.key for k in knobs))
-            kv = self._kv_cache.get(key)
-            if kv is None:
-                kv = native_key_variable(knobs, sides, self.kb, level=div.level)
-                self._kv_cache[key] = kv
-            origins = kv.origins
-            ow = origins.get(w)
-            dtypes = _dtype_origins(div, sides) if ow is None else None
-            if ow is not None:
-                kind = ow.kind
-            elif dtypes is not None:
-                origins = dtypes
-                kind = dtypes[w].kind
-            elif div.a.get("kind") == "args" and div.a.get("diff"):
-                kind = "code"
-                origins = {
-                    "a": _code_origin(runs.a, finding.region_a.ops, "a"),
-                    "b": _code_origin(runs.b, finding.region_b.ops, "b"),
-                }
+        kind, kv, origins = self._key_variable(finding, div, matches)
         matches = _explaining_rules(matches, kv, origins.get(w), kind, self.kb)
         best = matches[0] if matches else None
         finding.category = _category(kind, div, best)
-        ow = origins.get(w)
-        finding.root_cause = {
-            "kind": kind,
-            "variable": ow.variable if ow else (kv.expr if kv else None),
-            "values": _values(kv, origins),
-            "file": ow.file if ow else None,
-            "line": ow.line if ow else None,
-            "code": ow.code if ow else None,
-            "library_default": bool(ow.library_default) if ow else False,
-            "origins": {s: (o.to_json() if o else None) for s, o in origins.items()},
-            "key_variable": kv.to_json() if kv else None,
-            "data_flow": [h.to_json() for h in kv.flow.hops] if kv and kv.flow else [],
-            "rule": best.to_json() if best else None,
-            "rules": [m.rule.id for m in matches],
-        }
-        if kv is not None and kv.flow is not None and kv.flow.unresolved:
-            finding.root_cause["unresolved"] = kv.flow.unresolved
-        if kv is not None and kv.note:
-            finding.root_cause["note"] = kv.note
-        same_everything = (
-            div is not None
-            and div.a.get("kind") == "args"
-            and not div.a.get("diff")
-            and kind == "unknown"
-        )
-        if same_everything:
-            # Nothing a user could change differs, so calling it waste would send them
-            # hunting for a fix that does not exist (seen: identical LayerNorm regions
-            # 12% apart on a loaded 2-core box under the cpu-default model).
+        finding.root_cause = _root_cause(kind, kv, origins, w, matches)
+        if div is not None and div.same_everything() and kind == "unknown":
             finding.verdict = "noise"
-            finding.root_cause["note"] = (
-                "both sides ran the same kernels, reached the same way, with the same "
-                "arguments, and no recorded setting that affects such kernels differs: "
-                "nothing in the programs explains this difference (run-to-run variation "
-                "or contention; re-record with a larger --repeat to check)"
-            )
-        finding.fix = _make_fix(finding, kv, origins, runs, best, kind)
+            finding.root_cause.note = NOISE_NOTE
+        finding.fix = make_fix(finding, kv, origins, runs, best, kind)
         if best is not None:
-            finding.fix["rule"] = best.rule.id
-            finding.fix["references"] = list(best.rule.references)
+            finding.fix.rule = best.rule.id
+            finding.fix.references = list(best.rule.references)
 
 
 def diagnose_result(
@@ -647,71 +463,71 @@ def diagnose_result(
     *,
     rerun: bool = True,
     profiles: tuple[Profile, Profile] | None = None,
+    progress: Progress | None = None,
+    kb: KnowledgeBase | None = None,
 ) -> DiffResult:
     """Fill category, divergence, root_cause and fix of every finding (in place; returned).
 
-    `profiles`: the two runs' profiles when the caller already loaded them (diff_runs
-    has), to skip loading them again. `rerun=False` skips the key-variable re-run.
+    Pure: nothing is written to the DB (`store_diagnosis` does that). `profiles`: the
+    two runs' profiles when the caller already loaded them, to skip loading them again.
+    `rerun=False` skips the key-variable re-run. `progress(done, total)` is called after
+    each diagnosed finding.
     """
     if not result.findings:
         return result
-    d = Diagnoser(db, result, rerun=rerun, profiles=profiles)
-    d.diagnose_all(result.findings)
-    if not getattr(db, "read_only", True):
-        # the DB copy of the rules is for users' Cypher; diagnosis never depends on it
-        from magneton.graphdb.rules import link_explanations, save_diagnosis, store_knowledge
-
-        store_knowledge(db, d.kb)
-        link_explanations(db, result)
-        save_diagnosis(db, result)
+    d = Diagnoser(db, result, rerun=rerun, profiles=profiles, kb=kb)
+    d.diagnose_all(result.findings, progress)
     return result
+
+
+def store_diagnosis(
+    db, result: DiffResult, kb: KnowledgeBase | None = None, *, findings: bool = True
+) -> None:
+    """Write a diagnosed result's knowledge rules, EXPLAINS rels and (with `findings`)
+    its findings' diagnosis fields into the stored diff of the pair, in a writable DB.
+    The DB copy of the rules is for users' Cypher; diagnosis never depends on it."""
+    from magneton.graphdb.rules import link_explanations, save_diagnosis, store_knowledge
+
+    store_knowledge(db, kb or default_knowledge())
+    link_explanations(db, result)
+    if findings:
+        save_diagnosis(db, result)
+
+
+def _cause_line(f: Finding, rc: RootCause) -> str:
+    where = f" at {os.path.basename(rc.file)}:{rc.line}" if rc.file else ""
+    if rc.kind == "code":
+        return f"{f.category or '-'}: the two sides call different code{where}"
+    if f.verdict == "noise":
+        return f"noise: {rc.note}"
+    if rc.kind == "unknown":
+        return f"cause unknown: {rc.note or rc.error or rc.unresolved or ''}"
+    return (
+        f"{f.category or '-'}: {rc.kind} {rc.variable} = {rc.values.get('a')} (a) vs "
+        f"{rc.values.get('b')} (b){where}"
+    )
+
+
+def _element_label(e: PathElement) -> str:
+    if e.kind == "frame":
+        return f"{os.path.basename(e.file or '')}:{e.line} {e.function}"
+    return e.name or e.kind
 
 
 def describe_finding(f: Finding) -> list[str]:
     """Human lines for a diagnosed finding (for `magneton diff`'s table and reports)."""
     rc = f.root_cause
-    if not rc:
+    if rc is None:
         return []
-    lines = []
-    where = ""
-    if rc.get("file"):
-        where = f" at {os.path.basename(rc['file'])}:{rc.get('line')}"
-    vals = rc.get("values") or {}
-    kind = rc.get("kind")
-    if kind == "code":
-        lines.append(f"{f.category or '-'}: the two sides call different code{where}")
-    elif f.verdict == "noise":
-        lines.append(f"noise: {rc.get('note')}")
-    elif kind == "unknown":
+    lines = [_cause_line(f, rc)]
+    div = f.divergence
+    if div is not None:
+        lines.append(f"diverges ({div.level}): {_element_label(div.a)} vs {_element_label(div.b)}")
+    if rc.rule is not None:
+        lines.append(f"rule {rc.rule.id}: {rc.rule.title} [{', '.join(rc.rule.references)}]")
+    fix = f.fix
+    if fix is not None and fix.summary:
         lines.append(
-            f"cause unknown: {rc.get('note') or rc.get('error') or rc.get('unresolved') or ''}"
-        )
-    else:
-        lines.append(
-            f"{f.category or '-'}: {kind} {rc.get('variable')} = {vals.get('a')} (a) vs "
-            f"{vals.get('b')} (b){where}"
-        )
-    div = f.divergence or {}
-    if div:
-
-        def el(e: dict) -> str:
-            if e.get("kind") == "frame":
-                return (
-                    f"{os.path.basename(e.get('file') or '')}:{e.get('line')} {e.get('function')}"
-                )
-            return e.get("name") or e.get("kind", "")
-
-        lines.append(
-            f"diverges ({div.get('level')}): {el(div.get('a') or {})} vs {el(div.get('b') or {})}"
-        )
-    rule = rc.get("rule")
-    if rule:
-        lines.append(f"rule {rule['id']}: {rule['title']} [{', '.join(rule['references'])}]")
-    fix = f.fix or {}
-    if fix.get("summary"):
-        lines.append(
-            "fix: "
-            + fix["summary"]
-            + (" (patch: magneton export-patch)" if fix.get("patch") else "")
+            "fix: " + fix.summary + (" (patch: magneton export-patch)" if fix.patch else "")
         )
     return lines

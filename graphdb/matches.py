@@ -27,6 +27,9 @@ from typing import Any
 
 from .model import DiffResult, Finding, Region, RunSummary
 
+# the fields diagnosis fills, stored in their JSON form
+DIAGNOSIS_FIELDS = ("category", "divergence", "root_cause", "fix")
+
 
 def diff_uid(a: str, b: str) -> str:
     """Unique key of an ordered run pair (the length prefix keeps "a|b"+"c" ≠ "a"+"b|c")."""
@@ -85,6 +88,25 @@ def store_diff(
             }
         ],
     )
+    region_rows, in_region = _region_rows(uid, a, b, regions, finding_of_region)
+    db.bulk_insert("MatchedRegion", region_rows)
+    db.bulk_insert("IN_REGION", in_region)
+    finding_rows = [_finding_row(uid, a, b, f) for f in result.findings]
+    db.bulk_insert("DiffFinding", finding_rows)
+    db.bulk_insert(
+        "FLAGS",
+        [{"from": f"{uid}|{fid}", "to": f"{uid}|{k}"} for k, fid in finding_of_region.items()],
+    )
+
+
+def _region_rows(
+    uid: str,
+    a: str,
+    b: str,
+    regions: list[tuple[str, Region, Region]],
+    finding_of_region: dict[int, int],
+) -> tuple[list[dict], list[dict]]:
+    """`MatchedRegion` rows and their `IN_REGION` rels to both runs' operators."""
     region_rows, in_region = [], []
     for k, (kind, ra, rb) in enumerate(regions):
         ruid = f"{uid}|{k}"
@@ -110,43 +132,59 @@ def store_diff(
         )
         in_region += [{"from": f"{a}/{o}", "to": ruid, "side": "a"} for o in ra.ops]
         in_region += [{"from": f"{b}/{o}", "to": ruid, "side": "b"} for o in rb.ops]
-    db.bulk_insert("MatchedRegion", region_rows)
-    db.bulk_insert("IN_REGION", in_region)
-    finding_rows = []
-    for f in result.findings:
-        finding_rows.append(
-            {
-                "uid": f"{uid}|{f.id}",
-                "run_a": a,
-                "run_b": b,
-                "id": f.id,
-                "wasteful": f.wasteful,
-                "verdict": f.verdict,
-                "energy_a_j": f.region_a.energy_j,
-                "energy_b_j": f.region_b.energy_j,
-                "time_a_s": f.region_a.time_s,
-                "time_b_s": f.region_b.time_s,
-                "saving_j": f.saving_j,
-                "saving_share": f.saving_share,
-                "output_rel_diff": f.output_rel_diff,
-                "occurrences": f.occurrences,
-                "ops_a": f.ops_a,
-                "ops_b": f.ops_b,
-                "modules_a": f.modules_a,
-                "modules_b": f.modules_b,
-                "json": json.dumps(f.to_json(), separators=(",", ":")),
-            }
-        )
-    db.bulk_insert("DiffFinding", finding_rows)
-    db.bulk_insert(
-        "FLAGS",
-        [{"from": f"{uid}|{fid}", "to": f"{uid}|{k}"} for k, fid in finding_of_region.items()],
-    )
+    return region_rows, in_region
+
+
+def _finding_row(uid: str, a: str, b: str, f: Finding) -> dict:
+    """A `DiffFinding` row: columns for Cypher, and the finding's JSON."""
+    return {
+        "uid": f"{uid}|{f.id}",
+        "run_a": a,
+        "run_b": b,
+        "id": f.id,
+        "wasteful": f.wasteful,
+        "verdict": f.verdict,
+        "energy_a_j": f.region_a.energy_j,
+        "energy_b_j": f.region_b.energy_j,
+        "time_a_s": f.region_a.time_s,
+        "time_b_s": f.region_b.time_s,
+        "saving_j": f.saving_j,
+        "saving_share": f.saving_share,
+        "output_rel_diff": f.output_rel_diff,
+        "occurrences": f.occurrences,
+        "ops_a": f.ops_a,
+        "ops_b": f.ops_b,
+        "modules_a": f.modules_a,
+        "modules_b": f.modules_b,
+        "json": json.dumps(f.to_json(), separators=(",", ":")),
+    }
+
+
+def finding_record(f: Finding) -> dict:
+    """A finding as `Diff.result_json` keeps it: its fields, regions whole, and the
+    diagnosis fields in their `to_json` form."""
+    d = {
+        k.name: getattr(f, k.name)
+        for k in dataclasses.fields(Finding)
+        if k.name not in ("region_a", "region_b", "job", *DIAGNOSIS_FIELDS)
+    }
+    d["region_a"] = dataclasses.asdict(f.region_a)
+    d["region_b"] = dataclasses.asdict(f.region_b)
+    d.update(f.diagnosis_json())
+    return d
 
 
 def _result_dict(result: DiffResult, regions: list[tuple[str, Region, Region]]) -> dict:
+    res = {
+        "a": dataclasses.asdict(result.a),
+        "b": dataclasses.asdict(result.b),
+        "findings": [finding_record(f) for f in result.findings],
+        "matched_pairs": result.matched_pairs,
+        "threshold": result.threshold,
+        "message": result.message,
+    }
     return {
-        "result": dataclasses.asdict(result),
+        "result": res,
         "regions": [
             {"kind": kind, "a": dataclasses.asdict(ra), "b": dataclasses.asdict(rb)}
             for kind, ra, rb in regions
@@ -154,12 +192,15 @@ def _result_dict(result: DiffResult, regions: list[tuple[str, Region, Region]]) 
     }
 
 
-def _finding(d: dict) -> Finding:
+def finding_from_record(d: dict) -> Finding:
+    """Inverse of `finding_record`."""
     d = dict(d)
     d["region_a"] = Region(**d["region_a"])
     d["region_b"] = Region(**d["region_b"])
-    names = {f.name for f in dataclasses.fields(Finding)}
-    return Finding(**{k: v for k, v in d.items() if k in names})
+    plain = {f.name for f in dataclasses.fields(Finding)} - {"job", *DIAGNOSIS_FIELDS}
+    f = Finding(**{k: v for k, v in d.items() if k in plain})
+    f.set_diagnosis_json(d)
+    return f
 
 
 def load_diff(
@@ -181,7 +222,7 @@ def load_diff(
     result = DiffResult(
         a=RunSummary(**r["a"]),
         b=RunSummary(**r["b"]),
-        findings=[_finding(f) for f in r["findings"]],
+        findings=[finding_from_record(f) for f in r["findings"]],
         matched_pairs=r["matched_pairs"],
         threshold=r["threshold"],
         message=r["message"],

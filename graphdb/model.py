@@ -14,7 +14,8 @@ so attribution never has to reconcile two clocks.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 # Re-exported: the operator vocabularies live in `vocab.py`; much code imports this one here.
 from .vocab import BOOKKEEPING_OPS  # noqa: F401
@@ -243,11 +244,42 @@ class Finding:
     modules_b: list[str] = field(default_factory=list)
     # filled by diagnosis (None until then)
     category: str | None = None  # "api-misuse" | "misconfiguration" | "redundant"
-    divergence: dict | None = None
-    root_cause: dict | None = None
-    fix: dict | None = None
+    divergence: Divergence | None = None
+    root_cause: RootCause | None = None
+    fix: Fix | None = None
     occurrences: int = 1  # matched region pairs folded into this finding (one per layer)
     interval: SavingInterval | None = None  # the confidence interval the verdict rests on
+    # which ranks of a multi-rank job the finding concerns (job diffs only); its keys
+    # travel inside the JSON "divergence" object
+    job: JobInfo | None = None
+
+    def divergence_json(self) -> dict | None:
+        """The JSON "divergence": the divergence point plus the job keys, if any."""
+        if self.divergence is None and self.job is None:
+            return None
+        d = self.divergence.to_json() if self.divergence is not None else {}
+        if self.job is not None:
+            d.update(self.job.to_json())
+        return d
+
+    def diagnosis_json(self) -> dict:
+        """The diagnosis fields as JSON (the keys of `to_json` and of stored diffs)."""
+        return {
+            "category": self.category,
+            "divergence": self.divergence_json(),
+            "root_cause": self.root_cause.to_json() if self.root_cause is not None else None,
+            "fix": self.fix.to_json() if self.fix is not None else None,
+        }
+
+    def set_diagnosis_json(self, d: dict) -> None:
+        """Fill the diagnosis fields from their JSON (inverse of `diagnosis_json`)."""
+        self.category = d.get("category")
+        div = d.get("divergence")
+        self.divergence = Divergence.from_json(div) if div and "level" in div else None
+        self.job = JobInfo.from_json(div) if div else None
+        rc, fx = d.get("root_cause"), d.get("fix")
+        self.root_cause = RootCause.from_json(rc) if rc else None
+        self.fix = Fix.from_json(fx) if fx else None
 
     def to_json(self) -> dict:
         return {
@@ -263,10 +295,7 @@ class Finding:
             "ops": {"a": self.ops_a, "b": self.ops_b},
             "op_idx": {"a": self.region_a.ops, "b": self.region_b.ops},
             "modules": {"a": self.modules_a, "b": self.modules_b},
-            "category": self.category,
-            "divergence": self.divergence,
-            "root_cause": self.root_cause,
-            "fix": self.fix,
+            **self.diagnosis_json(),
         }
 
 
@@ -635,3 +664,411 @@ def split_stored_config(
     energy, rest = RunEnergy.from_config(rows)
     config = {k: v for k, v in rest.items() if not k.startswith(DIST_CONFIG_PREFIX)}
     return config, DistInfo.from_config(rows), energy
+
+
+# --- Diagnosis results ---
+# What diagnosis (diagnose/rootcause.py, diagnose/ranks.py) attaches to a finding. Every
+# class has `to_json`, which writes the keys of the `magneton diff --json` contract and of
+# stored diffs (docs/diagnosis.md), and `from_json`, its inverse; code everywhere else
+# reads attributes, so a key is spelled in exactly one place.
+
+
+def _pick(cls: type, d: dict) -> dict:
+    """The entries of `d` that are fields of dataclass `cls` (unknown keys are ignored, so
+    JSON written by a newer version still loads)."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in d.items() if k in names}
+
+
+@dataclass
+class PathElement:
+    """One element of a kernel call path, as divergence analysis reports it.
+
+    kind "frame": a Python frame (`file`, `line`, `function`, `code`; in a common prefix
+    `function` and the per-side locations `a`/`b` as "file:line"); "op": an aten operator
+    (`name`); "kernel": a device kernel (`name`); "args": the same kernel reached the same
+    way with different arguments (`op`, `kernel`, `diff`: OpRecord field -> this side's
+    value); "none": nothing on this side (it ran extra work on the other).
+    """
+
+    kind: str
+    file: str | None = None
+    line: int | None = None
+    function: str | None = None
+    code: str | None = None
+    name: str | None = None
+    op: str | None = None
+    kernel: str | None = None
+    diff: dict[str, Any] | None = None
+    a: str | None = None
+    b: str | None = None
+    branch: bool = False  # a divergence site: the two sides branched inside this function
+
+    def to_json(self) -> dict:
+        d: dict[str, Any] = {"kind": self.kind}
+        for f in fields(self)[1:]:
+            v = getattr(self, f.name)
+            if v is not None and v is not False:
+                d[f.name] = v
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> PathElement:
+        return cls(**_pick(cls, d))
+
+
+def _el(d: dict | None) -> PathElement | None:
+    return PathElement.from_json(d) if d else None
+
+
+@dataclass
+class Divergence:
+    """Where the two sides of a finding stop doing the same thing (diagnose/divergence.py)."""
+
+    level: str  # "python" | "dispatch" | "kernel"
+    op_a: int | None
+    op_b: int | None
+    a: PathElement  # first differing element per side
+    b: PathElement
+    site_a: PathElement | None = None  # last Python frame both sides agree on
+    site_b: PathElement | None = None
+    common_prefix: list[PathElement] = field(default_factory=list)
+    identical_paths: int = 0  # kernel paths found on both sides
+    # in memory only (not in the JSON): the common prefix length and the two paths
+    common: int = 0
+    path_a: tuple[str, ...] = ()
+    path_b: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {
+            "level": self.level,
+            "ops": {"a": self.op_a, "b": self.op_b},
+            "a": self.a.to_json(),
+            "b": self.b.to_json(),
+            "site": {
+                "a": self.site_a.to_json() if self.site_a else None,
+                "b": self.site_b.to_json() if self.site_b else None,
+            },
+            "common_prefix": [e.to_json() for e in self.common_prefix],
+            "identical_paths": self.identical_paths,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> Divergence:
+        ops, site = d.get("ops") or {}, d.get("site") or {}
+        return cls(
+            level=d["level"],
+            op_a=ops.get("a"),
+            op_b=ops.get("b"),
+            a=_el(d.get("a")) or PathElement("none"),
+            b=_el(d.get("b")) or PathElement("none"),
+            site_a=_el(site.get("a")),
+            site_b=_el(site.get("b")),
+            common_prefix=[PathElement.from_json(e) for e in d.get("common_prefix") or []],
+            identical_paths=d.get("identical_paths", 0),
+        )
+
+    def element(self, side: str) -> PathElement:
+        return self.a if side == "a" else self.b
+
+    def site(self, side: str) -> PathElement | None:
+        return self.site_a if side == "a" else self.site_b
+
+    def same_everything(self) -> bool:
+        """Same kernels reached the same way with the same arguments on both sides."""
+        return self.a.kind == "args" and not self.a.diff
+
+
+@dataclass
+class CollectiveInfo:
+    """Collectives of one rank with no counterpart on the other side (job diffs)."""
+
+    count: int
+    phases: dict[str, int]  # phase of the issuing API ("shadow", ...) -> collectives
+    ops: list[int]
+    energy_j: float
+    time_s: float
+    measured_wait_s: float  # per call, in work.wait() (measured)
+    busy_wait_share: float | None  # share of that wait that burned CPU
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> CollectiveInfo:
+        return cls(**_pick(cls, d))
+
+
+_JOB_KEYS = ("rank", "runs", "collectives", "saving_basis", "rank_time_s", "rank_energy_j", "notes")
+
+
+@dataclass
+class JobInfo:
+    """Which ranks of two multi-rank jobs a finding concerns, and the ranks' totals.
+    Its keys are written into the JSON "divergence" object (the contract since job diffs
+    existed); keys left None are not written."""
+
+    rank: int | None = None
+    runs: dict[str, str] | None = None  # side -> the rank's run ("job/rank0")
+    collectives: CollectiveInfo | None = None
+    saving_basis: str | None = None  # how the saving of a redundant collective is priced
+    rank_time_s: dict[str, float] | None = None  # side -> the rank's time per call
+    rank_energy_j: dict[str, float] | None = None
+    notes: list[str] | None = None  # what could not be compared
+
+    def to_json(self) -> dict:
+        d: dict[str, Any] = {}
+        for k in _JOB_KEYS:
+            v = getattr(self, k)
+            if v is not None:
+                d[k] = v.to_json() if isinstance(v, CollectiveInfo) else v
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> JobInfo | None:
+        """The job keys of a JSON "divergence", or None when it has none."""
+        kw = {k: d[k] for k in _JOB_KEYS if d.get(k) is not None}
+        if not kw:
+            return None
+        if "collectives" in kw:
+            kw["collectives"] = CollectiveInfo.from_json(kw["collectives"])
+        return cls(**kw)
+
+
+@dataclass
+class OriginInfo:
+    """Where one side's value of the key variable is set: what a user edits."""
+
+    kind: str  # "config" | "api-argument" | "global-flag" | "env" | "code"
+    variable: str
+    file: str | None = None
+    line: int | None = None
+    code: str | None = None
+    value: str | None = None  # source text of the value
+    library_default: bool = False  # file/line point at the library's default
+    env_var: str | None = None
+    assigned_to: str | None = None  # the user's name that carries the value
+    note: str = ""
+
+    def to_json(self) -> dict:
+        d = {
+            "kind": self.kind,
+            "variable": self.variable,
+            "file": self.file,
+            "line": self.line,
+            "code": self.code,
+            "value": self.value,
+            "library_default": self.library_default,
+        }
+        if self.env_var:
+            d["env_var"] = self.env_var
+        if self.assigned_to:
+            d["assigned_to"] = self.assigned_to
+        if self.note:
+            d["note"] = self.note
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> OriginInfo:
+        return cls(**_pick(cls, d))
+
+
+@dataclass
+class FlowHop:
+    """One step of the backward data flow from the key variable to its origin."""
+
+    file: str
+    line: int
+    code: str
+    expr: str
+    note: str = ""
+    values: dict[str, str] = field(default_factory=dict)  # side -> observed (re-run)
+
+    def to_json(self) -> dict:
+        d: dict[str, Any] = {
+            "file": self.file,
+            "line": self.line,
+            "code": self.code,
+            "expr": self.expr,
+            "note": self.note,
+        }
+        if self.values:
+            d["values"] = dict(self.values)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> FlowHop:
+        return cls(**_pick(cls, d))
+
+
+@dataclass
+class KeyVariableInfo:
+    """The variable whose value differs at the deviation site (diagnose/keyvar.py)."""
+
+    kind: str  # "call-target" | "branch" | "knob" | "code" | "args" | "unknown"
+    expr: str | None = None
+    file: str | None = None
+    line: int | None = None
+    values: dict[str, Any] = field(default_factory=dict)
+    knob: str | None = None  # the knowledge base's knob key
+    rerun: dict[str, Any] = field(default_factory=dict)  # how the re-run went ("ran", ...)
+    note: str = ""
+
+    def to_json(self) -> dict:
+        d: dict[str, Any] = {
+            "kind": self.kind,
+            "expr": self.expr,
+            "file": self.file,
+            "line": self.line,
+            "values": self.values,
+        }
+        if self.knob is not None:
+            d["knob"] = self.knob
+        if self.rerun:
+            d["rerun"] = self.rerun
+        if self.note:
+            d["note"] = self.note
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> KeyVariableInfo:
+        return cls(**_pick(cls, d))
+
+    @property
+    def rerun_ran(self) -> bool:
+        return bool(self.rerun.get("ran"))
+
+    @property
+    def rerun_seconds(self) -> float:
+        return float(self.rerun.get("seconds") or 0)
+
+
+@dataclass
+class RuleRef:
+    """The knowledge rule that names a finding's pattern (knowledge/rules/*.yaml)."""
+
+    id: str
+    title: str
+    category: str
+    knob: str | None
+    references: list[str]
+    grounding: str
+    orientation: str = "as-written"  # "reversed": the pattern was on the efficient side
+    fix: str | None = None  # the rule's fix text (job diffs carry it)
+
+    def to_json(self) -> dict:
+        d: dict[str, Any] = {
+            "id": self.id,
+            "title": self.title,
+            "category": self.category,
+            "knob": self.knob,
+            "references": list(self.references),
+            "grounding": self.grounding,
+            "orientation": self.orientation,
+        }
+        if self.fix is not None:
+            d["fix"] = self.fix
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> RuleRef:
+        return cls(**_pick(cls, d))
+
+
+_ROOT_CAUSE_OPTIONAL = ("unresolved", "note", "error", "traceback", "api", "rank", "summary")
+
+
+@dataclass
+class RootCause:
+    """Why a finding's two sides differ: the variable, its values and where it is set."""
+
+    kind: str  # "config" | "api-argument" | "global-flag" | "env" | "code" | "unknown"
+    variable: str | None = None
+    values: dict[str, str | None] = field(default_factory=lambda: {"a": None, "b": None})
+    file: str | None = None  # where the wasteful side's value is set
+    line: int | None = None
+    code: str | None = None
+    library_default: bool = False
+    origins: dict[str, OriginInfo | None] = field(default_factory=dict)
+    key_variable: KeyVariableInfo | None = None
+    data_flow: list[FlowHop] = field(default_factory=list)
+    rule: RuleRef | None = None  # the best explaining rule
+    rules: list[str] = field(default_factory=list)  # every explaining rule, best first
+    # written only when set
+    unresolved: str | None = None  # where the data-flow walk stopped, and why
+    note: str | None = None
+    error: str | None = None  # diagnosis failed with this (kind "unknown")
+    traceback: str | None = None
+    api: str | None = None  # job diffs: the API that issued redundant collectives
+    rank: int | None = None
+    summary: str | None = None
+
+    def to_json(self) -> dict:
+        d: dict[str, Any] = {
+            "kind": self.kind,
+            "variable": self.variable,
+            "values": dict(self.values),
+            "file": self.file,
+            "line": self.line,
+            "code": self.code,
+            "library_default": self.library_default,
+            "origins": {s: (o.to_json() if o else None) for s, o in self.origins.items()},
+            "key_variable": self.key_variable.to_json() if self.key_variable else None,
+            "data_flow": [h.to_json() for h in self.data_flow],
+            "rule": self.rule.to_json() if self.rule else None,
+            "rules": list(self.rules),
+        }
+        for k in _ROOT_CAUSE_OPTIONAL:
+            if getattr(self, k) is not None:
+                d[k] = getattr(self, k)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> RootCause:
+        kw = _pick(cls, d)
+        kw["origins"] = {
+            s: (OriginInfo.from_json(o) if o else None) for s, o in (d.get("origins") or {}).items()
+        }
+        kv = d.get("key_variable")
+        kw["key_variable"] = KeyVariableInfo.from_json(kv) if kv else None
+        kw["data_flow"] = [FlowHop.from_json(h) for h in d.get("data_flow") or []]
+        kw["rule"] = RuleRef.from_json(d["rule"]) if d.get("rule") else None
+        kw["values"] = dict(d.get("values") or {"a": None, "b": None})
+        kw["rules"] = list(d.get("rules") or [])
+        return cls(**kw)
+
+    def origin(self, side: str) -> OriginInfo | None:
+        return self.origins.get(side)
+
+
+@dataclass
+class Fix:
+    """What to change: a summary, and a unified diff when the change is mechanical."""
+
+    summary: str = ""
+    patch: str | None = None  # unified diff, paths relative to base_dir
+    file: str | None = None  # the patched file (relative to base_dir)
+    base_dir: str | None = None
+    snippet: str | None = None  # the efficient side's code, as guidance
+    rule: str | None = None  # id of the rule the summary quotes
+    references: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        d: dict[str, Any] = {
+            "summary": self.summary,
+            "patch": self.patch,
+            "file": self.file,
+            "base_dir": self.base_dir,
+        }
+        if self.snippet is not None:
+            d["snippet"] = self.snippet
+        if self.rule is not None or self.references:
+            d["rule"] = self.rule
+            d["references"] = list(self.references)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> Fix:
+        kw = _pick(cls, d)
+        kw["references"] = list(d.get("references") or [])
+        return cls(**kw)

@@ -132,10 +132,10 @@ def link_explanations(db: Any, result: DiffResult) -> int:
     db.delete_where(rels={"EXPLAINS": "{v}.run_a = $a AND {v}.run_b = $b"}, params={"a": a, "b": b})
     rows = []
     for f in result.findings:
-        rule = (f.root_cause or {}).get("rule") or {}
-        rid = rule.get("id")
-        if not rid:
+        rule = f.root_cause.rule if f.root_cause is not None else None
+        if rule is None or not rule.id:
             continue
+        rid = rule.id
         for side, run, ops in (("a", a, f.region_a.ops), ("b", b, f.region_b.ops)):
             for i in ops:
                 rows.append(
@@ -165,9 +165,6 @@ ORDER BY operators DESC
 matches fragments element-wise, see knowledge/match.py)."""
 
 
-DIAGNOSIS_FIELDS = ("category", "divergence", "root_cause", "fix")
-
-
 def save_diagnosis(db: Any, result: DiffResult) -> bool:
     """Write the diagnosis fields of `result`'s findings into the stored diff of the same
     run pair (`Diff.result_json` and each `DiffFinding.json`), so `magneton export-patch`
@@ -176,7 +173,7 @@ def save_diagnosis(db: Any, result: DiffResult) -> bool:
     matching is left untouched. Returns True when something was written."""
     if getattr(db, "read_only", True):
         return False
-    from magneton.graphdb.matches import diff_uid, load_diff
+    from magneton.graphdb.matches import DIAGNOSIS_FIELDS, diff_uid, load_diff
 
     loaded = load_diff(db, result.a.run, result.b.run)
     if loaded is None:
@@ -194,8 +191,9 @@ def save_diagnosis(db: Any, result: DiffResult) -> bool:
             or s["region_b"]["ops"] != f.region_b.ops
         ):
             continue
+        diagnosis = f.diagnosis_json()
         for k in DIAGNOSIS_FIELDS:
-            s[k] = getattr(f, k)
+            s[k] = diagnosis[k]
         db.query(
             "MATCH (x:DiffFinding {uid: $u}) SET x.json = $j",
             {"u": f"{uid}|{f.id}", "j": json.dumps(f.to_json())},

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
+from magneton.graphdb.model import RuleRef
 from magneton.knowledge.base import Evidence, KnowledgeBase, Rule
 
 
@@ -38,17 +39,23 @@ class RuleMatch:
     reversed: bool  # True: the rule's "wasteful" pattern was found on the efficient side
     score: int
 
-    def to_json(self) -> dict:
-        r = self.rule
-        return {
-            "id": r.id,
-            "title": r.title,
-            "category": r.category,
-            "knob": r.knob,
-            "references": list(r.references),
-            "grounding": r.grounding,
-            "orientation": "reversed" if self.reversed else "as-written",
-        }
+    def ref(self) -> RuleRef:
+        """The rule as a finding's root cause names it."""
+        return rule_ref(self.rule, reversed=self.reversed)
+
+
+def rule_ref(r: Rule, *, reversed: bool = False, with_fix: bool = False) -> RuleRef:
+    """A rule as findings carry it; `with_fix` adds the rule's fix text."""
+    return RuleRef(
+        id=r.id,
+        title=r.title,
+        category=r.category,
+        knob=r.knob,
+        references=list(r.references),
+        grounding=r.grounding,
+        orientation="reversed" if reversed else "as-written",
+        fix=r.fix if with_fix else None,
+    )
 
 
 def _tokens(chain: str) -> list[str]:

@@ -92,11 +92,11 @@ def test_case_diagnosis(case):
         return
     assert f is not None, f"{name}: no finding covers {expect.get('region_ops')}: {diff['message']}"
     reason = check(expect, f)
-    assert not reason, f"{name}: {reason}\n{json.dumps(f.root_cause, indent=1)[:3000]}"
+    assert not reason, f"{name}: {reason}\n{json.dumps(f.root_cause.to_json(), indent=1)[:3000]}"
     # every finding ends in why and what to change
-    assert f.root_cause["kind"] != "unknown" and f.fix["summary"]
-    if f.root_cause["kind"] != "code":
-        assert f.root_cause["file"] and f.root_cause["line"]
+    assert f.root_cause.kind != "unknown" and f.fix.summary
+    if f.root_cause.kind != "code":
+        assert f.root_cause.file and f.root_cause.line
 
 
 def test_patch_closes_the_gap(case):
@@ -104,7 +104,7 @@ def test_patch_closes_the_gap(case):
     if name not in PATCHED_CASES:
         pytest.skip("API-misuse and control cases are checked for diagnosis only")
     f = _relevant(db, expect)
-    assert f is not None and f.fix["patch"]
+    assert f is not None and f.fix.patch
     before = f.saving_j
     patch = d / "fix.patch"
     magneton("export-patch", "--db", str(db), "a", "b", "--finding", str(f.id), "-o", str(patch))
@@ -125,7 +125,7 @@ def test_patch_closes_the_gap(case):
     assert patched != original
     # exactly one line changed: the origin line
     changed = [ln for ln in patched.splitlines() if ln not in original.splitlines()]
-    assert len(changed) == 1 and f.root_cause["variable"].split(".")[-1] in changed[0]
+    assert len(changed) == 1 and f.root_cause.variable.split(".")[-1] in changed[0]
     record(d / "a.py", db, "patched")
     after = json.loads(magneton("diff", "--db", str(db), "patched", "b", "--json").stdout)
     with open_db(db) as handle:
@@ -142,8 +142,8 @@ def test_patch_closes_the_gap(case):
     # time can move by 2x between runs of identical code. A gap that remains must then
     # be one the programs no longer explain: same kernel paths, same arguments, same
     # relevant settings on both sides — not the diagnosed cause any more.
-    rc = g.root_cause
-    assert rc["kind"] == "unknown" and (g.divergence or {}).get("a", {}).get("kind") == "args", (
+    rc = g.root_cause.to_json()
+    assert rc["kind"] == "unknown" and g.divergence is not None and g.divergence.a.kind == "args", (
         f"{name}: the patched run still wastes {remaining:.3g} J in that region "
         f"(was {before:.3g} J) and the diagnosis still explains it: "
         f"{json.dumps(rc)[:800]} {json.dumps(after['findings'][:1])[:400]}"

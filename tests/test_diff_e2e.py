@@ -262,3 +262,55 @@ def test_a_timing_blip_on_identical_code_is_noise_not_waste(db, capsys, tmp_path
     assert rc == 0
     assert "0 finding(s)" in text and "1 more judged noise" in text
     assert "noise: both sides ran the same kernels" in text and "waste" not in text
+
+
+def test_fail_on_waste_is_a_ci_gate_with_exit_3(db, capsys):
+    """`--fail-on waste` exits 3 when a waste finding exists, prints the same output
+    (the JSON unchanged), and passes when nothing is waste or the saving is too small."""
+    args = ("diff", "--db", str(db), "gelu_new", "gelu_fused", "--no-rerun")
+    rc, out, err = run(capsys, *args, "--json")
+    assert rc == 0, err
+    plain = json.loads(out)
+    assert any(f["verdict"] == "waste" for f in plain["findings"])
+    rc, out, err = run(capsys, *args, "--json", "--fail-on", "waste")
+    assert rc == 3 and "--fail-on waste" in err
+    assert json.loads(out) == plain  # the gate does not change the contract
+    rc, out, _ = run(capsys, *args, "--fail-on", "waste")
+    assert rc == 3 and "waste" in out  # the table is still printed
+    share = max(f["saving_share"] for f in plain["findings"] if f["verdict"] == "waste")
+    rc, _, err = run(capsys, *args, "--fail-on", "waste", "--fail-on-share", f"{share * 1.01}")
+    assert rc == 0, err
+    # the two addmm forms differ by less than the threshold: nothing to fail on
+    rc, _, err = run(capsys, "diff", "--db", str(db), "addmm", "add_mm", "--fail-on", "waste")
+    assert rc == 0, err
+    rc, _, err = run(capsys, *args, "--fail-on", "waste", "--fail-on-share", "1.5")
+    assert rc == 2 and "--fail-on-share" in err
+
+
+def test_pipeline_is_pure_and_callers_store_explicitly(db):
+    """`run_diff` reads a writable DB without writing it; `store_outcome` stores."""
+    from magneton.diagnose.pipeline import run_diff, store_outcome
+    from magneton.graphdb import open_db
+    from magneton.graphdb.matches import delete_diff, load_diff
+
+    stages: list[tuple[str, int, int]] = []
+    with open_db(db) as h:
+        delete_diff(h, "add_mm", "addmm")
+        out = run_diff(
+            h,
+            "add_mm",
+            "addmm",
+            threshold=0.05,
+            rerun=False,
+            progress=lambda stage, res, done, total: stages.append((stage, done, total)),
+        )
+        assert load_diff(h, "add_mm", "addmm") is None  # nothing written
+        store_outcome(h, out)
+        stored, regions = load_diff(h, "add_mm", "addmm")
+    assert stages[0][0] == "detected"
+    assert [s for s in stages if s[0] == "diagnosed"][-1:] == (
+        [("diagnosed", len(out.result.findings), len(out.result.findings))]
+        if out.result.findings
+        else []
+    )
+    assert stored.to_json() == out.result.to_json() and len(regions) == len(out.regions)

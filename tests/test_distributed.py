@@ -26,12 +26,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from magneton.diagnose.collectives import JOIN_API, collective_cause
+from magneton.diagnose.jobdiff import diff_jobs
 from magneton.diagnose.ranks import (
-    JOIN_API,
     CollectiveTiming,
     RankTimeline,
-    collective_cause,
-    diff_jobs,
     estimate_peer_waits,
     rank_report,
 )
@@ -275,33 +274,96 @@ def test_rank_report_over_all_ranks(jobs):
 def test_c9_join_shadow_collectives_are_redundant_and_blame_join(jobs):
     res = diff_jobs(jobs["db"], "join", "manual", match_values=False)
     assert res.a.run == "join" and res.b.run == "manual"
-    early = [f for f in res.findings if f.divergence["rank"] == 0]
+    early = [f for f in res.findings if f.job.rank == 0]
     assert len(early) == 1
     f = early[0]
     assert f.wasteful == "a" and f.category == "redundant" and f.verdict == "waste"
-    coll = f.divergence["collectives"]
+    coll = f.job.collectives.to_json()
     # 3 extra batches of rank 1 -> 3 shadow iterations of (all-reduce for "who still
     # trains?", gradient-sync flag, gradient bucket)
     assert coll["phases"]["shadow"] == 9
     assert coll["energy_j"] > 0 and f.region_a.energy_j >= coll["energy_j"]
     assert all(f.ops_a[0:1]) and "c10d::allreduce_" in f.ops_a
-    rc = f.root_cause
+    rc = f.root_cause.to_json()
     assert rc["kind"] == "code" and rc["variable"] == JOIN_API
     src = (C9 / "join.py").read_text().splitlines()
     assert rc["file"] == str(C9 / "join.py") and "with Join([model])" in src[rc["line"] - 1]
     assert rc["rule"]["id"] == "join-redundant-allreduce"
-    assert f.fix["summary"]
+    assert f.fix.summary
     # the late rank's own all-reduces of its extra batches were partnered by the shadows
-    late = [g for g in res.findings if g.divergence["rank"] == 1]
-    assert late and late[0].divergence["collectives"]["phases"]["partner of rank 0 shadow"] == 3
+    late = [g for g in res.findings if g.job.rank == 1]
+    assert late and late[0].job.collectives.phases["partner of rank 0 shadow"] == 3
     assert not res.message  # findings were made: printers show the table
-    assert f.divergence["rank_time_s"]["a"] > 0 and f.divergence["runs"]["b"] == "manual/rank0"
+    assert f.job.rank_time_s["a"] > 0 and f.job.runs["b"] == "manual/rank0"
     assert json.dumps(res.to_json())  # the `magneton diff --json` contract holds
 
 
 def test_diff_jobs_rejects_single_runs(jobs):
     with pytest.raises(MagnetonError, match="not a multi-rank job"):
         diff_jobs(jobs["db"], "join/rank0", "manual")
+
+
+def _cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli_main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_job_names_work_in_diff_gate_and_export_patch(jobs):
+    """Jobs go through the one diff pipeline: `diff` (and its CI gate) and `export-patch`
+    take job names as they take run names."""
+    db = str(jobs["db"])
+    code, out, err = _cli("diff", "--db", db, "join", "manual", "--json", "--fail-on", "waste")
+    assert code == 3, err
+    res = json.loads(out)
+    assert res["a"]["run"] == "join"
+    join = next(f for f in res["findings"] if f["category"] == "redundant")
+    assert join["divergence"]["rank"] in (0, 1) and join["verdict"] == "waste"
+    # the finding has guidance but no mechanical patch: export-patch says so for the job
+    fid = str(join["id"])
+    code, _, err = _cli("export-patch", "--db", db, "join", "manual", "--finding", fid)
+    assert code == 1 and "no mechanical patch" in err and "shadow collectives" in err, err
+    code, _, err = _cli("export-patch", "--db", db, "join", "manual", "--finding", "99")
+    assert code == 2 and "no finding 99 in the diff of 'join' and 'manual'" in err
+
+
+def test_tui_opens_a_job_diff_and_its_finding(jobs):
+    """`magneton-tui --db D join manual`: the findings of the job diff, and a finding's
+    screen with the profiles of the ranks it concerns."""
+    import asyncio
+
+    from magneton.tui.app import MagnetonApp
+    from magneton.tui.data import Store
+    from magneton.tui.screens import FindingScreen, FindingsScreen
+
+    store = Store(jobs["db"])
+    app = MagnetonApp(store, store.check(), "join", "manual", diagnose=True, rerun=False)
+
+    async def wait(pilot, cond, what: str, timeout: float = 240) -> None:
+        import time
+
+        t0 = time.monotonic()
+        while not cond():
+            assert time.monotonic() - t0 < timeout, f"timed out waiting for {what}"
+            await pilot.pause(0.1)
+
+    async def go() -> None:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await wait(pilot, lambda: isinstance(app.screen, FindingsScreen), "findings")
+            screen = app.screen
+            await wait(pilot, lambda: screen.result is not None, "the job diff")
+            await wait(pilot, lambda: not screen.diagnosing, "the job diff to finish")
+            assert screen.result.a.run == "join" and screen.result.findings
+            await pilot.press("enter")
+            await wait(pilot, lambda: isinstance(app.screen, FindingScreen), "the finding")
+            detail = app.screen
+            await wait(pilot, lambda: detail.prof["a"] is not None, "the rank profiles")
+            f = detail.finding
+            assert detail.prof["a"].run.name == f.job.runs["a"]
+            assert detail.prof["a"].run.name.startswith("join/rank")
+
+    asyncio.run(go())
 
 
 # ---- pure parts -------------------------------------------------------------------------

@@ -119,9 +119,9 @@ def test_native_divergence_at_convolution_and_its_knob(work, tmp_path):
         f = _finding(pa, pb)
         d = find_divergence(db, f, "a", "b", pa, pb)
         assert d.level == "dispatch"
-        assert d.a == {"kind": "op", "name": "aten::thnn_conv2d"}
-        assert d.b == {"kind": "op", "name": "aten::mkldnn_convolution"}
-        prefix_ops = [e["name"] for e in d.common_prefix if e["kind"] == "op"]
+        assert d.a.to_json() == {"kind": "op", "name": "aten::thnn_conv2d"}
+        assert d.b.to_json() == {"kind": "op", "name": "aten::mkldnn_convolution"}
+        prefix_ops = [e.name for e in d.common_prefix if e.kind == "op"]
         assert prefix_ops[-1] == "aten::_convolution"
         # the Cypher text users run (docs/diagnosis.md) passes the read-only guard
         rows = db.user_query(
@@ -136,14 +136,14 @@ def test_native_divergence_at_convolution_and_its_knob(work, tmp_path):
         ).rows
         assert rows and rows[0][4] == len(d.common_prefix)
         diagnose_result(db, _result(pa, pb, f), rerun=False)
-    rc = f.root_cause
+    rc = f.root_cause.to_json()
     assert rc["kind"] == "global-flag"
     assert rc["variable"] == "torch.backends.mkldnn.enabled"
     assert rc["values"] == {"a": "False", "b": "True"}
     assert rc["rule"]["id"] == "mkldnn-conv-disabled"
     assert f.category == "misconfiguration"
     # the flag was flipped in the process, not in the script: guidance, no patch
-    assert f.fix["patch"] is None and "torch.backends.mkldnn.enabled" in f.fix["summary"]
+    assert f.fix.patch is None and "torch.backends.mkldnn.enabled" in f.fix.summary
 
 
 def test_python_divergence_through_a_call_target(work, tmp_path):
@@ -154,8 +154,8 @@ def test_python_divergence_through_a_call_target(work, tmp_path):
         pb = _record(db, "b", mod.dispatch, (mod.Act(mod.act_fast), x), path)
         d = find_divergence(db, _finding(pa, pb), "a", "b", pa, pb)
     assert d.level == "python"
-    assert d.a["function"] == "act_slow" and d.b["function"] == "act_fast"
-    assert d.site_a["function"] == "__call__" and d.site_a["code"] == "return self.fn(x)"
+    assert d.a.function == "act_slow" and d.b.function == "act_fast"
+    assert d.site_a.function == "__call__" and d.site_a.code == "return self.fn(x)"
 
 
 def test_identical_paths_compare_kernel_arguments(work, tmp_path):
@@ -166,11 +166,11 @@ def test_identical_paths_compare_kernel_arguments(work, tmp_path):
         pb = _record(db, "b", mod.gelu, (x.t(),), path)  # same code, non-contiguous input
         pc = _record(db, "c", mod.gelu, (x,), path)
         d = find_divergence(db, _finding(pa, pb), "a", "b", pa, pb)
-        assert d.level == "kernel" and d.a["kind"] == "args"
-        assert d.a["diff"]["input_contiguous"] == [True]
-        assert d.b["diff"]["input_contiguous"] == [False]
+        assert d.level == "kernel" and d.a.kind == "args"
+        assert d.a.diff["input_contiguous"] == [True]
+        assert d.b.diff["input_contiguous"] == [False]
         same = find_divergence(db, _finding(pa, pc), "a", "c", pa, pc)
-        assert same.level == "kernel" and same.a["diff"] == {} and same.identical_paths >= 1
+        assert same.level == "kernel" and same.a.diff == {} and same.identical_paths >= 1
 
 
 def test_extra_copy_is_redundant_and_copies_are_not_ignored(work, tmp_path):
@@ -181,10 +181,10 @@ def test_extra_copy_is_redundant_and_copies_are_not_ignored(work, tmp_path):
         pb = _record(db, "b", mod.maybe_copy, (x.t(), False), path)
         f = _finding(pa, pb)
         d = find_divergence(db, f, "a", "b", pa, pb)
-        assert d.b == {"kind": "none"}  # a copies, b has nothing in its place
+        assert d.b.to_json() == {"kind": "none"}  # a copies, b has nothing in its place
         diagnose_result(db, _result(pa, pb, f), rerun=False)
     assert f.category == "redundant"
-    assert f.root_cause["rule"]["id"] == "redundant-copy"
+    assert f.root_cause.rule.id == "redundant-copy"
 
 
 LIB = """
@@ -280,8 +280,8 @@ def test_rerun_finds_the_config_value_and_patches_it(tmp_path, monkeypatch):
         pa, pb = _record_scripts(db, proj, "act")
         f = _finding(pa, pb)
         diagnose_result(db, _result(pa, pb, f), rerun=True)
-    rc = f.root_cause
-    assert f.divergence["level"] == "python"
+    rc = f.root_cause.to_json()
+    assert f.divergence.level == "python"
     kv = rc["key_variable"]
     assert kv["expr"] == "self.fn" and kv["rerun"]["ran"], rc
     assert kv["values"]["a"].endswith("actlib.slow>") and kv["values"]["b"].endswith("actlib.fast>")
@@ -289,7 +289,7 @@ def test_rerun_finds_the_config_value_and_patches_it(tmp_path, monkeypatch):
     assert rc["file"] == str(proj / "a.py") and rc["values"] == {"a": '"slow"', "b": '"fast"'}
     hops = [h["expr"] for h in rc["data_flow"]]
     assert hops == ["self.fn", "ACTS[config.act]", "config.act"]
-    patch = f.fix["patch"]
+    patch = f.fix.patch
     assert patch and '-    cfg = Config(width=8, act="slow")' in patch
     (proj / "fix.patch").write_text(patch)
     subprocess.run(["git", "apply", "fix.patch"], cwd=proj, check=True)
@@ -376,7 +376,7 @@ def test_optimizer_flag_behind_a_forwarding_decorator_is_found_and_patched(tmp_p
         assert {o.name for o in pb.ops} == {"aten::_foreach_mul_"}
         f = _finding(pa, pb)
         diagnose_result(db, _result(pa, pb, f), rerun=True)
-    rc = f.root_cause
+    rc = f.root_cause.to_json()
     kv = rc["key_variable"]
     # the branch that differs is the `elif foreach:`, not the `if fused:` whose span holds it
     assert kv["kind"] == "branch" and kv["expr"] == "foreach", rc
@@ -385,8 +385,8 @@ def test_optimizer_flag_behind_a_forwarding_decorator_is_found_and_patched(tmp_p
     assert [h["expr"] for h in rc["data_flow"]] == ["foreach", 'group["foreach"]'], rc
     assert rc["variable"] == "foreach" and rc["values"] == {"a": "False", "b": "True"}
     assert rc["line"] == 5 and rc["file"] == str(proj / "a.py")
-    assert "FOREACH (which sets foreach)" in f.fix["summary"]
-    (proj / "fix.patch").write_text(f.fix["patch"])
+    assert "FOREACH (which sets foreach)" in f.fix.summary
+    (proj / "fix.patch").write_text(f.fix.patch)
     subprocess.run(["git", "apply", "fix.patch"], cwd=proj, check=True)
     assert "FOREACH = True" in (proj / "a.py").read_text()
 
@@ -432,14 +432,14 @@ def test_same_kernels_on_another_dtype_trace_to_the_dtype_the_user_set(tmp_path)
         result.findings.append(conv)
         diagnose_result(db, result, rerun=False)
     # the conversions differ only in their dtype= argument (the matmul in its inputs' dtype)
-    assert "dtype=torch.float32" in conv.divergence["b"]["diff"]["scalar_args"]
+    assert "dtype=torch.float32" in conv.divergence.b.diff["scalar_args"]
     for finding in (f, conv):
-        rc = finding.root_cause
-        assert finding.divergence["level"] == "kernel", finding.divergence
+        rc = finding.root_cause.to_json()
+        assert finding.divergence.level == "kernel", finding.divergence
         assert rc["variable"] == "dtype", rc
         assert rc["values"] == {"a": "torch.float64", "b": "torch.float32"}
         assert rc["line"] == 5 and rc["file"] == str(proj / "a.py")
-    (proj / "fix.patch").write_text(f.fix["patch"])
+    (proj / "fix.patch").write_text(f.fix.patch)
     subprocess.run(["git", "apply", "fix.patch"], cwd=proj, check=True)
     text = (proj / "a.py").read_text()
     assert "DTYPE = torch.float32" in text and "ids_dtype = torch.long" in text

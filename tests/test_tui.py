@@ -21,7 +21,14 @@ from pathlib import Path
 
 import pytest
 from magneton.graphdb import open_db
-from magneton.graphdb.model import DiffResult, Finding, Region, RunSummary
+from magneton.graphdb.model import (
+    DiffResult,
+    Divergence,
+    Finding,
+    PathElement,
+    Region,
+    RunSummary,
+)
 from magneton.tui.app import MagnetonApp, main
 from magneton.tui.data import Store, ops_summary, periodic_unit, power_over
 from magneton.tui.export import check_applies
@@ -399,20 +406,15 @@ def test_main_rejects_bad_arguments_before_starting(gelu_db, capsys) -> None:
 
 
 def test_divergence_elements_of_every_kind_render() -> None:
-    assert str(element_text({"kind": "kernel", "name": "mkldnn_convolution"})) == (
+    assert str(element_text(PathElement("kernel", name="mkldnn_convolution"))) == (
         "kernel mkldnn_convolution"
     )
-    assert str(element_text({"kind": "op", "name": "aten::gelu"})) == "aten op aten::gelu"
+    assert str(element_text(PathElement("op", name="aten::gelu"))) == "aten op aten::gelu"
     args = element_text(
-        {
-            "kind": "args",
-            "op": "aten::layer_norm",
-            "kernel": "k",
-            "diff": {"input_contiguous": [False]},
-        }
+        PathElement("args", op="aten::layer_norm", kernel="k", diff={"input_contiguous": [False]})
     )
     assert str(args) == "aten::layer_norm (kernel k) with input_contiguous=[False]"
-    assert "extra work" in str(element_text({"kind": "none"}))
+    assert "extra work" in str(element_text(PathElement("none")))
     f = Finding(
         1,
         "b",
@@ -425,14 +427,16 @@ def test_divergence_elements_of_every_kind_render() -> None:
         ops_a=["aten::cat"],
         ops_b=["aten::cat", "aten::copy_"],
         category="redundant",
-        divergence={
-            "level": "kernel",
-            "ops": {"a": 0, "b": 1},
-            "a": {"kind": "none"},
-            "b": {"kind": "kernel", "name": "copy_"},
-            "site": {},
-            "common_prefix": [{"kind": "op", "name": f"aten::x{i}"} for i in range(12)],
-        },
+        divergence=Divergence.from_json(
+            {
+                "level": "kernel",
+                "ops": {"a": 0, "b": 1},
+                "a": {"kind": "none"},
+                "b": {"kind": "kernel", "name": "copy_"},
+                "site": {},
+                "common_prefix": [{"kind": "op", "name": f"aten::x{i}"} for i in range(12)],
+            }
+        ),
     )
     console = Console(width=80, record=True, color_system=None, file=open(os.devnull, "w"))
     console.print(divergence_view(f, None, None, "a", "b"))

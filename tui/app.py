@@ -23,7 +23,7 @@ from magneton.graphdb.model import MagnetonError
 from textual.app import App
 from textual.binding import Binding
 
-from .data import Store
+from .data import Store, job_row
 from .jobs import cancel_all
 from .screens import FindingsScreen, HelpScreen, QueryScreen, RunsScreen
 
@@ -82,7 +82,7 @@ class MagnetonApp(App[int]):
         given = [r for r in (self.run_a, self.run_b) if r]
         problems = []
         for name in given:
-            r = by_name.get(name)
+            r = by_name.get(name) or job_row(self.runs, name)
             if r is None:
                 names = ", ".join(by_name) if by_name else "none yet"
                 problems.append(f"no run '{name}' in {self.store.path} (runs: {names})")
@@ -95,7 +95,7 @@ class MagnetonApp(App[int]):
         return "; ".join(problems)
 
     def _row(self, name: str) -> RunRow:
-        row = next((r for r in self.runs if r.name == name), None)
+        row = next((r for r in self.runs if r.name == name), None) or job_row(self.runs, name)
         if row is None:
             raise MagnetonError(f"no run '{name}' in {self.store.path}")
         return row
@@ -125,7 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("--db", required=True, help="profile DB directory (from magneton record)")
-    p.add_argument("runs", nargs="*", metavar="RUN", help="run A and run B to compare")
+    p.add_argument(
+        "runs",
+        nargs="*",
+        metavar="RUN",
+        help="run A and run B to compare (or two multi-rank jobs: runs NAME/rank0, ...)",
+    )
     p.add_argument(
         "--threshold",
         type=float,

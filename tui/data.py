@@ -34,6 +34,7 @@ from magneton.graphdb.model import (
     MagnetonError,
     Profile,
 )
+from magneton.graphdb.wording import energy_wording
 
 if TYPE_CHECKING:
     from magneton.graphdb.db import ProfileDB, QueryResult, RunRow
@@ -91,6 +92,38 @@ class Store:
         self._diffs[(a, b)] = result
 
 
+def job_row(runs: Sequence[RunRow], name: str) -> RunRow | None:
+    """A row standing for multi-rank job `name` (runs `name/rank0`, ...), or None when
+    there is no such job: its time is the slowest rank's, its energy the ranks' sum (the
+    diff replaces both with the job's own totals once it arrives)."""
+    from magneton.graphdb.db import RunRow
+
+    prefix = f"{name}/rank"
+    ranks = [r for r in runs if r.name.startswith(prefix) and r.name[len(prefix) :].isdigit()]
+    if not ranks:
+        return None
+    bad = [r for r in ranks if r.status != "ok"]
+    return RunRow(
+        name=name,
+        script=ranks[0].script,
+        started_at=min(r.started_at for r in ranks),
+        op_count=sum(r.op_count for r in ranks),
+        status=bad[0].status if bad else "ok",
+        energy_j=sum(r.energy_j for r in ranks),
+        time_s=max(r.time_s for r in ranks),
+        power_source=", ".join(sorted({r.power_source for r in ranks if r.power_source})),
+        energy_method=", ".join(sorted({r.energy_method for r in ranks if r.energy_method})),
+        error=f"{bad[0].name}: {bad[0].error}" if bad else "",
+    )
+
+
+def finding_runs(result: DiffResult, f: Finding) -> tuple[str, str]:
+    """The runs whose profiles show finding `f`: the diffed runs, or for a job diff the
+    ranks the finding concerns."""
+    runs = f.job.runs if f.job is not None and f.job.runs else {}
+    return runs.get("a") or result.a.run, runs.get("b") or result.b.run
+
+
 # --------------------------------------------------------------------------------------
 # Energy provenance
 # --------------------------------------------------------------------------------------
@@ -98,18 +131,7 @@ class Store:
 
 def describe_energy(method: str, source: str) -> str:
     """How an energy figure was obtained, in one phrase a user can act on."""
-    source = source or "an unknown source"
-    if method == "measured":
-        return f"measured by {source}"
-    if method == "replayed":
-        return f"replayed per operator on {source}"
-    if method == "solved":
-        return f"solved by least squares from {source}"
-    if method == "estimated":
-        if source.startswith("model"):
-            return f"estimated by {source} — no power sensor"
-        return f"estimated from {source}"
-    return f"method not recorded ({source})"
+    return energy_wording(method, source)
 
 
 # --------------------------------------------------------------------------------------

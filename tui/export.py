@@ -28,8 +28,7 @@ from magneton.graphdb.model import Finding, MagnetonError
 
 
 def patch_text(finding: Finding) -> str:
-    fix = finding.fix or {}
-    patch = fix.get("patch")
+    patch = finding.fix.patch if finding.fix is not None else None
     if not patch:
         raise MagnetonError(f"finding {finding.id} has no patch to export")
     return patch if patch.endswith("\n") else patch + "\n"

@@ -15,14 +15,14 @@ multiprocessing's resource tracker fails to start with "bad value(s) in fds_to_k
 The child keeps a private duplicate of its stdout pipe for results, opens the DB
 read-only itself and sends pickled `(kind, DiffResult | None, message)` tuples:
 `("diff", result)` as soon as detection is done, `("progress", result, "k/n")` after
-each diagnosed finding (when diagnosis reports progress), then `("diagnosed", result)`, or
-`("error" | "diagnosis-error", None, line)`. `DiffJob.cancel()` terminates it.
+each diagnosed finding (the pipeline's progress callback), then `("diagnosed", result)`,
+or `("error" | "diagnosis-error", None, line)`. A and B may be runs or multi-rank jobs:
+the child runs the same pipeline as `magneton diff`. `DiffJob.cancel()` terminates it.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 import pickle
 import select
@@ -59,21 +59,6 @@ def _send(out: IO[bytes], kind: str, result: DiffResult | None = None, message: 
     out.flush()
 
 
-def _diagnose(db, result: DiffResult, rerun: bool, out: IO[bytes]) -> DiffResult:
-    """`diagnose_result`, sending the partial result after each finding when it offers a
-    `progress` callback (so the TUI shows k of n and the first causes early)."""
-    from magneton.diagnose.rootcause import diagnose_result
-
-    if "progress" not in inspect.signature(diagnose_result).parameters:
-        return diagnose_result(db, result, rerun=rerun)
-
-    def progress(done: int, total: int, *_: object) -> None:
-        if done < total:
-            _send(out, "progress", result, f"{done}/{total}")
-
-    return diagnose_result(db, result, rerun=rerun, progress=progress)
-
-
 def child_main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m magneton.tui.jobs")
     p.add_argument("--db", required=True)
@@ -88,40 +73,52 @@ def child_main(argv: list[str] | None = None) -> int:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    try:
+        return _diff(args, out)
+    finally:
+        out.close()
 
+
+def _diff(args: argparse.Namespace, out: IO[bytes]) -> int:
+    """Run the diff pipeline (diagnose/pipeline.py), sending its stages as events. The DB
+    is opened read-only: the pipeline stores nothing, and neither does the TUI."""
+    from magneton.diagnose.pipeline import run_diff
     from magneton.graphdb import open_db
     from magneton.graphdb.model import MagnetonError
 
-    try:
-        from magneton.diagnose.diff import diff_runs
+    detected = False
 
-        with open_db(args.db, read_only=True) as db:
-            result = diff_runs(db, args.a, args.b, threshold=args.threshold, diagnose=False)
+    def progress(stage: str, result: DiffResult, done: int, total: int) -> None:
+        nonlocal detected
+        if stage == "detected":
+            detected = True
             _send(out, "diff", result)
-            if args.no_diagnose or not result.findings:
-                return 0
-            try:
-                result = _diagnose(db, result, not args.no_rerun, out)
-            except MagnetonError as e:
-                _send(out, "diagnosis-error", message=str(e))
-                return 0
-            except Exception as e:  # a bug in diagnosis must not lose the findings shown
-                import traceback
+        elif done < total:
+            _send(out, "progress", result, f"{done}/{total}")
 
-                traceback.print_exc()
-                _send(out, "diagnosis-error", message=f"{type(e).__name__}: {_first_line(e)}")
-                return 1
-            _send(out, "diagnosed", result)
+    # an error after detection loses no findings: the TUI keeps those it was sent
+    failed = "diagnosis-error"
+    try:
+        with open_db(args.db, read_only=True) as db:
+            res = run_diff(
+                db,
+                args.a,
+                args.b,
+                threshold=args.threshold,
+                diagnose=not args.no_diagnose,
+                rerun=not args.no_rerun,
+                progress=progress,
+            ).result
+        if not args.no_diagnose and res.findings:
+            _send(out, "diagnosed", res)
     except MagnetonError as e:
-        _send(out, "error", message=str(e))
-    except Exception as e:
+        _send(out, failed if detected else "error", message=str(e))
+    except Exception as e:  # a bug must not lose the findings shown
         import traceback
 
         traceback.print_exc()
-        _send(out, "error", message=f"{type(e).__name__}: {_first_line(e)}")
+        _send(out, failed if detected else "error", message=f"{type(e).__name__}: {_first_line(e)}")
         return 1
-    finally:
-        out.close()
     return 0
 
 

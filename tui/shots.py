@@ -51,7 +51,7 @@ async def _shoot(app: MagnetonApp, out: Path, size: tuple[int, int]) -> list[Pat
         snap("findings")
         # open the largest finding that has a patch (the one the docs walk through)
         with_patch = [
-            i for i, f in enumerate(findings.result.findings) if (f.fix or {}).get("patch")
+            i for i, f in enumerate(findings.result.findings) if f.fix is not None and f.fix.patch
         ]
         for _ in range(with_patch[0] if with_patch else 0):
             await pilot.press("down")

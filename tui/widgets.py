@@ -5,10 +5,10 @@ controls, so the screens work over ssh and in an 80×24 terminal. The builders a
 functions of the data contract (`Finding`, `Profile`), which keeps them testable without
 a running app and keeps screen code about layout and keys only.
 
-Diagnosis fields (`divergence`, `root_cause`, `fix`) are dicts documented in
-diagnose/rootcause.py and diagnose/divergence.py; every key is optional here (a finding
-still being diagnosed, or one diagnosis could not explain, must render, not crash), and
-a root cause's `note` and `error` are always shown, so "why nothing was found" is visible.
+Diagnosis fields (`divergence`, `root_cause`, `fix`) are the typed results of
+graphdb/model.py ("Diagnosis results"); each may be None here (a finding still being
+diagnosed, or one diagnosis could not explain, must render, not crash), and a root
+cause's `note` and `error` are always shown, so "why nothing was found" is visible.
 """
 
 from __future__ import annotations
@@ -17,7 +17,17 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from magneton.graphdb.model import BOOKKEEPING_OPS, DiffResult, Finding, Profile, Region
+from magneton.graphdb.model import (
+    BOOKKEEPING_OPS,
+    DiffResult,
+    Divergence,
+    Finding,
+    PathElement,
+    Profile,
+    Region,
+    RootCause,
+    RuleRef,
+)
 from magneton.graphdb.paths import IGNORED_OPS
 from rich.console import Group, RenderableType
 from rich.syntax import Syntax
@@ -225,41 +235,36 @@ def _loc(where: str) -> str:
     return f"{os.path.basename(short) if os.path.isabs(short) else short}:{line}"
 
 
-def element_text(el: Any, side: str | None = None) -> Text:
+def element_text(el: PathElement | None, side: str | None = None) -> Text:
     """One element of a kernel call path (docs/diagnosis.md): a Python frame, an aten op
     of the dispatch chain, a device kernel, an argument difference, or nothing."""
-    if not isinstance(el, dict):
-        return Text(str(el))
-    kind = el.get("kind")
     t = Text()
-    if kind == "frame":
-        t.append(str(el.get("function") or "?"), style="bold")
-        if el.get("file"):
-            t.append(f"  {_short_path(el['file'])}:{el.get('line', '?')}")
-        elif "a" in el or "b" in el:  # a common frame: where each side has it
-            wa, wb = _loc(el.get("a", "")), _loc(el.get("b", ""))
+    if el is None:
+        return t
+    if el.kind == "frame":
+        t.append(str(el.function or "?"), style="bold")
+        if el.file:
+            t.append(f"  {_short_path(el.file)}:{el.line if el.line is not None else '?'}")
+        elif el.a is not None or el.b is not None:  # a common frame: where each side has it
+            wa, wb = _loc(el.a or ""), _loc(el.b or "")
             t.append(f"  {wa}" if wa == wb or not wb else f"  A {wa} · B {wb}")
-        if el.get("code"):
-            t.append(f"\n      {el['code'].strip()}", style="italic")
-    elif kind == "op":
-        t.append("aten op ", style="dim")
-        t.append(str(el.get("name")), style="bold")
-    elif kind == "kernel":
-        t.append("kernel ", style="dim")
-        t.append(str(el.get("name")), style="bold")
-    elif kind == "args":
-        t.append(f"{el.get('op')}", style="bold")
-        if el.get("kernel"):
-            t.append(f" (kernel {el['kernel']})")
-        diff = el.get("diff") or {}
-        if diff:
-            t.append(" with " + ", ".join(f"{k}={v}" for k, v in diff.items()))
+        if el.code:
+            t.append(f"\n      {el.code.strip()}", style="italic")
+    elif el.kind in ("op", "kernel"):
+        t.append("aten op " if el.kind == "op" else "kernel ", style="dim")
+        t.append(str(el.name), style="bold")
+    elif el.kind == "args":
+        t.append(f"{el.op}", style="bold")
+        if el.kernel:
+            t.append(f" (kernel {el.kernel})")
+        if el.diff:
+            t.append(" with " + ", ".join(f"{k}={v}" for k, v in el.diff.items()))
         else:
             t.append(" — same kernel, same arguments")
-    elif kind == "none":
+    elif el.kind == "none":
         t.append("nothing here: the other side does extra work", style="italic")
     else:
-        t.append(", ".join(f"{k}={v}" for k, v in el.items()))
+        t.append(", ".join(f"{k}={v}" for k, v in el.to_json().items()))
     return t
 
 
@@ -291,52 +296,10 @@ def divergence_view(
     then the kernel call paths of both regions."""
     parts: list[RenderableType] = []
     d = f.divergence
-    if d:
-        t = Text()
-        t.append("Divergence", style="bold underline")
-        if d.get("level"):
-            t.append(f" at the {d['level']} level", style="bold")
-        shared = d.get("identical_paths")
-        if shared:
-            t.append(f"  ({shared} kernel paths identical on both sides)", style="dim")
-        t.append("\n")
-        common = list(d.get("common_prefix") or [])
-        if common:
-            t.append(f"common to both ({len(common)}):\n", style="dim")
-            shown = common
-            if len(common) > PREFIX_SHOWN:
-                head, tail = common[:2], common[-(PREFIX_SHOWN - 2) :]
-                shown = [*head, None, *tail]
-            for el in shown:
-                if el is None:
-                    t.append(f"  ⋮ {len(common) - PREFIX_SHOWN} more\n", style="dim")
-                    continue
-                line = Text("  ")
-                line.append_text(element_text(el))
-                line.stylize("dim")
-                t.append_text(line)
-                t.append("\n")
-        ops = d.get("ops") or {}
+    if d is not None:
+        t = _divergence_head(d)
         for side, run, prof in (("a", run_a, prof_a), ("b", run_b, prof_b)):
-            style = side_style(f, side)
-            t.append(f" {side.upper()} ", style="bold reverse")
-            t.append(f" {run} ", style="bold")
-            t.append("wasteful" if f.wasteful == side else "efficient", style=style)
-            op_i = ops.get(side)
-            if prof is not None and isinstance(op_i, int) and 0 <= op_i < len(prof.ops):
-                op = prof.ops[op_i]
-                t.append(f" — op {short_op(op.name)} in {op.module or '(root)'}", style="dim")
-            t.append("\n  ▶ ", style="bold " + style)
-            el = element_text(d.get(side))
-            el.stylize("bold " + style)
-            t.append_text(el)
-            t.append("\n")
-            site = (d.get("site") or {}).get(side)
-            if site:
-                how = "decided by a branch in " if site.get("branch") else "decided after "
-                t.append(f"    {how}", style="dim")
-                t.append_text(element_text(site))
-                t.append("\n")
+            t.append_text(_divergence_side(f, d, side, run, prof))
         parts.append(t)
     else:
         parts.append(
@@ -360,6 +323,58 @@ def divergence_view(
     return Group(*parts)
 
 
+def _divergence_head(d: Divergence) -> Text:
+    """The level, and the common prefix of the two paths (the middle elided)."""
+    t = Text()
+    t.append("Divergence", style="bold underline")
+    if d.level:
+        t.append(f" at the {d.level} level", style="bold")
+    if d.identical_paths:
+        t.append(f"  ({d.identical_paths} kernel paths identical on both sides)", style="dim")
+    t.append("\n")
+    common = d.common_prefix
+    if common:
+        t.append(f"common to both ({len(common)}):\n", style="dim")
+        shown: list[PathElement | None] = list(common)
+        if len(common) > PREFIX_SHOWN:
+            shown = [*common[:2], None, *common[-(PREFIX_SHOWN - 2) :]]
+        for el in shown:
+            if el is None:
+                t.append(f"  ⋮ {len(common) - PREFIX_SHOWN} more\n", style="dim")
+                continue
+            line = Text("  ")
+            line.append_text(element_text(el))
+            line.stylize("dim")
+            t.append_text(line)
+            t.append("\n")
+    return t
+
+
+def _divergence_side(f: Finding, d: Divergence, side: str, run: str, prof: Profile | None) -> Text:
+    """One side's first differing element, its operator and where it was decided."""
+    t = Text()
+    style = side_style(f, side)
+    t.append(f" {side.upper()} ", style="bold reverse")
+    t.append(f" {run} ", style="bold")
+    t.append("wasteful" if f.wasteful == side else "efficient", style=style)
+    op_i = d.op_a if side == "a" else d.op_b
+    if prof is not None and isinstance(op_i, int) and 0 <= op_i < len(prof.ops):
+        op = prof.ops[op_i]
+        t.append(f" — op {short_op(op.name)} in {op.module or '(root)'}", style="dim")
+    t.append("\n  ▶ ", style="bold " + style)
+    el = element_text(d.element(side))
+    el.stylize("bold " + style)
+    t.append_text(el)
+    t.append("\n")
+    site = d.site(side)
+    if site is not None:
+        how = "decided by a branch in " if site.branch else "decided after "
+        t.append(f"    {how}", style="dim")
+        t.append_text(element_text(site))
+        t.append("\n")
+    return t
+
+
 # ------------------------------------------------------------------------------------
 # Root cause and fix
 # ------------------------------------------------------------------------------------
@@ -379,127 +394,140 @@ def root_cause_view(f: Finding, run_a: str, run_b: str) -> RenderableType:
     lines at the origin (read from the file now), the data flow from the key variable to
     the origin, and the knowledge rule that names the pattern."""
     rc = f.root_cause
-    if not rc:
+    if rc is None:
         msg = (
             "Root cause: not diagnosed yet (diagnosis runs in the background)"
             if f.category is None
             else "Root cause: diagnosis could not tie this finding to a variable"
         )
         return Text(msg, style="dim")
-    parts: list[RenderableType] = []
+    parts: list[RenderableType] = [_cause_head(f, rc, run_a, run_b)]
+    snippet = _origin_source(rc)
+    if snippet is not None:
+        parts.append(snippet)
+    flow = _flow_text(f, rc)
+    if flow:
+        parts.append(flow)
+    if rc.rule is not None:
+        parts.append(_rule_text(rc.rule))
+    return Group(*parts)
+
+
+def _cause_head(f: Finding, rc: RootCause, run_a: str, run_b: str) -> Text:
+    """Kind and category, the variable, each side's value and origin, where to change it."""
     t = Text()
     t.append("Root cause", style="bold underline")
-    if rc.get("kind"):
-        t.append(f"  {rc['kind']}", style="bold cyan")
+    if rc.kind:
+        t.append(f"  {rc.kind}", style="bold cyan")
     if f.category:
         t.append(f" · {f.category}", style="cyan")
     t.append("\n")
-    if rc.get("error"):
-        t.append(f"diagnosis failed: {rc['error']}\n", style="bold red")
-    values = {k: v for k, v in (rc.get("values") or {}).items() if v is not None}
-    origins = rc.get("origins") or {}
-    if rc.get("variable") is None and not values:
+    if rc.error:
+        t.append(f"diagnosis failed: {rc.error}\n", style="bold red")
+    values = {k: v for k, v in rc.values.items() if v is not None}
+    if rc.variable is None and not values:
         t.append("no variable found that decides this difference\n", style="yellow")
     else:
         t.append("variable ")
-        t.append(str(rc.get("variable") or "?"), style="bold yellow")
-        if rc.get("library_default"):
+        t.append(str(rc.variable or "?"), style="bold yellow")
+        if rc.library_default:
             t.append(
                 "  (the wasteful value is the library's default, not written in the code)",
                 style="dim",
             )
         t.append("\n")
     for side, run in (("a", run_a), ("b", run_b)):
-        if side not in values and not (origins.get(side) or {}).get("file"):
+        o = rc.origin(side)
+        if side not in values and not (o is not None and o.file):
             continue
         t.append(f"  {side.upper()} {run}: ", style="bold")
         t.append(_value(values.get(side)), style="bold " + side_style(f, side))
-        o = origins.get(side) or {}
-        if o.get("file"):
-            origin = _loc(f"{o['file']}:{o.get('line')}")
-            t.append(f"  ← {origin}", style="dim")
-            if o.get("note"):
-                t.append(f" ({o['note']})", style="dim")
+        if o is not None and o.file:
+            t.append(f"  ← {_loc(f'{o.file}:{o.line}')}", style="dim")
+            if o.note:
+                t.append(f" ({o.note})", style="dim")
         t.append("\n")
-    file, line = rc.get("file") or "", rc.get("line") or 0
-    if file:
+    if rc.file:
         t.append("change it at ")
-        t.append(_where(file, line), style="bold underline")
+        t.append(_where(rc.file, rc.line or 0), style="bold underline")
         t.append("\n")
-    parts.append(t)
-    snip = source_snippet(file, int(line or 0))
+    return t
+
+
+def _origin_source(rc: RootCause) -> RenderableType | None:
+    """The source around the origin, read now (or the recorded statement)."""
+    file, line = rc.file or "", rc.line or 0
+    snip = source_snippet(file, int(line))
     if snip is not None:
-        parts.append(
-            Syntax(
-                snip.text,
-                "python",
-                line_numbers=True,
-                start_line=snip.first_line,
-                highlight_lines={snip.line},
-                theme="ansi_dark",
-                word_wrap=True,
-            )
+        return Syntax(
+            snip.text,
+            "python",
+            line_numbers=True,
+            start_line=snip.first_line,
+            highlight_lines={snip.line},
+            theme="ansi_dark",
+            word_wrap=True,
         )
-    elif file:
-        code = rc.get("code")
-        parts.append(
-            Text(f"  {code}" if code else f"(source not readable here: {file})", style="dim")
-        )
-    flow = rc.get("data_flow") or []
-    kv = rc.get("key_variable") or {}
+    if file:
+        code = rc.code
+        return Text(f"  {code}" if code else f"(source not readable here: {file})", style="dim")
+    return None
+
+
+def _flow_text(f: Finding, rc: RootCause) -> Text:
+    """The data flow from the key variable to the origin, how the key variable was
+    found, and the notes."""
+    kv = rc.key_variable
     t = Text()
-    if flow:
+    if rc.data_flow:
         t.append("\nHow the value reaches the kernels", style="bold underline")
         t.append(" (key variable first)\n", style="dim")
-    for k, hop in enumerate(flow, start=1):
+    for k, hop in enumerate(rc.data_flow, start=1):
         t.append(f" {k}. ", style="bold")
-        t.append(_where(hop.get("file"), hop.get("line")), style="underline")
-        if hop.get("note"):
-            t.append(f"  {hop['note']}", style="dim")
+        t.append(_where(hop.file, hop.line), style="underline")
+        if hop.note:
+            t.append(f"  {hop.note}", style="dim")
         t.append("\n")
-        if hop.get("code"):
-            t.append(f"    {hop['code'].strip()}\n", style="italic")
-        hv = hop.get("values") or {}
-        if hop.get("expr") and hv:
-            t.append(f"    {hop['expr']}: ", style="dim")
-            t.append(f"A {_value(hv.get('a'))}", style=side_style(f, "a"))
+        if hop.code:
+            t.append(f"    {hop.code.strip()}\n", style="italic")
+        if hop.expr and hop.values:
+            t.append(f"    {hop.expr}: ", style="dim")
+            t.append(f"A {_value(hop.values.get('a'))}", style=side_style(f, "a"))
             t.append(" · ", style="dim")
-            t.append(f"B {_value(hv.get('b'))}", style=side_style(f, "b"))
+            t.append(f"B {_value(hop.values.get('b'))}", style=side_style(f, "b"))
             t.append("\n")
-    rerun = kv.get("rerun") or {}
-    if kv.get("expr"):
-        t.append(f"key variable {kv['expr']} ({kv.get('kind', '?')})", style="dim")
-        if rerun.get("ran"):
+    if kv is not None and kv.expr:
+        t.append(f"key variable {kv.expr} ({kv.kind or '?'})", style="dim")
+        if kv.rerun_ran:
             t.append(
-                f", found by re-running both scripts with line tracing "
-                f"({float(rerun.get('seconds') or 0):.1f} s)",
+                f", found by re-running both scripts with line tracing ({kv.rerun_seconds:.1f} s)",
                 style="dim",
             )
         t.append("\n")
-    for note in dict.fromkeys(n for n in (kv.get("note"), rc.get("note")) if n):
+    notes = (kv.note if kv is not None else None, rc.note)
+    for note in dict.fromkeys(n for n in notes if n):
         t.append(f"{note}\n", style="dim")
-    if t:
-        parts.append(t)
-    rule = rc.get("rule")
-    if isinstance(rule, dict) and rule:
-        t = Text()
-        t.append("\nKnown pattern ", style="bold underline")
-        t.append(f" {rule.get('id', '')}", style="bold")
-        if rule.get("title"):
-            t.append(f": {rule['title']}")
-        if rule.get("grounding"):
-            t.append(f" ({rule['grounding']})", style="dim")
-        for ref in rule.get("references") or []:
-            t.append(f"\n  {ref}", style="underline")
-        parts.append(t)
-    return Group(*parts)
+    return t
+
+
+def _rule_text(rule: RuleRef) -> Text:
+    t = Text()
+    t.append("\nKnown pattern ", style="bold underline")
+    t.append(f" {rule.id}", style="bold")
+    if rule.title:
+        t.append(f": {rule.title}")
+    if rule.grounding:
+        t.append(f" ({rule.grounding})", style="dim")
+    for ref in rule.references:
+        t.append(f"\n  {ref}", style="underline")
+    return t
 
 
 def fix_view(f: Finding, exported: str | None = None) -> RenderableType:
     """The suggested change, the patch preview (syntax-highlighted diff) or, when the
     change is not mechanical, the efficient side's code as guidance."""
     fx = f.fix
-    if not fx:
+    if fx is None:
         msg = (
             "Fix: waiting for diagnosis"
             if f.category is None
@@ -509,21 +537,19 @@ def fix_view(f: Finding, exported: str | None = None) -> RenderableType:
     parts: list[RenderableType] = []
     t = Text()
     t.append("\nSuggested fix\n", style="bold underline")
-    t.append(str(fx.get("summary") or "(no summary)"), style="bold green")
-    refs = fx.get("references") or []
-    for ref in refs if isinstance(refs, list) else [refs]:
+    t.append(fx.summary or "(no summary)", style="bold green")
+    for ref in fx.references:
         t.append(f"\n  {ref}", style="underline")
     parts.append(t)
-    patch = fx.get("patch")
-    if patch:
-        where = f" (paths relative to {fx['base_dir']})" if fx.get("base_dir") else ""
+    if fx.patch:
+        where = f" (paths relative to {fx.base_dir})" if fx.base_dir else ""
         parts.append(Text(f"\nPatch preview{where} · x: export, never applied here", style="dim"))
-        parts.append(Syntax(patch.rstrip("\n"), "diff", theme="ansi_dark", word_wrap=True))
+        parts.append(Syntax(fx.patch.rstrip("\n"), "diff", theme="ansi_dark", word_wrap=True))
     else:
         parts.append(Text("\nNo patch: the change is not mechanical here.", style="dim"))
-        if fx.get("snippet"):
+        if fx.snippet:
             parts.append(Text("The efficient side's code, as guidance:", style="dim"))
-            parts.append(Syntax(str(fx["snippet"]).rstrip("\n"), "python", theme="ansi_dark"))
+            parts.append(Syntax(fx.snippet.rstrip("\n"), "python", theme="ansi_dark"))
     if exported:
         parts.append(Text(f"\nexported to {exported}", style="bold"))
     return Group(*parts)

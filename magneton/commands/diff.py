@@ -3,13 +3,22 @@ they compute and rank the regions where one spends more energy.
 
 The DB is opened read-write because the result is stored (re-running replaces it) for
 Cypher, reports and the TUI. `--json` prints exactly `DiffResult.to_json()`. A diff that
-finds nothing comparable prints its message and exits 0 (see diagnose/diff.py).
+finds nothing comparable prints its message and exits 0 (see diagnose/diff.py). A and B
+may also name multi-rank jobs (runs `A/rank0`, ...); the pipeline (diagnose/pipeline.py)
+compares those rank by rank.
+
+CI gate: with `--fail-on waste` the command exits 3 (`EXIT_WASTE`) after printing its
+output when at least one finding has verdict "waste" (findings judged noise, and
+trade-offs, never fail it) and saves at least `--fail-on-share` of the wasteful run's
+energy. 3 is distinct from 1 (a crash) and 2 (bad input), so a CI job can tell "the
+change wastes energy" from "the diff could not run".
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from magneton.graphdb.model import DiffResult, Finding, RunSummary
 
@@ -41,31 +50,61 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="diagnose from the stored profiles only (no line-traced re-run of the scripts)",
     )
+    p.add_argument(
+        "--fail-on",
+        choices=["waste"],
+        default=None,
+        help=f"CI gate: exit {EXIT_WASTE} when a finding judged waste (not noise) exists",
+    )
+    p.add_argument(
+        "--fail-on-share",
+        type=float,
+        default=0.0,
+        metavar="X",
+        help="with --fail-on: only findings saving at least this fraction of the wasteful "
+        "run's energy count (default 0: any)",
+    )
     p.set_defaults(func=run)
+
+
+# exit status of `--fail-on waste` when it trips (1: crash, 2: bad input)
+EXIT_WASTE = 3
+
+
+def gate_findings(result: DiffResult, min_share: float) -> list[Finding]:
+    """The findings that trip `--fail-on waste`: verdict waste, saving ≥ min_share."""
+    return [f for f in result.findings if f.verdict == "waste" and f.saving_share >= min_share]
 
 
 def run(args: argparse.Namespace) -> int:
     from magneton.diagnose.detect import check_threshold
-    from magneton.diagnose.diff import diff_runs
-    from magneton.diagnose.ranks import diff_jobs, is_multirank
+    from magneton.diagnose.pipeline import run_diff, store_outcome
     from magneton.graphdb import open_db
+    from magneton.graphdb.model import MagnetonError
 
     check_threshold(args.threshold)
+    if not 0.0 <= args.fail_on_share < 1.0:
+        raise MagnetonError(f"--fail-on-share must be in [0, 1), got {args.fail_on_share}")
     with open_db(args.db, create=False) as db:
-        # torch.distributed jobs are stored as NAME/rank0, NAME/rank1, ...
-        if not db.has_run(args.a) and is_multirank(db, args.a):
-            result = diff_jobs(db, args.a, args.b, threshold=args.threshold)
-        else:
-            result = diff_runs(
-                db, args.a, args.b, threshold=args.threshold, rerun=not args.no_rerun
-            )
+        out = run_diff(db, args.a, args.b, threshold=args.threshold, rerun=not args.no_rerun)
+        store_outcome(db, out)
+    result = out.result
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
-        return 0
-    if result.match_note:
-        print(result.match_note)
-    print_result(result)
-    print_diagnosis(result)
+    else:
+        if result.match_note:
+            print(result.match_note)
+        print_result(result)
+        print_diagnosis(result)
+    if args.fail_on == "waste":
+        tripped = gate_findings(result, args.fail_on_share)
+        if tripped:
+            ids = ", ".join(f"#{f.id}" for f in tripped)
+            print(
+                f"magneton: --fail-on waste: {len(tripped)} finding(s) judged waste ({ids})",
+                file=sys.stderr,
+            )
+            return EXIT_WASTE
     return 0
 
 
@@ -82,14 +121,16 @@ def print_diagnosis(result: DiffResult) -> None:
             print((f"#{f.id} " if i == 0 else "   ") + line)
     if noise:
         ids = ", ".join(f"#{f.id}" for f in noise)
-        note = (noise[0].root_cause or {}).get("note", "")
+        rc = noise[0].root_cause
+        note = (rc.note if rc is not None else None) or ""
         print(f"{ids} noise: {note}")
 
 
 def energy_line(s: RunSummary, side: str) -> str:
-    method = s.energy_method or "unknown method"
-    source = f", {s.power_source}" if s.power_source else ""
-    return f"{side} = '{s.run}': {s.energy_j:.4g} J/call, {s.time_s * 1e3:.3g} ms/call ({method}{source})"
+    from magneton.graphdb.wording import energy_wording
+
+    how = energy_wording(s.energy_method, s.power_source)
+    return f"{side} = '{s.run}': {s.energy_j:.4g} J/call, {s.time_s * 1e3:.3g} ms/call ({how})"
 
 
 def abbreviate(ops: list[str], occurrences: int = 1, limit: int = 6) -> str:

@@ -28,7 +28,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from magneton.graphdb.model import MagnetonError
+from magneton.graphdb.model import Finding, MagnetonError, RootCause
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -152,61 +152,56 @@ def relevant_finding(result, db, region_ops: list[str]):
     return None
 
 
-def check(expect: dict, f) -> str:
+def check(expect: dict, f: Finding) -> str:
     """'' when the finding's diagnosis meets the expectation, else the first failed check."""
-    rc = f.root_cause or {}
+    rc = f.root_cause or RootCause(kind="")
     w = expect.get("wasteful", "either")
     if w in ("a", "b") and f.wasteful != w:
         return f"wasteful side is {f.wasteful}, expected {w}"
     if "category" in expect and f.category != expect["category"]:
         return f"category {f.category}, expected {expect['category']}"
-    if "kind" in expect and rc.get("kind") != expect["kind"]:
-        return f"root cause kind {rc.get('kind')}, expected {expect['kind']}"
-    if "variable" in expect and (rc.get("variable") or "") != expect["variable"]:
-        return f"variable {rc.get('variable')}, expected {expect['variable']}"
+    if "kind" in expect and (rc.kind or None) != expect["kind"]:
+        return f"root cause kind {rc.kind or None}, expected {expect['kind']}"
+    if "variable" in expect and (rc.variable or "") != expect["variable"]:
+        return f"variable {rc.variable}, expected {expect['variable']}"
     if "file" in expect:
         wasteful_file = expect["file"] if w != "either" else f"{f.wasteful}.py"
-        if os.path.basename(rc.get("file") or "") != wasteful_file:
-            return f"origin file {rc.get('file')}, expected {wasteful_file}"
+        if os.path.basename(rc.file or "") != wasteful_file:
+            return f"origin file {rc.file}, expected {wasteful_file}"
     if "line_contains" in expect:
         line = ""
-        if rc.get("file") and rc.get("line"):
+        if rc.file and rc.line:
             import linecache
 
-            line = linecache.getline(rc["file"], rc["line"])
+            line = linecache.getline(rc.file, rc.line)
         if expect["line_contains"] not in line:
             return f"origin line {line.strip()!r} lacks {expect['line_contains']!r}"
-    if "rule" in expect and ((rc.get("rule") or {}).get("id")) != expect["rule"]:
-        return f"rule {(rc.get('rule') or {}).get('id')}, expected {expect['rule']}"
-    if (
-        "divergence_level" in expect
-        and (f.divergence or {}).get("level") != expect["divergence_level"]
-    ):
-        return f"divergence level {(f.divergence or {}).get('level')}, expected {expect['divergence_level']}"
-    if expect.get("patch") and not (f.fix or {}).get("patch"):
+    rule_id = rc.rule.id if rc.rule is not None else None
+    if "rule" in expect and rule_id != expect["rule"]:
+        return f"rule {rule_id}, expected {expect['rule']}"
+    level = f.divergence.level if f.divergence is not None else None
+    if "divergence_level" in expect and level != expect["divergence_level"]:
+        return f"divergence level {level}, expected {expect['divergence_level']}"
+    if expect.get("patch") and not (f.fix is not None and f.fix.patch):
         return "no patch"
     return ""
 
 
-def describe(rc: dict | None) -> str:
-    if not rc:
+def describe(rc: RootCause | None) -> str:
+    if rc is None:
         return ""
-    kind = rc.get("kind")
-    var = rc.get("variable") or ""
-    where = ""
-    if rc.get("file"):
-        where = f" @ {os.path.basename(rc['file'])}:{rc.get('line')}"
-    if kind == "code":
+    var = rc.variable or ""
+    where = f" @ {os.path.basename(rc.file)}:{rc.line}" if rc.file else ""
+    if rc.kind == "code":
         return f"code{where}: {var}"
-    vals = rc.get("values") or {}
-    if vals.get("a") is not None or vals.get("b") is not None:
-        return f"{kind} {var}={vals.get('a')} vs {vals.get('b')}{where}"
-    return f"{kind} {var}{where}"
+    a, b = rc.values.get("a"), rc.values.get("b")
+    if a is not None or b is not None:
+        return f"{rc.kind} {var}={a} vs {b}{where}"
+    return f"{rc.kind} {var}{where}"
 
 
 def eval_case(case: Path, db_dir: str, repeat: int, rerun: bool) -> CaseResult:
-    from magneton.diagnose.diff import diff_runs
-    from magneton.diagnose.rootcause import diagnose_result
+    from magneton.diagnose.pipeline import run_diff, store_outcome
     from magneton.graphdb import open_db
 
     expect = load_expect(case)
@@ -216,11 +211,18 @@ def eval_case(case: Path, db_dir: str, repeat: int, rerun: bool) -> CaseResult:
     for side in ("a", "b"):
         record(case / f"{side}.py", db_path, side, repeat)
     t1 = time.perf_counter()
+    detected: list[float] = []
+
+    def progress(stage: str, *_: object) -> None:
+        if stage == "detected":
+            detected.append(time.perf_counter())
+
     with open_db(db_path) as db:
-        result = diff_runs(db, "a", "b", diagnose=False)
-        t2 = time.perf_counter()
-        diagnose_result(db, result, rerun=rerun)
+        out = run_diff(db, "a", "b", rerun=rerun, progress=progress)
         t3 = time.perf_counter()
+        store_outcome(db, out)
+        result = out.result
+        t2 = detected[0] if detected else t3
         f = relevant_finding(result, db, expect.get("region_ops", []))
     res.seconds = {
         "record": round(t1 - t0, 2),

@@ -12,8 +12,9 @@ report success without changing anything; `--apply` therefore runs from the top-
 `--directory=<script dir relative to it>`, and the printed hint says the same.
 
 The diagnosis comes from the stored diff when it already carries one (`magneton diff`
-stores its result); otherwise the finding is diagnosed now (a re-run of both scripts when
-the divergence is in Python).
+stores its result); otherwise the diff pipeline (diagnose/pipeline.py) runs now and its
+result is stored (a re-run of both scripts when the divergence is in Python). A and B may
+name multi-rank jobs; their findings are numbered as `magneton diff` numbers them.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import os
 import subprocess
 import sys
 
-from magneton.graphdb.model import MagnetonError
+from magneton.graphdb.model import Fix, MagnetonError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,8 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--db", required=True, help="profile DB directory")
-    p.add_argument("a", help="run A")
-    p.add_argument("b", help="run B")
+    p.add_argument("a", help="run (or multi-rank job) A")
+    p.add_argument("b", help="run (or multi-rank job) B")
     p.add_argument(
         "--finding", type=int, required=True, help="finding id (as `magneton diff` shows)"
     )
@@ -78,12 +79,18 @@ def git_apply_command(base_dir: str, patch_file: str, check: bool = False) -> tu
 
 
 def find_finding(db, a: str, b: str, fid: int, rerun: bool):
-    from magneton.diagnose.diff import diff_runs
-    from magneton.diagnose.rootcause import Diagnoser
+    from magneton.diagnose.pipeline import diagnose_findings, is_job, run_diff, store_outcome
+    from magneton.diagnose.rootcause import store_diagnosis
     from magneton.graphdb.matches import load_diff
 
-    loaded = load_diff(db, a, b)
-    result = loaded[0] if loaded else diff_runs(db, a, b, rerun=rerun)
+    job = is_job(db, a)
+    loaded = None if job else load_diff(db, a, b)
+    if loaded is not None:
+        result = loaded[0]
+    else:
+        out = run_diff(db, a, b, rerun=rerun)
+        store_outcome(db, out)
+        result = out.result
     ids = [f.id for f in result.findings]
     finding = next((f for f in result.findings if f.id == fid), None)
     if finding is None:
@@ -91,11 +98,9 @@ def find_finding(db, a: str, b: str, fid: int, rerun: bool):
             f"no finding {fid} in the diff of '{a}' and '{b}' "
             f"(findings: {', '.join(map(str, ids)) if ids else 'none'})"
         )
-    if not finding.fix:
-        Diagnoser(db, result, rerun=rerun).diagnose_all([finding])
-        from magneton.graphdb.rules import save_diagnosis
-
-        save_diagnosis(db, result)  # the next export-patch of this diff reuses it
+    if finding.fix is None and not job:
+        diagnose_findings(db, result, [finding], rerun=rerun)
+        store_diagnosis(db, result)  # the next export-patch of this diff reuses it
     return result, finding
 
 
@@ -104,15 +109,15 @@ def run(args: argparse.Namespace) -> int:
 
     with open_db(args.db, create=False) as db:
         result, finding = find_finding(db, args.a, args.b, args.finding, not args.no_rerun)
-    fix = finding.fix or {}
-    patch = fix.get("patch")
-    summary = fix.get("summary") or "no fix"
+    fix = finding.fix or Fix()
+    patch = fix.patch
+    summary = fix.summary or "no fix"
     if not patch:
         print(f"finding {finding.id}: {summary}", file=sys.stderr)
         raise MagnetonError(
             f"finding {finding.id} has no mechanical patch (see the summary above)", exit_code=1
         )
-    base = fix.get("base_dir") or ""
+    base = fix.base_dir or ""
     if args.output == "-":
         sys.stdout.write(patch)
         patch_file = None
@@ -131,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         fd, patch_file = tempfile.mkstemp(suffix=".patch")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(patch)
-    target = os.path.join(base, fix.get("file") or "")
+    target = os.path.join(base, fix.file or "")
     before = open(target, encoding="utf-8").read() if os.path.isfile(target) else None
     for check in (True, False):
         argv, cwd = git_apply_command(base, patch_file, check=check)

@@ -1,0 +1,299 @@
+"""What to change for a diagnosed finding: a patch when the change is mechanical,
+guidance otherwise (step 5 of diagnosis, rootcause.py).
+
+By root-cause kind: a config value, API argument or global flag gets its literal
+replaced by the efficient run's (or the keyword the library defaults added where the
+script builds the object); an environment variable the efficient run's value; different
+code the efficient side's statements ported to the wasteful call site (fix.py says when
+that is sound). Nothing is patched when the wasteful script changed since it was
+recorded: a patch made against other text would not apply, or worse, apply wrongly.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import libcst as cst
+from magneton.diagnose.dataflow import Origin, Span, is_user_file
+from magneton.diagnose.fix import (
+    add_keyword,
+    extend_to_end,
+    make_patch,
+    port_statements,
+    replace_value,
+    statement_block,
+)
+from magneton.diagnose.keyvar import KeyVariable
+from magneton.graphdb.model import Finding, Fix, Profile
+from magneton.graphdb.paths import IGNORED_OPS
+from magneton.knowledge.match import RuleMatch
+
+
+@dataclass
+class RunPair:
+    """The two runs' profiles of the finding being diagnosed."""
+
+    a: Profile
+    b: Profile
+
+
+def _sha256(path: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def script_unchanged(p: Profile) -> bool:
+    s = p.run.script
+    if not s or not os.path.isfile(s):
+        return False
+    want = p.run.script_sha256 or p.config.get("script.sha256", "")
+    return not want or _sha256(s) == want
+
+
+def user_lines(p: Profile, ops: list[int]) -> list[int]:
+    """Lines of the user's script that issued the region's (non-bookkeeping) operators."""
+    lines = []
+    script = p.run.script
+    for i in ops:
+        op = p.ops[i]
+        if op.name in IGNORED_OPS:
+            continue
+        for fi in reversed(op.frames):
+            fr = p.frames[fi]
+            if os.path.realpath(fr.file) == os.path.realpath(script):
+                lines.append(fr.line)
+                break
+    return sorted(set(lines))
+
+
+def _literal_code(value: str | None) -> str | None:
+    """A snapshot/observed value as Python source: 'True' → True, "'x'" → 'x', '4' → 4."""
+    if value is None:
+        return None
+    try:
+        node = cst.parse_expression(value)
+    except cst.ParserSyntaxError:
+        return repr(value)
+    if isinstance(node, (cst.Name, cst.SimpleString, cst.Integer, cst.Float, cst.UnaryOperation)):
+        return value
+    return repr(value)
+
+
+def _rel(path: str | None, base: str) -> str:
+    if not path:
+        return ""
+    try:
+        rel = os.path.relpath(path, base)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+@dataclass
+class _FixInput:
+    """What every kind of fix needs: the finding, its sides (w: wasteful, e: efficient)
+    and the diagnosis so far."""
+
+    finding: Finding
+    kv: KeyVariable | None
+    origins: dict[str, Origin | None]
+    runs: RunPair
+    rule: RuleMatch | None
+    kind: str
+
+    @property
+    def w(self) -> str:
+        return self.finding.wasteful
+
+    @property
+    def e(self) -> str:
+        return "b" if self.w == "a" else "a"
+
+    @property
+    def pw(self) -> Profile:
+        return self.runs.a if self.w == "a" else self.runs.b
+
+    @property
+    def pe(self) -> Profile:
+        return self.runs.b if self.w == "a" else self.runs.a
+
+    @property
+    def base(self) -> str:
+        return os.path.dirname(self.pw.run.script) if self.pw.run.script else ""
+
+    def rule_text(self) -> str:
+        if self.rule is None:
+            return ""
+        kv, e = self.kv, self.e
+        eff_value = kv.values[e] if kv is not None and kv.values.get(e) else None
+        return self.rule.rule.render_fix(
+            efficient_value=eff_value if self.rule.rule.efficient_value is None else None,
+            knob=kv.knob.key if kv is not None and kv.knob is not None else None,
+        )
+
+
+def make_fix(
+    finding: Finding,
+    kv: KeyVariable | None,
+    origins: dict[str, Origin | None],
+    runs: RunPair,
+    rule: RuleMatch | None,
+    kind: str,
+) -> Fix:
+    x = _FixInput(finding, kv, origins, runs, rule, kind)
+    fix = Fix(base_dir=x.base or None)
+    rule_text = x.rule_text()
+    if not script_unchanged(x.pw):
+        fix.summary = (
+            f"{os.path.basename(x.pw.run.script or '?')} changed since it was recorded; "
+            "re-record it to get a patch. " + rule_text
+        ).strip()
+        return fix
+    if kind in ("config", "api-argument", "global-flag") and origins.get(x.w) is not None:
+        _setting_fix(x, fix, rule_text)
+    elif kind == "env":
+        _env_fix(x, fix, rule_text)
+    elif kind == "code":
+        _code_fix(x, fix)
+        if rule_text:
+            fix.summary += " " + rule_text
+    elif finding.divergence is not None and finding.divergence.same_everything():
+        fix.summary = (
+            "Nothing to change: the two sides do the same thing here; re-record both runs "
+            "with a larger --repeat to see whether the difference persists."
+        )
+    else:
+        fix.summary = rule_text or "No mechanical fix: compare the two sides' code for this region."
+    return fix
+
+
+def _new_code(x: _FixInput) -> str | None:
+    """Source text of the efficient side's value: its origin's literal, else the value
+    the re-run or snapshot saw, else the rule's efficient value."""
+    oe, kv = x.origins.get(x.e), x.kv
+    new_code = None
+    if oe is not None and oe.value is not None and oe.span is not None:
+        new_code = oe.value
+    elif kv is not None:
+        new_code = _literal_code(kv.values.get(x.e))
+    if x.rule is not None and x.rule.rule.efficient_value is not None and new_code is None:
+        new_code = _literal_code(x.rule.rule.efficient_value)
+    return new_code
+
+
+def _setting_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
+    """A config value, API argument or global flag: patch its literal (or add the
+    keyword the library defaults) to the efficient run's value."""
+    ow, kv, base, w, e = x.origins[x.w], x.kv, x.base, x.w, x.e
+    assert ow is not None
+    new_code = _new_code(x)
+    patched = None
+    if ow.span is not None and ow.file and is_user_file(ow.file, x.pw.run.script) and new_code:
+        patched = replace_value(ow.file, ow.span, new_code)
+        fix.file = _rel(ow.file, base)
+        where = f"{_rel(ow.file, base)}:{ow.line}"
+        name = f"{ow.assigned_to} (which sets {ow.variable})" if ow.assigned_to else ow.variable
+        fix.summary = (
+            f"In {where} change {name} from {ow.value} to {new_code} "
+            f"(the value the efficient run used)."
+        )
+    elif ow.library_default and ow.insert and new_code:
+        ins = ow.insert
+        patched = add_keyword(ins["file"], Span(*ins["span"]), ins["keyword"], new_code)
+        fix.file = _rel(ins["file"], base)
+        where = f"{_rel(ins['file'], base)}:{ins['line']}"
+        fix.summary = (
+            f"{ow.variable} is the library default {ow.value} "
+            f"({_rel(ow.file, base)}:{ow.line}); pass {ins['keyword']}={new_code} "
+            f"where the script builds it ({where})."
+        )
+    elif x.kind == "global-flag" and kv is not None and kv.knob is not None:
+        fix.summary = (
+            f"{kv.knob.key} is {kv.values.get(w)} in the wasteful run and "
+            f"{kv.values.get(e)} in the efficient one, but the script does not set it; "
+            f"set it explicitly (e.g. {kv.knob.key} = {new_code})."
+        )
+    if patched is not None:
+        p = make_patch(fix_file_abs(fix, base), base, patched)
+        fix.patch = p.diff() if p else None
+    if rule_text:
+        fix.summary = (fix.summary + " " + rule_text).strip()
+    if not fix.summary:
+        fix.summary = rule_text or "Use the efficient run's setting."
+
+
+def _env_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
+    """An environment variable: run with the efficient value (patched where the script
+    sets it)."""
+    ow, oe, kv = x.origins.get(x.w), x.origins.get(x.e), x.kv
+    var = (ow.env_var if ow else None) or (ow.variable if ow else "")
+    eff = (oe.value if oe else None) or (kv.values.get(x.e) if kv else None)
+    fix.summary = (
+        f"Run with {var}={eff} as the efficient run did (it was "
+        f"{(ow.value if ow else None) or '(unset)'})." + (" " + rule_text if rule_text else "")
+    ).strip()
+    if ow is not None and ow.span is not None and ow.file and eff is not None:
+        patched = replace_value(ow.file, ow.span, _literal_code(eff) or repr(eff))
+        if patched is not None:
+            fix.file = _rel(ow.file, x.base)
+            p = make_patch(ow.file, x.base, patched)
+            fix.patch = p.diff() if p else None
+
+
+def _code_fix(x: _FixInput, fix: Fix) -> None:
+    """Different code on the two sides: port the efficient side's statements."""
+    f, pw, pe, base = x.finding, x.pw, x.pe, x.base
+    lines_w = user_lines(pw, f.region_a.ops if x.w == "a" else f.region_b.ops)
+    lines_e = user_lines(pe, f.region_b.ops if x.w == "a" else f.region_a.ops)
+    bw = statement_block(pw.run.script, lines_w) if lines_w else None
+    be = statement_block(pe.run.script, lines_e) if lines_e else None
+    if bw is None or be is None:
+        fix.summary = "Use the efficient side's implementation of this region."
+        return
+    port = port_statements(bw, be)
+    if port.text is None:
+        # the matcher may cut one computation into several findings, so the region's
+        # statements alone can miss the code that produces the returned value; retry
+        # with both blocks extended to the end of their block (the rest of the
+        # computation, up to its return)
+        for xw, xe in (
+            (extend_to_end(bw), extend_to_end(be)),
+            (extend_to_end(bw, whole=True), extend_to_end(be, whole=True)),
+        ):
+            retry = port_statements(xw, xe)
+            if retry.text is not None:
+                port, bw, be = retry, xw, xe
+                break
+    fix.snippet = port.snippet.strip()
+    fw, lw = bw.lines()
+    where = f"{_rel(pw.run.script, base)}:{fw}" + (f"-{lw}" if lw != fw else "")
+    if port.text is None:
+        fix.summary = (
+            f"Rewrite {where} like the efficient side "
+            f"({os.path.basename(pe.run.script)}:{be.lines()[0]}); not ported "
+            f"automatically: {port.reason}."
+        )
+        return
+    p = make_patch(pw.run.script, base, port.text)
+    fix.patch = p.diff() if p else None
+    fix.file = _rel(pw.run.script, base)
+    fe_, le_ = be.lines()
+    fix.summary = (
+        f"Replace {where} with the efficient side's code "
+        f"({os.path.basename(pe.run.script)}:{fe_}"
+        + (f"-{le_}" if le_ != fe_ else "")
+        + ")"
+        + (f"; {port.reason}" if port.reason else "")
+        + "."
+    )
+
+
+def fix_file_abs(fix: Fix, base: str) -> str:
+    f = fix.file or ""
+    return f if os.path.isabs(f) else os.path.join(base, f)

@@ -1,0 +1,180 @@
+"""The diff pipeline: the one place that composes run-or-job → match → detect → diagnose.
+
+Every way of diffing two programs (`magneton diff`, `export-patch`, `eval`, `demo`, the
+TUI's background job, the rank-by-rank comparison of multi-rank jobs) calls `run_diff`,
+so a fix or a new stage lands in all of them at once. Composing it separately in each
+caller once let them drift: only the CLI could diff multi-rank jobs, and whether a
+result was stored depended on whether the DB handle happened to be writable.
+
+Two choices, and the failures they prevent:
+
+* `run_diff` is pure: it reads the DB and never writes it. Callers that keep results
+  call `store_outcome` explicitly (the CLI and eval do; the TUI's child opens the DB
+  read-only and stores nothing). A read-only caller can no longer be surprised by a
+  write, and a writable one can no longer silently skip storing.
+* One progress callback, `progress(stage, result, done, total)`: `"detected"` once the
+  findings are known (before diagnosis, which can take minutes of re-running scripts),
+  then `"diagnosed"` after each diagnosed finding. The TUI shows findings and then
+  causes as they arrive; eval times the two halves.
+
+A name that is not a run but has runs `NAME/rank0`, `NAME/rank1`, ... is a multi-rank
+job (tracer/distributed.py records them so); two such names are compared rank by rank
+(diagnose/jobdiff.py), whose redundant-collective findings come diagnosed. Their
+value-matched findings are not diagnosed: re-running one rank of a distributed script
+would block in its first collective, waiting for absent peers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from magneton.graphdb.model import DiffResult, MagnetonError, Profile, Region
+
+from .detect import DEFAULT_THRESHOLD, check_threshold
+from .equivalence import DEFAULT_TAU
+
+# progress(stage, result so far, done, total); stage "detected" (done = total = number of
+# findings) or "diagnosed" (after each diagnosed finding)
+Progress = Callable[[str, DiffResult, int, int], None]
+
+
+@dataclass
+class DiffOutcome:
+    """What one diff produced: the result, plus what storing it needs."""
+
+    result: DiffResult
+    tau: float
+    # region pairs (kind, region a, region b) in region-number order, and which finding
+    # each region belongs to (single-run diffs; empty for a job)
+    regions: list[tuple[str, Region, Region]] = field(default_factory=list)
+    finding_of_region: dict[int, int] = field(default_factory=dict)
+    diagnosed: bool = False  # diagnosis ran (store its rules and explanations too)
+    kb: Any = None  # the knowledge base diagnosis used
+    # a job diff: the rank-pair diffs it matched by value (stored as ordinary diffs)
+    parts: list[DiffOutcome] = field(default_factory=list)
+    job: bool = False
+
+
+def is_job(db: Any, name: str) -> bool:
+    """True when `name` is not a run but a job recorded rank by rank."""
+    from .ranks import is_multirank
+
+    return not db.has_run(name) and is_multirank(db, name)
+
+
+def load_run(db: Any, name: str) -> Profile:
+    """The profile of run `name`; MagnetonError when it is missing or failed."""
+    db.require_run(name)
+    p = db.load_profile(name)
+    if p.run.status != "ok":
+        why = f": {p.run.error}" if p.run.error else ""
+        raise MagnetonError(f"run '{name}' did not record successfully ({p.run.status}{why})")
+    return p
+
+
+def run_diff(
+    db: Any,
+    a: str,
+    b: str,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    tau: float = DEFAULT_TAU,
+    diagnose: bool = True,
+    rerun: bool = True,
+    progress: Progress | None = None,
+) -> DiffOutcome:
+    """Diff runs or jobs `a` and `b` of an open ProfileDB (read only; see the module
+    docstring). `diagnose=False` stops after detection; `rerun=False` diagnoses without
+    re-running the scripts."""
+    check_threshold(threshold)
+    if is_job(db, a):
+        from .jobdiff import diff_jobs_outcome
+
+        out = diff_jobs_outcome(db, a, b, threshold=threshold, tau=tau)
+        if progress is not None:
+            n = len(out.result.findings)
+            progress("detected", out.result, n, n)
+        return out
+    return diff_run_pair(
+        db, a, b, threshold=threshold, tau=tau, diagnose=diagnose, rerun=rerun, progress=progress
+    )
+
+
+def diff_run_pair(
+    db: Any,
+    a: str,
+    b: str,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    tau: float = DEFAULT_TAU,
+    diagnose: bool = True,
+    rerun: bool = True,
+    progress: Progress | None = None,
+) -> DiffOutcome:
+    """`run_diff` for two single runs."""
+    from .diff import diff_profiles, region_findings
+    from .pathmatch import diff_by_path, finding_regions, has_values
+
+    pa, pb = load_run(db, a), load_run(db, b)
+    if not (has_values(pa) and has_values(pb)):
+        # imported traces carry no tensor values: matched by operator path and kernel
+        # names (diagnose/pathmatch.py), and nothing to re-run, so nothing to diagnose
+        result, regions = diff_by_path(pa, pb, threshold)
+        out = DiffOutcome(result, tau, regions, finding_regions(result, regions))
+        if progress is not None:
+            progress("detected", result, len(result.findings), len(result.findings))
+        return out
+    result, m = diff_profiles(pa, pb, threshold=threshold, tau=tau)
+    out = DiffOutcome(
+        result=result,
+        tau=tau,
+        regions=[(rp.kind, rp.a, rp.b) for rp in m.pairs],
+        finding_of_region=region_findings(result, m),
+    )
+    n = len(result.findings)
+    if progress is not None:
+        progress("detected", result, n, n)
+    if diagnose and result.findings:
+        from magneton.knowledge.base import default_knowledge
+
+        from .rootcause import diagnose_result
+
+        def step(done: int, total: int) -> None:
+            if progress is not None:
+                progress("diagnosed", result, done, total)
+
+        out.kb = default_knowledge()
+        diagnose_result(db, result, rerun=rerun, profiles=(pa, pb), progress=step, kb=out.kb)
+        out.diagnosed = True
+    return out
+
+
+def store_outcome(db: Any, out: DiffOutcome) -> None:
+    """Write a diff into a writable DB, replacing any stored diff of the same pair: the
+    region pairs and findings (graphdb/matches.py), and when it was diagnosed the rules
+    and EXPLAINS rels (graphdb/rules.py). A job's rank-pair diffs are stored as ordinary
+    diffs of the rank runs; the job result itself has no runs to hang on."""
+    if db.read_only:
+        raise MagnetonError("cannot store a diff in a DB opened read-only")
+    for part in out.parts:
+        store_outcome(db, part)
+    if out.job:
+        return
+    from magneton.graphdb.matches import store_diff
+
+    store_diff(db, out.result, out.regions, tau=out.tau, finding_of_region=out.finding_of_region)
+    if out.diagnosed:
+        from .rootcause import store_diagnosis
+
+        # store_diff wrote the diagnosed findings already
+        store_diagnosis(db, out.result, out.kb, findings=False)
+
+
+def diagnose_findings(db: Any, result: DiffResult, findings: list, *, rerun: bool = True) -> None:
+    """Diagnose some findings of a (stored, undiagnosed) single-run diff in place; pure
+    like `run_diff` (store with `rootcause.store_diagnosis`)."""
+    from .rootcause import Diagnoser
+
+    Diagnoser(db, result, rerun=rerun).diagnose_all(findings)

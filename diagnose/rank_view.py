@@ -1,0 +1,83 @@
+"""`print_rank_report`: the multi-rank report of a job as two rich tables (the numbers
+come from ranks.py; this module only presents them)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from magneton.graphdb.wording import energy_wording
+
+if TYPE_CHECKING:
+    from .ranks import RankReport
+
+
+def print_rank_report(rep: RankReport, console: Any = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    how = (
+        energy_wording(", ".join(rep.energy_methods), ", ".join(rep.power_sources))
+        if rep.energy_methods
+        else "no energy"
+    )
+    console.print(
+        f"job '{rep.name}': {rep.world_size} ranks, {rep.job_time_s * 1e3:.2f} ms/call "
+        f"(slowest rank {rep.slowest_rank}), {rep.job_energy_j:.4g} J/call incl. idle tails "
+        f"({how})"
+    )
+    if rep.imbalance_ratio:
+        basis = ", ".join(sorted({s.busy_basis for s in rep.ranks if s.busy_basis}))
+        work = f"; work ratio (max/min FLOPs): {rep.work_ratio:.2f}" if rep.work_ratio else ""
+        console.print(
+            f"imbalance ratio (max/min busy time, busy = {basis}): {rep.imbalance_ratio:.2f}"
+            f"{work}; most work: rank {rep.busiest_rank}; peer wait: {rep.wait_method}"
+        )
+
+    def ms(x: float | None) -> str:
+        return "" if x is None else f"{x * 1e3:.1f}"
+
+    # two narrow tables rather than one of 14 columns: both fit an 80-column terminal
+    t = Table(title=f"ranks of '{rep.name}': time and energy per entry call")
+    for col in ("rank", "status", "ms", "J", "busy ms", "blocked ms", "tail ms", "tail J"):
+        t.add_column(col, justify="left" if col == "status" else "right")
+    c = Table(title="collectives per entry call")
+    for col in ("rank", "ops", "ms", "J", "waited ms", "busy-wait ms", "peer wait ms"):
+        c.add_column(col, justify="right")
+    for s in rep.ranks:
+        if s.status != "ok":
+            t.add_row(str(s.rank), f"[red]{s.status}[/]", *[""] * 6)
+            continue
+        t.add_row(
+            str(s.rank),
+            "ok",
+            ms(s.time_s),
+            f"{s.energy_j:.3g}",
+            ms(s.busy_s),
+            ms(s.blocked_s),
+            ms(s.idle_tail_s),
+            f"{s.idle_tail_energy_j:.3g}",
+        )
+        c.add_row(
+            str(s.rank),
+            str(s.collective_count),
+            ms(s.collective_time_s),
+            f"{s.collective_energy_j:.3g}",
+            ms(s.wait_s),
+            ms(s.busy_wait_s),
+            ms(s.peer_wait_s),
+        )
+    console.print(t)
+    console.print(
+        "busy = own work (CPU time on CPU ranks); blocked = time the rank used no CPU (wall - "
+        "CPU time, measured); tail = idle until the slowest rank finished, priced at the "
+        "idle baseline (estimated)"
+    )
+    console.print(c)
+    console.print(
+        "ms/J = the collective operators' windows and energy; waited = time in work.wait() "
+        "of collectives waited on at once (measured); busy-wait = CPU time burned in it, the "
+        "rest blocked; peer wait = part of it until the last peer arrived (estimated)"
+    )
+    for n in rep.notes:
+        console.print(f"note: {n}")

@@ -1,0 +1,279 @@
+"""The findings of one diff: the job runs the diff pipeline in a child process (jobs.py)
+and the table fills as soon as detection is done, while diagnosis continues behind a
+progress bar."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from magneton.graphdb.model import DiffResult, Finding
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
+from textual.worker import get_current_worker
+
+from .base import BaseScreen, row_summary
+from .data import fmt_pct
+from .energy_screen import EnergyScreen
+from .finding_screen import FindingScreen, export_finding
+from .jobs import DiffJob
+from .widgets import FINDING_COLUMNS, Note, cause_text, energy_header, finding_row
+
+if TYPE_CHECKING:
+    from magneton.graphdb.db import RunRow
+
+
+# --------------------------------------------------------------------------------------
+# Findings
+# --------------------------------------------------------------------------------------
+
+
+class FindingsScreen(BaseScreen):
+    """Findings of run A vs run B ranked by energy saved, diagnosis filling in live."""
+
+    BINDINGS = [
+        Binding("escape", "back", "Runs"),
+        Binding("enter", "open", "Open", show=True),
+        Binding("x", "export", "Export patch"),
+        Binding("v", "energy", "Energy view"),
+        Binding("s", "swap", "Swap A/B"),
+    ]
+
+    def __init__(self, a: RunRow, b: RunRow) -> None:
+        super().__init__()
+        self.row_a, self.row_b = a, b
+        self.result: DiffResult | None = None
+        self.diagnosing = False
+        self.status_text = ""
+        self.job: DiffJob | None = None
+        self.detail: FindingScreen | None = None
+        self.exported: dict[int, str] = {}
+
+    @property
+    def run_a(self) -> str:
+        return self.row_a.name
+
+    @property
+    def run_b(self) -> str:
+        return self.row_b.name
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="energy-header")
+        with Horizontal(id="progress"):
+            yield ProgressBar(total=None, show_percentage=False, show_eta=False, id="progress-bar")
+            yield Label("", id="progress-label")
+        yield Note("", id="findings-msg")
+        yield DataTable(id="findings", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = f"{self.run_a} vs {self.run_b}"
+        self.sub_title = "findings, largest saving first"
+        self.query_one("#energy-header", Static).update(
+            energy_header(DiffResult(row_summary(self.row_a), row_summary(self.row_b)))
+        )
+        table = self.query_one("#findings", DataTable)
+        for label, key in FINDING_COLUMNS:
+            table.add_column(label, key=key)
+        cached = self.store.cached_diff(self.run_a, self.run_b)
+        if cached is not None:
+            self.show_result(cached)
+            self.set_progress("")
+        else:
+            self.set_progress("matching the two graphs…")
+            self.run_job()
+        self.set_interval(0.5, self._tick)
+        self.preload_profiles()
+
+    @work(thread=True, group="preload")
+    def preload_profiles(self) -> None:
+        """Load both profiles while the diff runs, so opening a finding is instant."""
+        for run in (self.run_a, self.run_b):
+            try:
+                self.store.profile(run)
+            except Exception:
+                return  # the finding screen loads again and shows the error
+
+    def on_unmount(self) -> None:
+        # end the child now (quitting must not wait for a diagnosis); the worker thread
+        # sees the cancellation and cleans up the pipe itself
+        self.workers.cancel_node(self)
+        if self.job is not None:
+            self.job.terminate()
+
+    # ---- the job ---------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="diff")
+    def run_job(self) -> None:
+        worker = get_current_worker()
+        app = self.mapp
+        job = DiffJob(
+            self.store.path, self.run_a, self.run_b, app.threshold, app.diagnose, app.rerun
+        )
+        self.job = job
+        job.start()
+        try:
+            while not worker.is_cancelled:
+                ev = job.poll(0.2)
+                if ev is None:
+                    continue
+                if worker.is_cancelled:  # the screen went away: nobody to tell
+                    break
+                self.from_thread(self.on_job_event, ev.kind, ev.result, ev.message)
+                if ev.kind in ("diagnosed", "error", "diagnosis-error"):
+                    break
+                if ev.kind == "diff" and (not app.diagnose or not ev.result.findings):
+                    break
+        finally:
+            if worker.is_cancelled:
+                job.cancel()
+            else:
+                job.finish()
+
+    def on_job_event(self, kind: str, result: DiffResult | None, message: str) -> None:
+        if kind == "diff" and result is not None:
+            self.diagnosing = self.mapp.diagnose and bool(result.findings)
+            self.show_result(result)
+            if self.diagnosing:
+                how = "re-running the scripts" if self.mapp.rerun else "no re-run"
+                self.set_progress(f"diagnosing ({how})", 0)
+            else:
+                self.set_progress("")
+                self.store.remember_diff(self.run_a, self.run_b, result)
+        elif kind == "progress" and result is not None:
+            self.show_result(result)
+            done, _, total = message.partition("/")
+            self.set_progress(self.status_text, int(done), int(total))
+        elif kind == "diagnosed" and result is not None:
+            self.diagnosing = False
+            self.show_result(result)
+            self.set_progress("")
+            self.store.remember_diff(self.run_a, self.run_b, result)
+            self.notify("diagnosis done", timeout=3)
+        elif kind == "diagnosis-error" or (kind == "error" and self.result is not None):
+            # the findings arrived before the failure (even a crash of the child): keep them
+            self.diagnosing = False
+            self.set_progress("")
+            self.show_msg(f"diagnosis failed: {message} (the findings stand)", "error")
+            self._refresh_causes()
+        else:
+            self.diagnosing = False
+            self.set_progress("")
+            self.show_msg(message, "error")
+
+    def set_progress(self, text: str, done: int | None = None, total: int | None = None) -> None:
+        """Show `text` with a progress bar (indeterminate until `total` is known)."""
+        self.status_text = text
+        self.query_one("#progress").display = bool(text)
+        bar = self.query_one("#progress-bar", ProgressBar)
+        if total:
+            bar.update(total=total, progress=done or 0)
+        elif done == 0:
+            bar.update(total=None)
+        self._tick()
+
+    def _tick(self) -> None:
+        if not self.status_text:
+            return
+        bar = self.query_one("#progress-bar", ProgressBar)
+        done = f" {int(bar.progress)}/{int(bar.total)} done" if bar.total else ""
+        secs = (
+            f", {self.job.elapsed_s():.0f} s" if self.job is not None and self.job.started else ""
+        )
+        self.query_one("#progress-label", Label).update(f"{self.status_text}{done}{secs}")
+
+    def show_msg(self, text: str, kind: str = "info") -> None:
+        note = self.query_one("#findings-msg", Note)
+        note.update(text)
+        note.set_classes(kind)
+        note.display = bool(text)
+
+    # ---- showing ---------------------------------------------------------------------
+
+    def show_result(self, result: DiffResult) -> None:
+        self.result = result
+        self.query_one("#energy-header", Static).update(energy_header(result))
+        table = self.query_one("#findings", DataTable)
+        cursor = table.cursor_row
+        selected = None  # keep the selected finding, not the row number: rows reorder
+        if 0 <= cursor < table.row_count:
+            selected = table.coordinate_to_cell_key((cursor, 0)).row_key.value
+        table.clear()
+        # noise last, as `diff` prints them: the verdict column is off-screen at 80-120
+        # columns, and interleaved noise rows buried the findings worth acting on
+        rows = result.ordered()
+        for f in rows:
+            table.add_row(*finding_row(f, self.diagnosing), key=str(f.id))
+        if result.findings:
+            keys = [str(f.id) for f in rows]
+            row = keys.index(selected) if selected in keys else min(max(cursor, 0), len(rows) - 1)
+            table.move_cursor(row=row)
+            n = len(result.findings)
+            noise = sum(f.verdict == "noise" for f in result.findings)
+            self.show_msg(
+                f"{n} finding{'s' if n != 1 else ''} over the {fmt_pct(result.threshold)} energy "
+                f"threshold among {result.matched_pairs} matched regions"
+                + (f" ({noise} judged noise: same code, arguments and settings)" if noise else "")
+                + " · enter: open",
+                "info",
+            )
+        else:
+            why = result.message or (
+                f"{result.matched_pairs} matched regions, none differs by more than "
+                f"{fmt_pct(result.threshold)} in energy"
+            )
+            self.show_msg(f"No findings: {why}", "info")
+        if self.detail is not None and self.detail.is_attached:
+            f = self.finding(self.detail.finding.id)
+            if f is not None:
+                self.detail.update_finding(result, f)
+
+    def _refresh_causes(self) -> None:
+        if self.result is None:
+            return
+        table = self.query_one("#findings", DataTable)
+        for f in self.result.findings:
+            table.update_cell(str(f.id), "cause", cause_text(f, self.diagnosing))
+
+    def finding(self, fid: int) -> Finding | None:
+        if self.result is None:
+            return None
+        return next((f for f in self.result.findings if f.id == fid), None)
+
+    def selected(self) -> Finding | None:
+        table = self.query_one("#findings", DataTable)
+        if self.result is None or not self.result.findings or table.row_count == 0:
+            return None
+        key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        return self.finding(int(key))
+
+    # ---- actions ---------------------------------------------------------------------
+
+    @on(DataTable.RowSelected, "#findings")
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_open()
+
+    def action_open(self) -> None:
+        f = self.selected()
+        if f is None or self.result is None:
+            return
+        self.detail = FindingScreen(self, self.result, f)
+        self.app.push_screen(self.detail)
+
+    def action_export(self) -> None:
+        f = self.selected()
+        if f is not None and self.result is not None:
+            export_finding(self, self.result, f)
+
+    def action_energy(self) -> None:
+        self.app.push_screen(EnergyScreen([self.run_a, self.run_b]))
+
+    def action_swap(self) -> None:
+        self.mapp.replace_diff(self, self.run_b, self.run_a)
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
