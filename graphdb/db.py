@@ -39,6 +39,7 @@ import os
 import re
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,10 @@ def open_db(path: str | Path, read_only: bool = False, create: bool = True) -> P
     return pdb
 
 
+class DBLocked(MagnetonError):
+    """The DB file is held by another process (a writer, or readers while we write)."""
+
+
 def _open_kuzu(file: Path, read_only: bool) -> kuzu.Database:
     try:
         # compression=False: Kùzu 0.11.3's float compression zeroes some DOUBLE[] list
@@ -175,7 +180,7 @@ def _open_kuzu(file: Path, read_only: bool) -> kuzu.Database:
     except Exception as e:  # kuzu raises RuntimeError for everything
         msg = str(e)
         if "lock" in msg.lower():
-            raise MagnetonError(
+            raise DBLocked(
                 f"the Magneton DB {file} is in use by another process (Kùzu allows one "
                 "writer, and no readers while it writes); retry when it has finished"
             ) from None
@@ -291,6 +296,12 @@ def _words(cypher: str) -> list[tuple[str, str, str]]:
 def query_params(cypher: str) -> set[str]:
     """Names of the $parameters a Cypher text uses (outside strings and comments)."""
     return _scan(cypher)[1]
+
+
+def statement_count(cypher: str) -> int:
+    """Statements in a Cypher text: `;`-separated parts holding a word (a trailing `;`,
+    or one inside a string or comment, starts none)."""
+    return sum(1 for k, (_, prev, _) in enumerate(_words(cypher)) if k == 0 or prev == ";")
 
 
 def find_write_clause(cypher: str) -> str | None:
@@ -531,6 +542,8 @@ class ProfileDB:
         self.file = file
         self.read_only = read_only
         self._finalizer: weakref.finalize | None = None
+        # every kuzu.QueryResult handed out, closed before the DB (see `_execute`)
+        self._results: weakref.WeakSet = weakref.WeakSet()
         try:
             self._conn = kuzu.Connection(db)
             self._check_or_create_schema()
@@ -546,6 +559,7 @@ class ProfileDB:
     def close(self) -> None:
         if self._db is None:
             return
+        self._close_results()
         self._conn.close()
         self._db.close()
         self._db = None
@@ -555,13 +569,29 @@ class ProfileDB:
     def __enter__(self) -> ProfileDB:
         return self
 
+    def _execute(self, cypher: str, params: dict | None = None) -> Any:
+        """`Connection.execute`, remembering each QueryResult so `close` can close it
+        first. A result still alive when its DB is closed (an exception traceback holding
+        it, a multi-statement query's unread results) segfaulted later in
+        `QueryResult.__del__` (seen at exit after Ctrl-C and for `RETURN 1; RETURN 2`)."""
+        res = self._conn.execute(cypher, params or {})
+        for r in res if isinstance(res, list) else [res]:
+            self._results.add(r)
+        return res
+
+    def _close_results(self) -> None:
+        for r in list(self._results):
+            with contextlib.suppress(Exception):
+                r.close()
+        self._results = weakref.WeakSet()
+
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ---- schema ----------------------------------------------------------------------
 
     def _table_names(self) -> set[str]:
-        res = self._conn.execute("CALL show_tables() RETURN name")
+        res = self._execute("CALL show_tables() RETURN name")
         return {r[0] for r in res.get_all()}
 
     def _check_or_create_schema(self) -> None:
@@ -575,7 +605,7 @@ class ProfileDB:
             raise MagnetonError(
                 f"{self.file} is a Kùzu DB but not a Magneton DB (no Meta table); use another --db"
             )
-        meta = dict(self._conn.execute("MATCH (m:Meta) RETURN m.key, m.value").get_all())
+        meta = dict(self._execute("MATCH (m:Meta) RETURN m.key, m.value").get_all())
         if meta.get("app") != APP:
             raise MagnetonError(
                 f"{self.file} is a Kùzu DB but not a Magneton DB (Meta has no app=magneton); "
@@ -590,18 +620,18 @@ class ProfileDB:
         if not self.read_only:
             missing = [t for t in S.all_tables() if t.name not in tables]
             for t in missing:  # extension tables added since the DB was created
-                self._conn.execute(t.ddl())
+                self._execute(t.ddl())
 
     def _create_schema(self) -> None:
         # one transaction: a commit per DDL statement doubled the cost of a new DB
-        self._conn.execute("BEGIN TRANSACTION")
+        self._execute("BEGIN TRANSACTION")
         for stmt in S.ddl():
-            self._conn.execute(stmt)
-        self._conn.execute(
+            self._execute(stmt)
+        self._execute(
             "CREATE (:Meta {key: 'app', value: $app}), (:Meta {key: 'schema_version', value: $v})",
             {"app": APP, "v": str(SCHEMA_VERSION)},
         )
-        self._conn.execute("COMMIT")
+        self._execute("COMMIT")
 
     def _writable(self) -> None:
         if self._db is None:
@@ -637,26 +667,39 @@ class ProfileDB:
             self._copy(table, data)
         return data.num_rows
 
-    def _copy(self, table: str, data: pa.Table) -> None:
-        self._conn.execute(f"COPY {table} FROM $rows", {"rows": data})
+    def _copy(self, table: str, data: pa.Table, conn: kuzu.Connection | None = None) -> None:
+        cypher, params = f"COPY {table} FROM $rows", {"rows": data}
+        self._execute(cypher, params) if conn is None else conn.execute(cypher, params)
 
-    def _create_rows(self, spec: S.NodeTable, data: pa.Table) -> None:
+    def _create_rows(
+        self, spec: S.NodeTable, data: pa.Table, conn: kuzu.Connection | None = None
+    ) -> None:
         """A few node rows by one `UNWIND ... CREATE`: 5-15 ms where a COPY costs 40-60
         ms however small (measured for frames, kernels, config entries, power series)."""
         props = ", ".join(f"{c.name}: CAST(r.{c.name} AS {c.type})" for c in spec.columns)
-        self._conn.execute(
-            f"UNWIND $rows AS r CREATE (:{spec.name} {{{props}}})", {"rows": data.to_pylist()}
-        )
+        cypher = f"UNWIND $rows AS r CREATE (:{spec.name} {{{props}}})"
+        params = {"rows": data.to_pylist()}
+        self._execute(cypher, params) if conn is None else conn.execute(cypher, params)
+
+    def _load_tables(
+        self, tables: list[tuple[S.Table, pa.Table]], conn: kuzu.Connection | None = None
+    ) -> None:
+        """Write one run's tables (from `_profile_tables`), here or through `conn`."""
+        for spec, data in tables:
+            if isinstance(spec, S.NodeTable) and 0 < data.num_rows <= _SMALL_ROWS:
+                self._create_rows(spec, data, conn)
+            elif data.num_rows:
+                self._copy(spec.name, data, conn)
 
     # ---- runs ------------------------------------------------------------------------
 
     def has_run(self, name: str) -> bool:
-        res = self._conn.execute("MATCH (r:Run {name: $n}) RETURN count(*)", {"n": name})
+        res = self._execute("MATCH (r:Run {name: $n}) RETURN count(*)", {"n": name})
         return res.get_all()[0][0] > 0
 
     def list_runs(self) -> list[RunRow]:
         cols = [f.name for f in fields(RunRow)]
-        res = self._conn.execute(
+        res = self._execute(
             f"MATCH (r:Run) RETURN {', '.join('r.' + c for c in cols)} "
             "ORDER BY r.started_at, r.name"
         )
@@ -678,13 +721,19 @@ class ProfileDB:
         self._writable()
         if not self.has_run(name):
             return
+        nodes, rels, params = self._run_rows(name)
+        self.delete_where(nodes=nodes, rels=rels, params=params)
+
+    @staticmethod
+    def _run_rows(name: str) -> tuple[dict[str, str], dict[str, str], dict]:
+        """`delete_where` predicates selecting every row of run `name`."""
         nodes = {
             t.name: "{v}.run = $run"
             for t in S.all_tables()
             if isinstance(t, S.NodeTable) and t.per_run
         }
         nodes["Run"] = "{v}.name = $run"
-        self.delete_where(nodes=nodes, params={"run": name})
+        return nodes, {}, {"run": name}
 
     def delete_where(
         self,
@@ -724,10 +773,19 @@ class ProfileDB:
     def _count(self, spec: S.Table, cond: str, params: dict) -> int:
         pattern = f"(x:{spec.name})" if isinstance(spec, S.NodeTable) else f"()-[x:{spec.name}]->()"
         cypher = f"MATCH {pattern} WHERE {cond} RETURN count(*)"
-        res = self._conn.execute(cypher, _used(cypher, params))
+        res = self._execute(cypher, _used(cypher, params))
         return int(res.get_all()[0][0])
 
-    def _rebuild(self, nodes: dict[str, str], rels: dict[str, str], params: dict) -> None:
+    def _rebuild(
+        self,
+        nodes: dict[str, str],
+        rels: dict[str, str],
+        params: dict,
+        then: Callable[[kuzu.Connection], None] | None = None,
+    ) -> None:
+        """Write the DB without the deleted rows into a fresh file, run `then` on it (a
+        replacing run's load), and swap it in with one rename: a crash or an error
+        before the rename leaves the old DB exactly as it was."""
         tables = self._table_names()
         unknown = sorted(tables - {t.name for t in S.all_tables()})
         if unknown:
@@ -751,9 +809,16 @@ class ProfileDB:
                     rows = self._kept_rows(spec, nodes, rels, params)
                     if rows.num_rows:
                         new.execute(f"COPY {spec.name} FROM $rows", {"rows": rows})
+            if then is not None:
+                then(new)
             new.close()
-        finally:
+        except BaseException:
             new_db.close()
+            for stale in (tmp, tmp.with_name(tmp.name + ".wal")):
+                stale.unlink(missing_ok=True)
+            raise
+        new_db.close()
+        self._close_results()
         self._conn.close()
         self._db.close()
         os.replace(tmp, self.file)
@@ -784,14 +849,14 @@ class ProfileDB:
             match = f"MATCH (a:{spec.src})-[r:{spec.name}]->(b:{spec.dst})"
         where = " AND ".join(c for c in conds if c)
         cypher = f"{match} {'WHERE ' + where if where else ''} RETURN {', '.join(ret)}"
-        got = self._conn.execute(cypher, _used(cypher, params)).get_as_arrow()
+        got = self._execute(cypher, _used(cypher, params)).get_as_arrow()
         target = S.arrow_schema(spec)
         return pa.Table.from_arrays(
             [got.column(i).cast(f.type) for i, f in enumerate(target)], schema=target
         )
 
     def _claim_name(self, name: str, replace: bool) -> None:
-        if not name:
+        if not name.strip():
             raise MagnetonError("a run needs a non-empty name")
         if self.has_run(name):
             if not replace:
@@ -800,14 +865,21 @@ class ProfileDB:
                 )
             self.delete_run(name)
 
-    def _insert_run(self, run: RunInfo, status: str, op_count: int) -> None:
+    def _insert_run(
+        self, run: RunInfo, status: str, op_count: int, conn: kuzu.Connection | None = None
+    ) -> None:
         # one row: a parameterized CREATE costs ~10 ms where a COPY costs ~100 ms
         row = {f.name: getattr(run, f.name) for f in fields(RunInfo)}
         row["status"] = status
         row["op_count"] = op_count
         cols = [c.name for c in S.RUN.columns]
         props = ", ".join(f"{c}: $p_{c}" for c in cols)
-        self._conn.execute(f"CREATE (:Run {{{props}}})", {f"p_{c}": row.get(c) for c in cols})
+        cypher = f"CREATE (:Run {{{props}}})"
+        params = {f"p_{c}": row.get(c) for c in cols}
+        if conn is None:
+            self._execute(cypher, params)
+        else:
+            conn.execute(cypher, params)
 
     def save_failed_run(self, run: RunInfo, replace: bool = False) -> None:
         """Store only the Run node, status "failed", for a script that raised or was
@@ -818,35 +890,41 @@ class ProfileDB:
 
     def save_profile(self, profile: Profile, replace: bool = False) -> None:
         """Bulk-load a recorded run. An existing run of that name is an error unless
-        `replace` (then it is deleted first)."""
+        `replace`: then the DB is rewritten without the old run and with the new one
+        into a fresh file that is renamed over the old one only once complete, so a
+        failure or a crash at any point leaves the old run in place."""
         self._writable()
         run = profile.run.name
+        if not run.strip():
+            raise MagnetonError("a run needs a non-empty name")
         # every Arrow table is built (and every index checked) before the first write
         with _gc_paused():
             _check_profile(profile)
             tables = _profile_tables(profile)
+        status = profile.run.status or "ok"
+        if replace and self.has_run(run):
+
+            def load_new(conn: kuzu.Connection) -> None:
+                self._insert_run(profile.run, status, len(profile.ops), conn)
+                self._load_tables(tables, conn)
+
+            self._rebuild(*self._run_rows(run), then=load_new)
+            return
         self._claim_name(run, replace)
         self._insert_run(profile.run, "loading", len(profile.ops))
         try:
-            for spec, data in tables:
-                if isinstance(spec, S.NodeTable) and 0 < data.num_rows <= _SMALL_ROWS:
-                    self._create_rows(spec, data)
-                elif data.num_rows:
-                    self._copy(spec.name, data)
+            self._load_tables(tables)
         except BaseException:
             # never leave half a run behind; the original error is the one to show
             with contextlib.suppress(Exception):
                 self.delete_run(run)
             raise
-        self._conn.execute(
-            "MATCH (r:Run {name: $n}) SET r.status = $s",
-            {"n": run, "s": profile.run.status or "ok"},
-        )
+        self._execute("MATCH (r:Run {name: $n}) SET r.status = $s", {"n": run, "s": status})
 
     # ---- load ------------------------------------------------------------------------
 
     def _arrow(self, cypher: str, run: str) -> pa.Table:
-        return self._conn.execute(cypher, {"run": run}).get_as_arrow()
+        return self._execute(cypher, {"run": run}).get_as_arrow()
 
     def _nodes(self, spec: S.NodeTable, run: str, order: str = "idx") -> dict[str, list]:
         cols = [c.name for c in spec.columns if c.name not in ("uid", "run")]
@@ -870,7 +948,7 @@ class ProfileDB:
             return self._load_profile(run)
 
     def _load_profile(self, run: str) -> Profile:
-        res = self._conn.execute("MATCH (r:Run {name: $run}) RETURN r.*", {"run": run})
+        res = self._execute("MATCH (r:Run {name: $run}) RETURN r.*", {"run": run})
         row = dict(zip((c[2:] for c in res.get_column_names()), res.get_all()[0], strict=True))
         # tolerate a RunInfo field the schema lacks (tests flag that drift loudly)
         info = RunInfo(**{f.name: row[f.name] for f in fields(RunInfo) if f.name in row})
@@ -995,10 +1073,14 @@ class ProfileDB:
 
     def query(self, cypher: str, params: dict | None = None) -> QueryResult:
         """Run Cypher as is (internal use: no write guard, kuzu errors propagate)."""
-        res = self._conn.execute(cypher, params or {})
-        if isinstance(res, list):  # several statements: the last one's result
-            res = res[-1]
-        return QueryResult(columns=list(res.get_column_names()), rows=res.get_all())
+        res = self._execute(cypher, params or {})
+        results = res if isinstance(res, list) else [res]
+        try:  # several statements: the last one's result; all are closed here
+            last = results[-1]
+            return QueryResult(columns=list(last.get_column_names()), rows=last.get_all())
+        finally:
+            for r in results:
+                r.close()
 
     def user_query(self, cypher: str, params: dict | None = None) -> QueryResult:
         """Run a user's read-only Cypher; write clauses and Kùzu errors → MagnetonError."""
@@ -1007,6 +1089,12 @@ class ProfileDB:
         clause = find_write_clause(cypher)
         if clause:
             raise _refused(clause)
+        n_statements = statement_count(cypher)
+        if n_statements > 1:  # whose result would be shown is a guess; refuse instead
+            raise MagnetonError(
+                f"one statement per query, got {n_statements} separated by ';' "
+                "(run them one at a time)"
+            )
         params = params or {}
         wanted = query_params(cypher)
         missing = sorted(wanted - set(params))

@@ -470,11 +470,11 @@ def test_crash_mid_load_leaves_no_partial_run(dbdir: Path, monkeypatch) -> None:
         real_copy = dbmod.ProfileDB._copy
         calls = []
 
-        def failing_copy(self, table: str, data: pa.Table) -> None:
+        def failing_copy(self, table: str, data: pa.Table, conn=None) -> None:
             calls.append(table)
             if table == "INPUT":  # nodes and some rels are in by now
                 raise RuntimeError("disk full")
-            real_copy(self, table, data)
+            real_copy(self, table, data, conn)
 
         monkeypatch.setattr(dbmod.ProfileDB, "_copy", failing_copy)
         with pytest.raises(RuntimeError, match="disk full"):

@@ -297,47 +297,121 @@ def _device_hint(args: tuple) -> str:
 # --------------------------------------------------------------------------------------
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI cancel, `timeout`) during a recording: handled like Ctrl-C."""
+
+
+class _InterruptedAfterSave(MagnetonError):
+    """A Ctrl-C or SIGTERM held back during the DB write, which then completed."""
+
+
+class WorkloadExited(SystemExit):
+    """`os._exit(n)` called by the workload in the recording process (see `_no_exit`)."""
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """Turn SIGTERM into `Terminated` (a KeyboardInterrupt) while recording, so a
+    `timeout` or a CI cancel leaves the same record as Ctrl-C instead of dying silently.
+    Handlers can only be set from the main thread; elsewhere the block runs as is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextlib.contextmanager
+def _no_exit() -> Iterator[None]:
+    """While the workload runs, `os._exit` in this process raises `WorkloadExited`:
+    otherwise a workload calling it ended `magneton record` with its exit code, no
+    message and nothing stored. Forked children (DataLoader workers, multiprocessing)
+    exit through the real `os._exit`."""
+    real, pid = os._exit, os.getpid()
+
+    def guarded(code: int) -> None:
+        if os.getpid() != pid:
+            real(code)
+        raise WorkloadExited(code)
+
+    os._exit = guarded
+    try:
+        yield
+    finally:
+        os._exit = real
+
+
 @contextlib.contextmanager
 def defer_sigint() -> Iterator[None]:
-    """Hold Ctrl-C until the block ends, so a bulk load is never cut half-way.
+    """Hold Ctrl-C and SIGTERM until the block ends, so a bulk load is never cut
+    half-way. A signal that arrived raises `_InterruptedAfterSave` when the block
+    completed (the data is stored: saying "failed" would be false), and the usual
+    KeyboardInterrupt when the block raised anyway.
 
     Signal handlers can only be set from the main thread; elsewhere the block runs as is.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    pending: list[Any] = []
-    old = signal.signal(signal.SIGINT, lambda *a: pending.append(a))
+    pending: list[int] = []
+    old = {s: signal.signal(s, lambda signum, _f: pending.append(signum)) for s in _STOP_SIGNALS}
     try:
         yield
-    finally:
-        signal.signal(signal.SIGINT, old)
+    except BaseException:
         if pending:
-            raise KeyboardInterrupt
+            raise (Terminated if signal.SIGTERM in pending else KeyboardInterrupt) from None
+        raise
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    if pending:
+        how = "terminated (SIGTERM)" if signal.SIGTERM in pending else "interrupted (Ctrl-C)"
+        raise _InterruptedAfterSave(
+            f"{how} while saving; the save completed and was kept",
+            exit_code=143 if signal.SIGTERM in pending else 130,
+        )
+
+
+# Kùzu allows one writer and no readers beside it; a `magneton runs` in another shell
+# holds the file for well under a second, so the final write waits this long for it.
+_LOCK_WAIT_S = 20.0
 
 
 @contextlib.contextmanager
 def _opened(db: Any) -> Iterator[Any]:
-    from magneton.graphdb import open_db
+    from magneton.graphdb.db import DBLocked, open_db
 
     if hasattr(db, "save_profile"):
         yield db
-    else:
-        handle = open_db(db)
+        return
+    deadline = time.monotonic() + _LOCK_WAIT_S
+    while True:
         try:
-            yield handle
-        finally:
-            handle.close()
+            handle = open_db(db)
+            break
+        except DBLocked:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    try:
+        yield handle
+    finally:
+        handle.close()
 
 
 def save(profile: Profile, db: Any, replace: bool = False) -> None:
     with defer_sigint(), _opened(db) as handle:
         handle.save_profile(profile, replace=replace)
-
-
-def _save_failed(info: RunInfo, db: Any) -> None:
-    with defer_sigint(), _opened(db) as handle:
-        handle.save_failed_run(info)
 
 
 def _user_location(exc: BaseException, script: str) -> str:
@@ -347,6 +421,18 @@ def _user_location(exc: BaseException, script: str) -> str:
         if script and os.path.abspath(fr.filename) == script:
             return f" at {os.path.basename(fr.filename)}:{fr.lineno}"
     return ""
+
+
+def check_run_name(run: str) -> None:
+    """Refuse an empty or blank run name before anything runs (it used to be refused
+    only by the DB write, after the whole recording)."""
+    if not run.strip():
+        raise MagnetonError(f"--run needs a non-blank name, got {run!r}")
+
+
+def _exit_reason(e: SystemExit, script: str) -> str:
+    call = f"os._exit({e.code})" if isinstance(e, WorkloadExited) else f"sys.exit({e.code!r})"
+    return f"the workload called {call}{_user_location(e, script)} before finishing"
 
 
 def record_script(
@@ -359,27 +445,33 @@ def record_script(
     options: RecordOptions | None = None,
 ) -> Profile:
     """What `magneton record` does. Raises MagnetonError (one line) on any failure, after
-    marking the run failed in the DB."""
+    marking the run failed in the DB (a failed `--replace` keeps the earlier run).
+
+    The DB is opened twice, briefly: before the workload (name taken? DB writable?) and
+    for the final write, so other commands can read it while the workload runs.
+    """
     opts = options or RecordOptions()
+    check_run_name(run)
     script = str(Path(script).resolve())
     if not os.path.isfile(script):
         raise MagnetonError(f"no such script: {script}")
-    with _opened(db) as handle:
+    with _opened(db) as handle:  # a writable open: fails now, not after the workload
         if handle.has_run(run) and not opts.replace:
             raise MagnetonError(
                 f"run '{run}' already exists in the DB; pick another --run name or pass --replace"
             )
-        info = RunInfo(
-            name=run,
-            script=script,
-            entry=entry,
-            setup=setup,
-            started_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-            status="failed",
-        )
-        old_argv = sys.argv
-        sys.argv = [script]
-        try:
+    info = RunInfo(
+        name=run,
+        script=script,
+        entry=entry,
+        setup=setup,
+        started_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        status="failed",
+    )
+    old_argv = sys.argv
+    sys.argv = [script]
+    try:
+        with _interruptible(), _no_exit():
             module = load_script(script)
             entry_fn = getattr(module, entry, None)
             if not callable(entry_fn):
@@ -392,45 +484,59 @@ def record_script(
                 entry_fn,
                 args,
                 run=run,
-                db=handle,
+                db=db,
                 options=opts,
                 script=script,
                 entry=entry,
                 setup=setup if callable(setup_fn) else "",
                 globals_=vars(module),
             )
-        except MagnetonError as e:
-            info.error = str(e)
-            _save_failed_replacing(info, handle, opts.replace)
-            raise
-        except KeyboardInterrupt:
-            info.error = "interrupted (Ctrl-C) while recording"
-            _save_failed_replacing(info, handle, opts.replace)
-            raise MagnetonError(
-                f"interrupted; run '{run}' marked failed, earlier runs intact", exit_code=130
-            ) from None
-        except Exception as e:
-            if os.environ.get("MAGNETON_DEBUG"):
-                traceback.print_exc()
-            where = _user_location(e, script)
-            msg = " ".join(str(e).split()) or "(no message)"
-            info.error = f"{type(e).__name__}{where}: {msg}"
-            _save_failed_replacing(info, handle, opts.replace)
-            raise MagnetonError(
-                f"{os.path.basename(script)} raised {info.error}; run '{run}' marked failed, "
-                "earlier runs intact (MAGNETON_DEBUG=1 shows the traceback)",
-                exit_code=1,
-            ) from None
-        finally:
-            sys.argv = old_argv
+    except _InterruptedAfterSave as e:
+        raise MagnetonError(f"{e}: run '{run}' is saved", exit_code=e.exit_code) from None
+    except MagnetonError as e:
+        info.error = str(e)
+        raise MagnetonError(f"{e}; {_record_failure(info, db, opts.replace)}") from None
+    except KeyboardInterrupt as e:
+        how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)"
+        info.error = f"{how} while recording"
+        raise MagnetonError(
+            f"{how}; {_record_failure(info, db, opts.replace)}",
+            exit_code=143 if isinstance(e, Terminated) else 130,
+        ) from None
+    except SystemExit as e:
+        info.error = _exit_reason(e, script)
+        raise MagnetonError(
+            f"{info.error}; {_record_failure(info, db, opts.replace)}", exit_code=1
+        ) from None
+    except Exception as e:
+        if os.environ.get("MAGNETON_DEBUG"):
+            traceback.print_exc()
+        where = _user_location(e, script)
+        msg = " ".join(str(e).split()) or "(no message)"
+        info.error = f"{type(e).__name__}{where}: {msg}"
+        raise MagnetonError(
+            f"{os.path.basename(script)} raised {info.error}; "
+            f"{_record_failure(info, db, opts.replace)} (MAGNETON_DEBUG=1 shows the traceback)",
+            exit_code=1,
+        ) from None
+    finally:
+        sys.argv = old_argv
 
 
-def _save_failed_replacing(info: RunInfo, handle: Any, replace: bool) -> None:
-    if handle.has_run(info.name):
-        if not replace:
-            return  # never clobber an existing good run with a failure record
-        handle.delete_run(info.name)
-    _save_failed(info, handle)
+def _record_failure(info: RunInfo, db: Any, replace: bool) -> str:
+    """Store a failed Run node for `info` unless a run of that name exists (a failed
+    replace keeps the earlier, complete run; a failure never clobbers a run); returns
+    what happened, for the user's message."""
+    try:
+        with defer_sigint(), _opened(db) as handle:
+            if handle.has_run(info.name):
+                if replace:
+                    return f"the earlier run '{info.name}' is kept unchanged (nothing replaced)"
+                return f"run '{info.name}' not stored, the existing run is kept"
+            handle.save_failed_run(info)
+    except MagnetonError as e:
+        return f"run '{info.name}' could not be marked failed ({e}); earlier runs intact"
+    return f"run '{info.name}' marked failed, earlier runs intact"
 
 
 # --------------------------------------------------------------------------------------
