@@ -167,6 +167,14 @@ def open_db(path: str | Path, read_only: bool = False, create: bool = True) -> P
     return pdb
 
 
+def ghost_message(run: str, file: Path) -> str:
+    """What every command says about a run left "loading" (one wording everywhere)."""
+    return (
+        f"run '{run}' is incomplete: its recording was killed while writing it; "
+        f"`magneton rm --db {file.parent}` removes it (so does the next recording)"
+    )
+
+
 class DBLocked(MagnetonError):
     """The DB file is held by another process (a writer, or readers while we write)."""
 
@@ -544,6 +552,7 @@ class ProfileDB:
         self._finalizer: weakref.finalize | None = None
         # every kuzu.QueryResult handed out, closed before the DB (see `_execute`)
         self._results: weakref.WeakSet = weakref.WeakSet()
+        self.removed_ghosts: list[str] = []  # "loading" runs of a dead writer, removed
         try:
             self._conn = kuzu.Connection(db)
             self._check_or_create_schema()
@@ -621,6 +630,12 @@ class ProfileDB:
             missing = [t for t in S.all_tables() if t.name not in tables]
             for t in missing:  # extension tables added since the DB was created
                 self._execute(t.ddl())
+            # a load cut by kill -9 left its rows counting in cross-run queries, and a
+            # replace cut the same way left its unfinished fresh file
+            self.removed_ghosts = self.remove_ghosts()
+            rebuild = self.file.with_name(self.file.name + ".rebuild")
+            for stale in (rebuild, rebuild.with_name(rebuild.name + ".wal")):
+                stale.unlink(missing_ok=True)
 
     def _create_schema(self) -> None:
         # one transaction: a commit per DDL statement doubled the cost of a new DB
@@ -721,19 +736,42 @@ class ProfileDB:
         self._writable()
         if not self.has_run(name):
             return
-        nodes, rels, params = self._run_rows(name)
-        self.delete_where(nodes=nodes, rels=rels, params=params)
+        self.delete_runs([name])
+
+    def delete_runs(self, names: list[str]) -> None:
+        """Remove several runs in one rewrite (`delete_where`: a crash leaves the DB as
+        it was). Unknown names are an error, raised before anything is deleted."""
+        self._writable()
+        known = {r.name for r in self.list_runs()}
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise MagnetonError(
+                f"no run {', '.join(repr(n) for n in missing)} in DB (runs: "
+                f"{', '.join(sorted(known)) if known else 'none yet'}); nothing removed"
+            )
+        if names:
+            self.delete_where(*self._run_rows(names))
 
     @staticmethod
-    def _run_rows(name: str) -> tuple[dict[str, str], dict[str, str], dict]:
-        """`delete_where` predicates selecting every row of run `name`."""
+    def _run_rows(names: str | list[str]) -> tuple[dict[str, str], dict[str, str], dict]:
+        """`delete_where` predicates selecting every row of the runs `names`."""
         nodes = {
-            t.name: "{v}.run = $run"
+            t.name: "list_contains($runs, {v}.run)"
             for t in S.all_tables()
             if isinstance(t, S.NodeTable) and t.per_run
         }
-        nodes["Run"] = "{v}.name = $run"
-        return nodes, {}, {"run": name}
+        nodes["Run"] = "list_contains($runs, {v}.name)"
+        return nodes, {}, {"runs": [names] if isinstance(names, str) else list(names)}
+
+    def remove_ghosts(self) -> list[str]:
+        """Delete runs left "loading" by a writer that died mid-load (kill -9, power
+        loss). Only a writable open calls this, and Kùzu admits one writer, so no live
+        load can be mistaken for a ghost. Returns the names removed."""
+        res = self._execute("MATCH (r:Run) WHERE r.status = 'loading' RETURN r.name")
+        ghosts = [row[0] for row in res.get_all()]
+        if ghosts:
+            self.delete_where(*self._run_rows(ghosts))
+        return ghosts
 
     def delete_where(
         self,
@@ -944,6 +982,11 @@ class ProfileDB:
     def load_profile(self, run: str) -> Profile:
         """The profile saved as `run` (OpRecord.windows_ns comes back empty)."""
         self.require_run(run)
+        status = self._execute("MATCH (r:Run {name: $n}) RETURN r.status", {"n": run}).get_all()[0][
+            0
+        ]
+        if status == "loading":
+            raise MagnetonError(ghost_message(run, self.file))
         with _gc_paused():
             return self._load_profile(run)
 

@@ -26,6 +26,7 @@ _ORDER = [
     "export_trace",
     "eval",
     "merge",
+    "rm",
     "demo",
 ]
 

@@ -179,3 +179,78 @@ def test_internal_multi_statement_query_closes_every_result(good_db: Path) -> No
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr  # was a segfault in QueryResult.__del__
     assert proc.stdout.strip() == "[[2]]"
+
+
+# ---- the final write: a real signal or kill -9 while the new run's rows go in --------
+
+
+def _start_paused_write(db: Path, run: str, tmp_path: Path, *extra: str):
+    """`magneton record` stopped inside its final DB write (node tables in, rels not)."""
+    ready, go = tmp_path / f"ready-{run}", tmp_path / f"go-{run}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "magneton", "record", str(WORKLOADS / "pauses_in_write.py")]
+        + ["--db", str(db), "--run", run, "--repeat", "1", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "MAGNETON_TEST_READY": str(ready), "MAGNETON_TEST_GO": str(go)},
+    )
+    deadline = time.monotonic() + 240  # a bound on a hang, not a timing assertion
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"the write never started: {proc.communicate()}")
+        time.sleep(0.05)
+    return proc, go
+
+
+def _operator_counts(db: Path) -> dict[str, int]:
+    proc = magneton(
+        "query", "--db", str(db), "MATCH (o:Operator) RETURN o.run AS run, count(*) AS n", "--json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    return {r["run"]: r["n"] for r in json.loads(proc.stdout)}
+
+
+def test_ctrl_c_during_the_final_write_saves_and_says_so(good_db: Path, tmp_path) -> None:
+    proc, go = _start_paused_write(good_db, "w", tmp_path)
+    proc.send_signal(signal.SIGINT)  # held back until the write is done
+    go.write_text("go")
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 130 and "run 'w' is saved" in one_line(
+        subprocess.CompletedProcess([], 130, "", err)
+    )
+    assert "marked failed" not in err and "Segmentation" not in err
+    got = runs(good_db)
+    assert got["w"]["status"] == "ok" and got["w"]["op_count"] == 5
+
+
+def test_kill_during_a_replace_leaves_the_old_db(good_db: Path, tmp_path) -> None:
+    proc, _ = _start_paused_write(good_db, "a", tmp_path, "--replace")
+    proc.kill()
+    proc.communicate(timeout=240)
+    got = runs(good_db)
+    assert got["a"]["status"] == "ok" and got["a"]["script"].endswith("tiny.py")
+    assert _operator_counts(good_db) == {"a": 5}
+
+
+def test_kill_mid_load_leaves_a_ghost_that_the_next_write_removes(good_db: Path, tmp_path):
+    proc, _ = _start_paused_write(good_db, "ghost", tmp_path)
+    proc.kill()
+    proc.communicate(timeout=240)
+    assert runs(good_db)["ghost"]["status"] == "loading"
+    load = magneton("report", "--db", str(good_db), "ghost")
+    assert load.returncode != 0 and "magneton rm" in one_line(load)
+    rm = magneton("rm", "--db", str(good_db))
+    assert rm.returncode == 0 and "ghost" in rm.stdout
+    assert set(runs(good_db)) == {"a"} and _operator_counts(good_db) == {"a": 5}
+
+
+def test_rm_checks_every_name_before_removing(good_db: Path) -> None:
+    assert record(good_db, "tiny.py", "b").returncode == 0
+    bad = magneton("rm", "--db", str(good_db), "b", "nope")
+    assert bad.returncode != 0 and "nothing removed" in one_line(bad)
+    assert set(runs(good_db)) == {"a", "b"}
+    ok = magneton("rm", "--db", str(good_db), "b")
+    assert ok.returncode == 0 and set(runs(good_db)) == {"a"}
+    assert _operator_counts(good_db) == {"a": 5}

@@ -377,7 +377,7 @@ def defer_sigint() -> Iterator[None]:
     if pending:
         how = "terminated (SIGTERM)" if signal.SIGTERM in pending else "interrupted (Ctrl-C)"
         raise _InterruptedAfterSave(
-            f"{how} while saving; the save completed and was kept",
+            f"{how} during the DB write, which completed",
             exit_code=143 if signal.SIGTERM in pending else 130,
         )
 
