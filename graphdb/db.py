@@ -37,6 +37,7 @@ import json
 import operator
 import os
 import re
+import shutil
 import threading
 import weakref
 from collections.abc import Callable
@@ -149,6 +150,8 @@ def open_db(path: str | Path, read_only: bool = False, create: bool = True) -> P
             file.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise MagnetonError(f"cannot create the DB directory {file.parent}: {e}") from None
+    if not read_only and not file.exists():
+        check_space(file)  # a new DB's pages, before Kùzu writes (and dies on) any
     key = file.resolve()
     mode = "ro" if read_only else "rw"
     _register_open(key, mode)
@@ -170,7 +173,7 @@ def open_db(path: str | Path, read_only: bool = False, create: bool = True) -> P
 def ghost_message(run: str, file: Path) -> str:
     """What every command says about a run left "loading" (one wording everywhere)."""
     return (
-        f"run '{run}' is incomplete: its recording was killed while writing it; "
+        f"run '{run}' is incomplete: its recording was killed (or ran out of disk) while writing it; "
         f"`magneton rm --db {file.parent}` removes it (so does the next recording)"
     )
 
@@ -181,26 +184,102 @@ class DBLocked(MagnetonError):
 
 def _open_kuzu(file: Path, read_only: bool) -> kuzu.Database:
     try:
-        # compression=False: Kùzu 0.11.3's float compression zeroes some DOUBLE[] list
-        # elements written by a later COPY into a non-empty table (tensor stats and
-        # quantiles came back as 0.0); uncompressed storage round-trips exactly.
-        return kuzu.Database(str(file), read_only=read_only, compression=False)
-    except Exception as e:  # kuzu raises RuntimeError for everything
-        msg = str(e)
-        if "lock" in msg.lower():
-            raise DBLocked(
-                f"the Magneton DB {file} is in use by another process (Kùzu allows one "
-                "writer, and no readers while it writes); retry when it has finished"
-            ) from None
-        if "not a valid kuzu database" in msg.lower():
-            raise MagnetonError(
-                f"{file} is not a Kùzu database (corrupt or another kind of file); "
-                "move it away or use another --db"
-            ) from None
+        return _kuzu_database(file, read_only)
+    except RuntimeError as e:  # kuzu raises RuntimeError for everything
+        if read_only and "shadow" in str(e).lower():
+            return _finish_commit(file)
+        raise _open_error(file, e, read_only) from None
+
+
+def _kuzu_database(file: Path, read_only: bool) -> kuzu.Database:
+    # compression=False: Kùzu 0.11.3's float compression zeroes some DOUBLE[] list
+    # elements written by a later COPY into a non-empty table (tensor stats and
+    # quantiles came back as 0.0); uncompressed storage round-trips exactly.
+    return kuzu.Database(str(file), read_only=read_only, compression=False)
+
+
+def _finish_commit(file: Path) -> kuzu.Database:
+    """Open read-only a DB whose last commit was cut (kill -9 or a full disk during a
+    checkpoint leaves `profile.kuzu.shadow`). Kùzu replays the shadow pages only in a
+    writable open, so one is made and closed first; when that is impossible the user
+    is told the one command that finishes it, and never that the DB is corrupt."""
+    try:
+        _kuzu_database(file, read_only=False).close()
+    except RuntimeError as e:
+        err = _open_error(file, e, read_only=False)
+        if isinstance(err, DBLocked):
+            raise err from None
         raise MagnetonError(
-            f"cannot open the Magneton DB {file} (corrupt or written by another Kùzu "
-            f"version): {_first_line(e)}"
+            f"the Magneton DB {file} has an unfinished commit ({file.name}.shadow, left by a "
+            f"writer that was killed or ran out of disk) and finishing it needs write "
+            f"access ({_first_line(e)}); run `magneton rm --db {file.parent}` where it can "
+            "write, then retry"
         ) from None
+    return _kuzu_database(file, read_only=True)
+
+
+def _open_error(file: Path, e: BaseException, read_only: bool) -> MagnetonError:
+    """The one-line error for a failed Kùzu open; "corrupt" only when nothing else fits."""
+    msg = str(e).lower()
+    if "lock" in msg:
+        return DBLocked(
+            f"the Magneton DB {file} is in use by another process (Kùzu allows one "
+            "writer, and no readers while it writes; `magneton record` holds it only "
+            "during its final write); retry when it has finished"
+        )
+    if "no space left" in msg:
+        return MagnetonError(out_of_space_message(file))
+    if "read-only file system" in msg or "permission denied" in msg:
+        return MagnetonError(
+            f"the Magneton DB {file} is not writable ({_first_line(e)}); read-only commands "
+            "(runs, query, report) still work on it"
+        )
+    if "not a valid kuzu database" in msg:
+        return MagnetonError(
+            f"{file} is not a Kùzu database (corrupt or another kind of file); "
+            "move it away or use another --db"
+        )
+    return MagnetonError(
+        f"cannot open the Magneton DB {file} (corrupt or written by another Kùzu "
+        f"version): {_first_line(e)}"
+    )
+
+
+# Free space a write needs beyond its rows: a new DB's uncompressed pages of every table
+# (~24 MB measured) plus Kùzu's WAL and shadow pages during the checkpoint. Below it,
+# Kùzu 0.11.3 aborted, segfaulted or spun in close when the disk filled mid-write.
+_SPACE_RESERVE_B = 64 * 1024 * 1024
+# Stored bytes per byte of Arrow input, with the WAL copy and the checkpoint's shadow pages.
+_SPACE_PER_ROW_BYTE = 8
+
+
+def check_space(file: Path, row_bytes: int = 0, rewrite: bool = False) -> None:
+    """Refuse, before writing anything, a write the disk cannot hold (see above)."""
+    where = file.parent if file.parent.exists() else Path(file.parent.anchor or "/")
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return
+    need = _SPACE_RESERVE_B + _SPACE_PER_ROW_BYTE * row_bytes
+    if rewrite and file.exists():
+        need += file.stat().st_size  # the fresh copy exists beside the old file
+    if free < need:
+        raise MagnetonError(out_of_space_message(file, need))
+
+
+def out_of_space_message(file: Path, need_b: int | None = None) -> str:
+    """One line naming the disk that is full, and what became of the DB."""
+    where = file.parent if file.parent.exists() else Path(file.parent.anchor or "/")
+    try:
+        free = f"{shutil.disk_usage(where).free / 1e6:.1f} MB free"
+    except OSError:
+        free = "free space unknown"
+    if need_b:
+        free += f", this write needs about {need_b / 1e6:.0f} MB"
+    return (
+        f"no space left on the disk holding {where.resolve()} ({free}); the DB "
+        f"{file.name} is as it was before this write. Free space there or use another --db"
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -805,6 +884,7 @@ class ProfileDB:
                 dropped += self._count(spec, f"coalesce({pred.format(v='x')}, false)", params)
         # rels hanging on deleted nodes are deleted with them, nothing else to count
         if dropped:
+            check_space(self.file, rewrite=True)
             self._rebuild(nodes, rels, params)
         return dropped
 
@@ -940,7 +1020,25 @@ class ProfileDB:
             _check_profile(profile)
             tables = _profile_tables(profile)
         status = profile.run.status or "ok"
-        if replace and self.has_run(run):
+        rewrite = replace and self.has_run(run)
+        check_space(self.file, sum(t.nbytes for _, t in tables), rewrite=rewrite)
+        try:
+            self._save_tables(profile, tables, status, rewrite, replace)
+        except RuntimeError as e:
+            if "no space left" in str(e).lower():
+                raise MagnetonError(out_of_space_message(self.file)) from None
+            raise
+
+    def _save_tables(
+        self,
+        profile: Profile,
+        tables: list[tuple[S.Table, pa.Table]],
+        status: str,
+        rewrite: bool,
+        replace: bool,
+    ) -> None:
+        run = profile.run.name
+        if rewrite:
 
             def load_new(conn: kuzu.Connection) -> None:
                 self._insert_run(profile.run, status, len(profile.ops), conn)

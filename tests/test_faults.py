@@ -254,3 +254,129 @@ def test_rm_checks_every_name_before_removing(good_db: Path) -> None:
     ok = magneton("rm", "--db", str(good_db), "b")
     assert ok.returncode == 0 and set(runs(good_db)) == {"a"}
     assert _operator_counts(good_db) == {"a": 5}
+
+
+# ---- item 9: user text is printed as is, never read as rich markup ----------------------
+
+
+def test_run_names_with_brackets_are_listed_as_typed(good_db: Path) -> None:
+    for name in ("[/]", "bert[fp64]"):
+        assert record(good_db, "tiny.py", name).returncode == 0
+    proc = magneton("runs", "--db", str(good_db), env={"COLUMNS": "300"})
+    assert proc.returncode == 0, proc.stderr  # `[/]` crashed the table before
+    assert "bert[fp64]" in proc.stdout and "[/]" in proc.stdout
+
+
+# ---- item 15: progress on a terminal, quiet with -q ------------------------------------
+
+
+def _screen(stderr: str) -> str:
+    """What a terminal shows over time: control sequences dropped, redraws as lines."""
+    import re
+
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stderr).replace("\r", "\n")
+
+
+def test_record_shows_phases_and_iterations_unless_quiet(tmp_path: Path) -> None:
+    tty = {"FORCE_COLOR": "1"}  # rich draws its live display as on a terminal
+    shown = record(tmp_path / "db", "tiny.py", "a", "--warmup", "2", env=tty)
+    assert shown.returncode == 0, shown.stderr
+    screen = _screen(shown.stderr)
+    for phase in ("setup()", "warmup", "structure pass", "timing pass", "writing to the DB"):
+        assert f"record: {phase}" in screen, screen
+    assert "2/2" in screen  # the warmup's iterations counted
+    quiet = record(tmp_path / "db", "tiny.py", "b", "-q", env=tty)
+    assert quiet.returncode == 0 and "record:" not in quiet.stderr
+
+
+# ---- items 2, 4, 10: a full disk, an unfinished commit, a read-only file system ---------
+# These need file systems of a set size or mode: a tmpfs mounted in a private mount
+# namespace (`unshare -rm`, no root needed where user namespaces are enabled). Each
+# scenario is a shell script run there; the DB states it makes are real Kùzu states.
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _in_namespace(script: str, *args: str) -> subprocess.CompletedProcess:
+    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("needs unshare -rm (a private mount namespace) for a small tmpfs")
+    full = f"set -u\nM='{sys.executable} -m magneton'\nW='{WORKLOADS}'\n{script}"
+    proc = subprocess.run(
+        ["unshare", "-rm", "bash", "-c", full, "scenario", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
+    if proc.returncode == 77:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    return proc
+
+
+def test_full_disk_is_one_line_naming_it_and_the_db_is_kept(tmp_path: Path) -> None:
+    proc = _in_namespace(
+        """
+        D="$1"; mount -t tmpfs -o size=100m tmpfs "$D" || exit 77
+        $M record "$W/tiny.py" --db "$D/db" --run a -q >/dev/null || exit 3
+        avail=$(df --output=avail -B1 "$D" | tail -1)
+        dd if=/dev/zero of="$D/filler" bs=1M count=$(( avail / 1048576 - 20 )) status=none
+        for args in "--run b" "--run a --replace"; do
+            $M record "$W/tiny.py" --db "$D/db" -q $args; echo "rc=$?"
+        done
+        $M runs --db "$D/db" --json
+        """,
+        str(tmp_path),
+    )
+    errors = proc.stderr.strip().splitlines()
+    assert proc.stdout.count("rc=2") == 2 and len(errors) == 2, proc.stdout + proc.stderr
+    for line in errors:
+        assert "no space left on the disk holding" in line and str(tmp_path) in line
+    listed = json.loads(proc.stdout[proc.stdout.index("[") :])
+    assert [(r["name"], r["status"], r["op_count"]) for r in listed] == [("a", "ok", 5)]
+
+
+_UNFINISHED_COMMIT = """
+    D="$1"; mount -t tmpfs -o size=16m tmpfs "$D" || exit 77
+    # the disk fills during the checkpoint (space checks off): Kùzu leaves .shadow pages
+    python=${M% -m magneton}
+    # (Kùzu then segfaults or spins in close: a spinning writer is killed, as a user would)
+    timeout -s KILL 90 $python - "$D/db" <<'PY' 2>/dev/null
+import sys
+import magneton.graphdb.db as dbm
+from magneton.tracer.record import RecordOptions, record_script
+dbm._SPACE_RESERVE_B = dbm._SPACE_PER_ROW_BYTE = 0
+record_script("tests/workloads/tiny.py", db=sys.argv[1], run="a", options=RecordOptions(repeat=1))
+PY
+    ls "$D/db"; cp -r "$D/db" "$2"
+"""
+
+
+def test_unfinished_commit_is_finished_and_read_only_is_not_corrupt(tmp_path: Path) -> None:
+    mnt, db = tmp_path / "mnt", tmp_path / "db"
+    mnt.mkdir()
+    made = _in_namespace(_UNFINISHED_COMMIT, str(mnt), str(db))
+    if "profile.kuzu.shadow" not in made.stdout:  # Kùzu failed before its checkpoint
+        pytest.skip(f"the full disk left no .shadow file this time: {made.stdout.split()}")
+    proc = _in_namespace(
+        """
+        R="$1"; mount -t tmpfs -o size=256m tmpfs "$R" || exit 77
+        cp -r "$2" "$R/pending"; cp -r "$2" "$R/done"
+        $M rm --db "$R/done" >/dev/null  # finishes that copy's commit
+        mount -o remount,ro "$R"
+        $M runs --db "$R/pending"; echo "rc=$?"
+        $M runs --db "$R/done" --json >/dev/null; echo "rc=$?"
+        $M record "$W/slow.py" --db "$R/done" --run z; echo "rc=$?"
+        """,
+        str(mnt),
+        str(db),
+    )
+    out, err = proc.stdout, proc.stderr.strip().splitlines()
+    assert "corrupt" not in proc.stderr and len(err) == 2, proc.stderr
+    assert "unfinished commit" in err[0] and "magneton rm --db" in err[0]
+    assert "not writable" in err[1]  # the record is refused by its up-front check
+    assert out.split().count("rc=0") == 1 and out.split().count("rc=2") == 2, out
+    # where it can write, a read-only command finishes the commit itself
+    listed = magneton("runs", "--db", str(db), "--json")  # was "corrupt ... shadow pages"
+    assert listed.returncode == 0, listed.stderr
+    assert not (db / "profile.kuzu.shadow").exists()

@@ -165,6 +165,67 @@ def _roots_and_sources(
 
 
 # --------------------------------------------------------------------------------------
+# Progress
+# --------------------------------------------------------------------------------------
+
+
+class Phases:
+    """The recording's progress on stderr: the phase and, for repeated calls, k/n.
+
+    A recording is silent for 20-80 s otherwise. Drawn only on a terminal (rich's live
+    display), transient, and off with `-q`, so piped output and the one-line errors
+    stay as they are."""
+
+    def __init__(self, enabled: bool):
+        self._bar = None
+        self._done, self._total = 0, None
+        if enabled:
+            from rich.console import Console
+
+            console = Console(stderr=True)
+            if not console.is_terminal:
+                return
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(
+                TextColumn("record: {task.description}"),
+                BarColumn(),
+                TextColumn("{task.fields[count]}"),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+                # redrawn by `phase`/`step` only: a 10 Hz refresh thread would take the
+                # GIL during the timing pass, whose operator windows are being measured
+                auto_refresh=False,
+            )
+            self._task = self._bar.add_task("starting", total=None, count="")
+
+    def __enter__(self) -> Phases:
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def phase(self, description: str, total: int | None = None) -> None:
+        self._done, self._total = 0, total
+        self._show(description=description, total=total, completed=0)
+
+    def step(self) -> None:
+        self._done += 1
+        self._show(completed=self._done)
+
+    def _show(self, **fields: Any) -> None:
+        if self._bar is None:
+            return
+        count = f"{self._done}/{self._total}" if self._total else ""
+        self._bar.update(self._task, count=count, **fields)
+        self._bar.refresh()  # drawn at least once, however short the phase
+
+
+# --------------------------------------------------------------------------------------
 # The recording itself
 # --------------------------------------------------------------------------------------
 
@@ -174,8 +235,12 @@ def _entry_code(fn: Callable) -> Any:
     return getattr(getattr(target, "__func__", target), "__code__", None)
 
 
-def _timing_pass(call: Callable[[], Any], repeat: int, sync: bool) -> tuple[list, list[float]]:
+def _timing_pass(
+    call: Callable[[], Any], repeat: int, sync: bool, phases: Phases | None = None
+) -> tuple[list, list[float]]:
     iterations, walls = [], []
+    if phases:
+        phases.phase("timing pass (power sampler on)", max(1, repeat))
     for _ in range(max(1, repeat)):
         tc = TimingCapture()
         t0 = time.perf_counter_ns()
@@ -185,6 +250,8 @@ def _timing_pass(call: Callable[[], Any], repeat: int, sync: bool) -> tuple[list
             torch.cuda.synchronize()
         walls.append((time.perf_counter_ns() - t0) / 1e9)
         iterations.append(tc.events)
+        if phases:
+            phases.step()
     return iterations, walls
 
 
@@ -215,10 +282,12 @@ def record_callable(
     entry: str = "",
     setup: str = "",
     globals_: dict | None = None,
+    phases: Phases | None = None,
 ) -> Profile:
     """Record `fn(*args, **kwargs)` as run `run`; store it in `db` (a path or an open
     ProfileDB) when given. Returns the Profile either way."""
     opts = options or RecordOptions()
+    phases = phases or Phases(enabled=False)
     kwargs = kwargs or {}
     from magneton.tracer.energy import EnergySession
 
@@ -244,10 +313,14 @@ def record_callable(
     session = EnergySession.create(
         opts.power, interval_s=opts.interval_s, device=_device_hint(args)
     )
+    phases.phase("idle power baseline")
     session.measure_idle()
+    phases.phase("warmup (untraced)", opts.warmup)
     for _ in range(opts.warmup):
         call()
+        phases.step()
 
+    phases.phase("structure pass (dataflow, values, call paths)")
     roots, sources = _roots_and_sources(fn, args, kwargs, globals_)
     capture = StructureCapture(ModuleTracker(roots), sources=sources, stop_code=_entry_code(fn))
     _, structure = run_structure_pass(call, capture, profile_calls=opts.call_paths)
@@ -265,9 +338,10 @@ def record_callable(
     sync = info.device == "cuda"
     session.start()
     try:
-        iterations, walls = _timing_pass(call, opts.repeat, sync)
+        iterations, walls = _timing_pass(call, opts.repeat, sync, phases)
     finally:
         session.stop()
+    phases.phase("attributing energy")
     info.timing = "separate" if _merge_timing(profile, iterations) else "combined"
     info.time_s = sum(walls) / len(walls)
     session.attribute(profile)
@@ -277,6 +351,7 @@ def record_callable(
         replay_ops(call, profile, session, progress=opts.progress)
     info.status = "ok"
     if db is not None:
+        phases.phase("writing to the DB")
         save(profile, db, replace=opts.replace)
     return profile
 
@@ -460,6 +535,9 @@ def record_script(
             raise MagnetonError(
                 f"run '{run}' already exists in the DB; pick another --run name or pass --replace"
             )
+        from magneton.graphdb.db import check_space
+
+        check_space(handle.file, rewrite=opts.replace and handle.has_run(run))
     info = RunInfo(
         name=run,
         script=script,
@@ -471,7 +549,8 @@ def record_script(
     old_argv = sys.argv
     sys.argv = [script]
     try:
-        with _interruptible(), _no_exit():
+        with _interruptible(), _no_exit(), Phases(opts.progress) as phases:
+            phases.phase(f"importing {os.path.basename(script)}")
             module = load_script(script)
             entry_fn = getattr(module, entry, None)
             if not callable(entry_fn):
@@ -479,6 +558,7 @@ def record_script(
             setup_fn = getattr(module, setup, None) if setup else None
             if setup and setup_fn is None and setup != "setup":
                 raise MagnetonError(f"{script} has no function '{setup}' (use --setup NAME)")
+            phases.phase(f"{setup}() (not measured)")
             args = _as_args(setup_fn()) if callable(setup_fn) else ()
             return record_callable(
                 entry_fn,
@@ -490,6 +570,7 @@ def record_script(
                 entry=entry,
                 setup=setup if callable(setup_fn) else "",
                 globals_=vars(module),
+                phases=phases,
             )
     except _InterruptedAfterSave as e:
         raise MagnetonError(f"{e}: run '{run}' is saved", exit_code=e.exit_code) from None

@@ -43,12 +43,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="skip the profiler-based dispatch chains (faster structure pass)",
     )
     p.add_argument("--nproc", type=int, default=1, help="ranks to launch (torch.distributed)")
+    p.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress display (phases, iterations)"
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from magneton.tracer.record import RecordOptions, record_script
+    from magneton.tracer.record import RecordOptions, check_run_name, record_script
 
+    check_run_name(args.run)
     if args.warmup < 0 or args.repeat < 1:
         raise MagnetonError("--warmup must be >= 0 and --repeat >= 1")
     opts = RecordOptions(
@@ -59,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         replay=args.replay,
         replace=args.replace,
         call_paths=not args.no_call_paths,
-        progress=True,
+        progress=not args.quiet,
     )
     # Under torchrun every rank runs this command: each must write its own shard, never
     # the shared Kùzu DB (one writer only).
