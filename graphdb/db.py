@@ -475,6 +475,29 @@ def _check_profile(p: Profile) -> None:
     check("modules", "parent", [[m.parent] for m in p.modules], "modules", lo=-1)
 
 
+# Bounds no real recording reaches: per-call figures of one entry call.
+_MAX_TIME_S = 1e6
+_MAX_ENERGY_J = 1e9
+
+
+def _check_plausible(p: Profile) -> None:
+    """Numbers a recording can produce (finite, within bounds): the check
+    that turns a damaged page into one error line instead of a report of garbage."""
+    r = p.run
+    runs = [("run.time_s", r.time_s, _MAX_TIME_S), ("run.energy_j", r.energy_j, _MAX_ENERGY_J)]
+    for what, v, hi in runs:
+        if not abs(v) <= hi:  # also true for NaN
+            raise ValueError(f"{what} = {v:g} is implausible")
+    if p.ops:
+        t = np.fromiter((o.time_s for o in p.ops), np.float64, len(p.ops))
+        e = np.fromiter((o.energy_j for o in p.ops), np.float64, len(p.ops))
+        for what, arr, hi in (("time_s", t, _MAX_TIME_S), ("energy_j", e, _MAX_ENERGY_J)):
+            bad = np.flatnonzero(~(np.abs(arr) <= hi))  # NaN compares false
+            if len(bad):
+                i = int(bad[0])
+                raise ValueError(f"ops[{i}].{what} = {arr[i]:g} is implausible")
+
+
 @contextlib.contextmanager
 def _gc_paused():
     """Pause the cyclic garbage collector while a profile is converted. Building or
@@ -1085,8 +1108,19 @@ class ProfileDB:
         ]
         if status == "loading":
             raise MagnetonError(ghost_message(run, self.file))
-        with _gc_paused():
-            return self._load_profile(run)
+        try:
+            with _gc_paused():
+                profile = self._load_profile(run)
+            _check_profile(profile)
+            _check_plausible(profile)
+        except (ValueError, RuntimeError, KeyError, IndexError, TypeError) as e:
+            # damaged pages read back as wild numbers or broken references: say so
+            # instead of diffing garbage (`time_s` 9.5e+62) or crashing downstream
+            raise MagnetonError(
+                f"run '{run}' in {self.file} is damaged ({_first_line(e)}); re-record it "
+                f"(magneton record ... --run {run} --replace) or `magneton rm` it"
+            ) from None
+        return profile
 
     def _load_profile(self, run: str) -> Profile:
         res = self._execute("MATCH (r:Run {name: $run}) RETURN r.*", {"run": run})

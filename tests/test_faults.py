@@ -161,17 +161,17 @@ def test_workload_exit_is_a_failed_recording(good_db: Path, how: str, call: str)
 # ---- item 3: multi-statement queries --------------------------------------------------
 
 
-def test_multi_statement_query_is_refused_in_one_line(good_db: Path) -> None:
-    proc = magneton("query", "--db", str(good_db), "RETURN 1; RETURN 2")
+def test_multi_statement_query_is_refused_in_one_line(tiny_db: Path) -> None:
+    proc = magneton("query", "--db", str(tiny_db), "RETURN 1; RETURN 2")
     assert proc.returncode == 2 and "one statement" in one_line(proc)  # was a segfault (139)
-    ok = magneton("query", "--db", str(good_db), "RETURN ';' AS s;", "--json")
+    ok = magneton("query", "--db", str(tiny_db), "RETURN ';' AS s;", "--json")
     assert ok.returncode == 0 and json.loads(ok.stdout) == [{"s": ";"}]
 
 
-def test_internal_multi_statement_query_closes_every_result(good_db: Path) -> None:
+def test_internal_multi_statement_query_closes_every_result(tiny_db: Path) -> None:
     code = (
         "from magneton.graphdb import open_db\n"
-        f"db = open_db({str(good_db)!r}, read_only=True)\n"
+        f"db = open_db({str(tiny_db)!r}, read_only=True)\n"
         "print(db.query('RETURN 1; RETURN 2').rows)\n"
         "left = db._execute('RETURN 3; RETURN 4')  # never read, still open at close\n"
         "db.close()\n"
@@ -380,3 +380,21 @@ def test_unfinished_commit_is_finished_and_read_only_is_not_corrupt(tmp_path: Pa
     listed = magneton("runs", "--db", str(db), "--json")  # was "corrupt ... shadow pages"
     assert listed.returncode == 0, listed.stderr
     assert not (db / "profile.kuzu.shadow").exists()
+
+
+# ---- item 7: operators of worker threads are not dropped without a word ---------------
+
+
+def test_operators_in_worker_threads_are_reported_as_not_recorded(tmp_path: Path) -> None:
+    proc = record(tmp_path / "db", "threads.py", "t")
+    assert proc.returncode == 0, proc.stderr
+    assert "4 operator call(s) ran in threads" in proc.stderr and "NOT recorded" in proc.stderr
+    rows = magneton(
+        "query",
+        "--db",
+        str(tmp_path / "db"),
+        "MATCH (c:ConfigEntry {run: 't'}) WHERE c.key = 'record.unrecorded_thread_ops' "
+        "RETURN c.value AS n",
+        "--json",
+    )
+    assert json.loads(rows.stdout) == [{"n": "4"}]  # the DB says so too

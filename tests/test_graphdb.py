@@ -892,3 +892,23 @@ def test_record_then_runs_and_query_end_to_end(tmp_path: Path, capsys) -> None:
         prof = pdb.load_profile("tiny")
     assert len(prof.ops) == row["op_count"]
     assert prof.flows(), "a recorded dataflow graph has edges"
+
+
+def test_implausible_values_read_back_are_one_line_damage_errors(dbdir: Path, capsys) -> None:
+    """What damaged data pages read back as (seen: `time_s` 9.5e+62, a producer index
+    past the end) is refused with one line instead of reported or crashed on."""
+    good = synthetic_profile("good", n_ops=10)
+    with open_db(dbdir) as db:
+        db.save_profile(good)
+        db.save_profile(synthetic_profile("hurt", n_ops=10, seed=2))
+        db.query("MATCH (o:Operator {run: 'hurt', idx: 3}) SET o.time_s = 9.5e62")
+        db.save_profile(synthetic_profile("torn", n_ops=10, seed=3))
+        db.query("MATCH (t:Tensor {run: 'torn', idx: 0}) SET t.producer = 999")
+    with open_db(dbdir, read_only=True) as db:
+        for run, what in (("hurt", "ops[3].time_s = 9.5e+62"), ("torn", "is damaged")):
+            with pytest.raises(MagnetonError, match=r"is damaged .*") as info:
+                db.load_profile(run)
+            assert what in str(info.value) and "\n" not in str(info.value)
+        assert same(db.load_profile("good"), without_windows(good))
+    rc, _, err = cli("report", "--db", str(dbdir), "hurt", capsys=capsys)
+    assert rc != 0 and "is damaged" in err and err.count("\n") == 1

@@ -44,6 +44,7 @@ from magneton.tracer.capture import (
     run_structure_pass,
 )
 from magneton.tracer.config import sha256_file, snapshot
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 @dataclass
@@ -235,6 +236,54 @@ def _entry_code(fn: Callable) -> Any:
     return getattr(getattr(target, "__func__", target), "__code__", None)
 
 
+class _OpCounter(TorchDispatchMode):
+    """Counts aten operators; pushed in threads the entry starts (see `_other_threads`)."""
+
+    def __init__(self, counts: list[int]):
+        super().__init__()
+        self._counts = counts
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self._counts[0] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def _other_threads(counts: list[int]) -> Iterator[None]:
+    """Count the operators run by threads started inside the block.
+
+    The capture's dispatch mode is per thread, so operators of worker threads are not
+    recorded; without this count they were dropped without a word (2 of 14 operators
+    recorded, nothing said). Threads started before the entry (a pool built in
+    `setup()`) are not seen here."""
+    real_run = threading.Thread.run
+
+    def counted_run(thread: threading.Thread) -> None:
+        with _OpCounter(counts):
+            real_run(thread)
+
+    threading.Thread.run = counted_run
+    try:
+        yield
+    finally:
+        threading.Thread.run = real_run
+
+
+def unrecorded_thread_warning(profile: Profile) -> str:
+    """The warning for operators run outside the recorded thread ('' when none)."""
+    n = int(profile.config.get(_UNRECORDED_KEY, "0") or 0)
+    if not n:
+        return ""
+    return (
+        f"warning: {n} operator call(s) ran in threads the entry started and were NOT "
+        "recorded (Magneton records the thread that calls the entry); run's energy and "
+        "graph leave them out"
+    )
+
+
+_UNRECORDED_KEY = "record.unrecorded_thread_ops"
+
+
 def _timing_pass(
     call: Callable[[], Any], repeat: int, sync: bool, phases: Phases | None = None
 ) -> tuple[list, list[float]]:
@@ -323,7 +372,9 @@ def record_callable(
     phases.phase("structure pass (dataflow, values, call paths)")
     roots, sources = _roots_and_sources(fn, args, kwargs, globals_)
     capture = StructureCapture(ModuleTracker(roots), sources=sources, stop_code=_entry_code(fn))
-    _, structure = run_structure_pass(call, capture, profile_calls=opts.call_paths)
+    elsewhere = [0]
+    with _other_threads(elsewhere):
+        _, structure = run_structure_pass(call, capture, profile_calls=opts.call_paths)
     profile = Profile(
         run=info,
         ops=structure.ops,
@@ -333,6 +384,8 @@ def record_callable(
         kernels=structure.kernels,
         config=snapshot(script),
     )
+    if elsewhere[0]:
+        profile.config[_UNRECORDED_KEY] = str(elsewhere[0])
     info.device = "cuda" if any(op.device.startswith("cuda") for op in profile.ops) else "cpu"
 
     sync = info.device == "cuda"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from magneton.graphdb.model import MagnetonError
 
@@ -74,6 +75,11 @@ def run(args: argparse.Namespace) -> int:
     profile = record_script(
         args.script, db=args.db, run=args.run, entry=args.entry, setup=args.setup, options=opts
     )
+    from magneton.tracer.record import unrecorded_thread_warning
+
+    warning = unrecorded_thread_warning(profile)
+    if warning:
+        print(f"magneton: {warning}", file=sys.stderr)
     r = profile.run
     print(
         f"recorded run '{r.name}': {len(profile.ops)} operators, {len(profile.tensors)} tensors, "
