@@ -24,6 +24,16 @@ stored). Choices and the failures they prevent:
 - `user_query` (behind `magneton query`) tokenizes the Cypher, skipping string literals,
   escaped names and comments, and refuses write clauses before running anything; the
   read-only Kùzu database is the real enforcement and its error maps to the same message.
+- Every `kuzu.QueryResult` is closed before its DB (`_execute` keeps them): one left
+  open at close segfaulted in `QueryResult.__del__`. `user_query` refuses several
+  statements in one text.
+- Failure modes are named, never lumped as "corrupt": a DB in use (`DBLocked`), not
+  writable (`DBNotWritable`), out of disk (checked before writing, `check_space`), a
+  commit cut in its checkpoint (`.shadow`, finished by `_finish_commit`), and a run whose
+  numbers or references are implausible on load (`_check_plausible`: damaged pages).
+- A replace (`save_profile(replace=True)`) and every delete rewrite the DB into a fresh
+  file renamed over the old one, so a crash leaves the old DB; a plain save that is
+  killed leaves a "loading" run that the next writable open removes (`remove_ghosts`).
 - Kùzu's file lock is per process, so two `kuzu.Database` objects of one process can
   both write the same file; a registry of open paths refuses that here.
 """
@@ -182,6 +192,20 @@ class DBLocked(MagnetonError):
     """The DB file is held by another process (a writer, or readers while we write)."""
 
 
+class DBNotWritable(MagnetonError):
+    """The DB file or its directory cannot be written (read-only mount, permissions)."""
+
+
+def open_db_prefer_write(path: str | Path) -> ProfileDB:
+    """Open an existing DB for writing, or read-only when it cannot be written: for
+    commands whose write is a cache (`diff` stores its result), which can still compute
+    on a read-only DB. The caller checks `.read_only` before storing."""
+    try:
+        return open_db(path, create=False)
+    except DBNotWritable:
+        return open_db(path, read_only=True)
+
+
 def _open_kuzu(file: Path, read_only: bool) -> kuzu.Database:
     try:
         return _kuzu_database(file, read_only)
@@ -230,7 +254,7 @@ def _open_error(file: Path, e: BaseException, read_only: bool) -> MagnetonError:
     if "no space left" in msg:
         return MagnetonError(out_of_space_message(file))
     if "read-only file system" in msg or "permission denied" in msg:
-        return MagnetonError(
+        return DBNotWritable(
             f"the Magneton DB {file} is not writable ({_first_line(e)}); read-only commands "
             "(runs, query, report) still work on it"
         )

@@ -367,6 +367,8 @@ def test_unfinished_commit_is_finished_and_read_only_is_not_corrupt(tmp_path: Pa
         $M runs --db "$R/pending"; echo "rc=$?"
         $M runs --db "$R/done" --json >/dev/null; echo "rc=$?"
         $M record "$W/slow.py" --db "$R/done" --run z; echo "rc=$?"
+        ${M% -m magneton} -c "from magneton.graphdb.db import open_db_prefer_write as o; \
+print('fallback', o('$R/done').read_only)"
         """,
         str(mnt),
         str(db),
@@ -376,6 +378,7 @@ def test_unfinished_commit_is_finished_and_read_only_is_not_corrupt(tmp_path: Pa
     assert "unfinished commit" in err[0] and "magneton rm --db" in err[0]
     assert "not writable" in err[1]  # the record is refused by its up-front check
     assert out.split().count("rc=0") == 1 and out.split().count("rc=2") == 2, out
+    assert "fallback True" in out  # what `diff` needs to compute without storing
     # where it can write, a read-only command finishes the commit itself
     listed = magneton("runs", "--db", str(db), "--json")  # was "corrupt ... shadow pages"
     assert listed.returncode == 0, listed.stderr

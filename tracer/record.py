@@ -10,9 +10,13 @@ A recording is a fixed sequence, each step there to prevent a specific failure:
 5. The *timing pass* (`repeat` calls) records only operator windows while the power
    sampler runs; energy is attributed from these windows, never from the structure
    pass, whose instrumentation would inflate every operator.
-6. Everything is written to the DB in one bulk load at the end. A script that raises
-   or a Ctrl-C leaves earlier runs untouched and the new run marked failed with its
-   error; SIGINT is deferred while the DB is being written so a load is never cut.
+6. Everything is written to the DB in one bulk load at the end. The DB is opened only
+   briefly before the workload (name free? writable? disk space?) and for this write, so
+   `runs`/`query` work while a recording runs. A script that raises, exits (`sys.exit`,
+   `os._exit`), a Ctrl-C or a SIGTERM leaves earlier runs untouched and the new run
+   marked failed with a one-line reason, except that a failed `--replace` keeps the
+   earlier run as it was. Both signals are held back while the DB is written, so a load
+   is never cut; one that arrived then is reported after the save, as saved.
 """
 
 from __future__ import annotations
