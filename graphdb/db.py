@@ -24,6 +24,16 @@ stored). Choices and the failures they prevent:
 - `user_query` (behind `magneton query`) tokenizes the Cypher, skipping string literals,
   escaped names and comments, and refuses write clauses before running anything; the
   read-only Kùzu database is the real enforcement and its error maps to the same message.
+- Every `kuzu.QueryResult` is closed before its DB (`_execute` keeps them): one left
+  open at close segfaulted in `QueryResult.__del__`. `user_query` refuses several
+  statements in one text.
+- Failure modes are named, never lumped as "corrupt": a DB in use (`DBLocked`), not
+  writable (`DBNotWritable`), out of disk (checked before writing, `check_space`), a
+  commit cut in its checkpoint (`.shadow`, finished by `_finish_commit`), and a run whose
+  numbers or references are implausible on load (`_check_plausible`: damaged pages).
+- A replace (`save_profile(replace=True)`) and every delete rewrite the DB into a fresh
+  file renamed over the old one, so a crash leaves the old DB; a plain save that is
+  killed leaves a "loading" run that the next writable open removes (`remove_ghosts`).
 - Kùzu's file lock is per process, so two `kuzu.Database` objects of one process can
   both write the same file; a registry of open paths refuses that here.
 """
@@ -37,8 +47,10 @@ import json
 import operator
 import os
 import re
+import shutil
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -150,6 +162,8 @@ def open_db(path: str | Path, read_only: bool = False, create: bool = True) -> P
             file.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise MagnetonError(f"cannot create the DB directory {file.parent}: {e}") from None
+    if not read_only and not file.exists():
+        check_space(file)  # a new DB's pages, before Kùzu writes (and dies on) any
     key = file.resolve()
     mode = "ro" if read_only else "rw"
     _register_open(key, mode)
@@ -168,28 +182,130 @@ def open_db(path: str | Path, read_only: bool = False, create: bool = True) -> P
     return pdb
 
 
+def ghost_message(run: str, file: Path) -> str:
+    """What every command says about a run left "loading" (one wording everywhere)."""
+    return (
+        f"run '{run}' is incomplete: its recording was killed (or ran out of disk) while writing it; "
+        f"`magneton rm --db {file.parent}` removes it (so does the next recording)"
+    )
+
+
+class DBLocked(MagnetonError):
+    """The DB file is held by another process (a writer, or readers while we write)."""
+
+
+class DBNotWritable(MagnetonError):
+    """The DB file or its directory cannot be written (read-only mount, permissions)."""
+
+
+def open_db_prefer_write(path: str | Path) -> ProfileDB:
+    """Open an existing DB for writing, or read-only when it cannot be written: for
+    commands whose write is a cache (`diff` stores its result), which can still compute
+    on a read-only DB. The caller checks `.read_only` before storing."""
+    try:
+        return open_db(path, create=False)
+    except DBNotWritable:
+        return open_db(path, read_only=True)
+
+
 def _open_kuzu(file: Path, read_only: bool) -> kuzu.Database:
     try:
-        # compression=False: Kùzu 0.11.3's float compression zeroes some DOUBLE[] list
-        # elements written by a later COPY into a non-empty table (tensor stats and
-        # quantiles came back as 0.0); uncompressed storage round-trips exactly.
-        return kuzu.Database(str(file), read_only=read_only, compression=False)
-    except Exception as e:  # kuzu raises RuntimeError for everything
-        msg = str(e)
-        if "lock" in msg.lower():
-            raise MagnetonError(
-                f"the Magneton DB {file} is in use by another process (Kùzu allows one "
-                "writer, and no readers while it writes); retry when it has finished"
-            ) from None
-        if "not a valid kuzu database" in msg.lower():
-            raise MagnetonError(
-                f"{file} is not a Kùzu database (corrupt or another kind of file); "
-                "move it away or use another --db"
-            ) from None
+        return _kuzu_database(file, read_only)
+    except RuntimeError as e:  # kuzu raises RuntimeError for everything
+        if read_only and "shadow" in str(e).lower():
+            return _finish_commit(file)
+        raise _open_error(file, e, read_only) from None
+
+
+def _kuzu_database(file: Path, read_only: bool) -> kuzu.Database:
+    # compression=False: Kùzu 0.11.3's float compression zeroes some DOUBLE[] list
+    # elements written by a later COPY into a non-empty table (tensor stats and
+    # quantiles came back as 0.0); uncompressed storage round-trips exactly.
+    return kuzu.Database(str(file), read_only=read_only, compression=False)
+
+
+def _finish_commit(file: Path) -> kuzu.Database:
+    """Open read-only a DB whose last commit was cut (kill -9 or a full disk during a
+    checkpoint leaves `profile.kuzu.shadow`). Kùzu replays the shadow pages only in a
+    writable open, so one is made and closed first; when that is impossible the user
+    is told the one command that finishes it, and never that the DB is corrupt."""
+    try:
+        _kuzu_database(file, read_only=False).close()
+    except RuntimeError as e:
+        err = _open_error(file, e, read_only=False)
+        if isinstance(err, DBLocked):
+            raise err from None
         raise MagnetonError(
-            f"cannot open the Magneton DB {file} (corrupt or written by another Kùzu "
-            f"version): {_first_line(e)}"
+            f"the Magneton DB {file} has an unfinished commit ({file.name}.shadow, left by a "
+            f"writer that was killed or ran out of disk) and finishing it needs write "
+            f"access ({_first_line(e)}); run `magneton rm --db {file.parent}` where it can "
+            "write, then retry"
         ) from None
+    return _kuzu_database(file, read_only=True)
+
+
+def _open_error(file: Path, e: BaseException, read_only: bool) -> MagnetonError:
+    """The one-line error for a failed Kùzu open; "corrupt" only when nothing else fits."""
+    msg = str(e).lower()
+    if "lock" in msg:
+        return DBLocked(
+            f"the Magneton DB {file} is in use by another process (Kùzu allows one "
+            "writer, and no readers while it writes; `magneton record` holds it only "
+            "during its final write); retry when it has finished"
+        )
+    if "no space left" in msg:
+        return MagnetonError(out_of_space_message(file))
+    if "read-only file system" in msg or "permission denied" in msg:
+        return DBNotWritable(
+            f"the Magneton DB {file} is not writable ({_first_line(e)}); read-only commands "
+            "(runs, query, report) still work on it"
+        )
+    if "not a valid kuzu database" in msg:
+        return MagnetonError(
+            f"{file} is not a Kùzu database (corrupt or another kind of file); "
+            "move it away or use another --db"
+        )
+    return MagnetonError(
+        f"cannot open the Magneton DB {file} (corrupt or written by another Kùzu "
+        f"version): {_first_line(e)}"
+    )
+
+
+# Free space a write needs beyond its rows: a new DB's uncompressed pages of every table
+# (~24 MB measured) plus Kùzu's WAL and shadow pages during the checkpoint. Below it,
+# Kùzu 0.11.3 aborted, segfaulted or spun in close when the disk filled mid-write.
+_SPACE_RESERVE_B = 64 * 1024 * 1024
+# Stored bytes per byte of Arrow input, with the WAL copy and the checkpoint's shadow pages.
+_SPACE_PER_ROW_BYTE = 8
+
+
+def check_space(file: Path, row_bytes: int = 0, rewrite: bool = False) -> None:
+    """Refuse, before writing anything, a write the disk cannot hold (see above)."""
+    where = file.parent if file.parent.exists() else Path(file.parent.anchor or "/")
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return
+    need = _SPACE_RESERVE_B + _SPACE_PER_ROW_BYTE * row_bytes
+    if rewrite and file.exists():
+        need += file.stat().st_size  # the fresh copy exists beside the old file
+    if free < need:
+        raise MagnetonError(out_of_space_message(file, need))
+
+
+def out_of_space_message(file: Path, need_b: int | None = None) -> str:
+    """One line naming the disk that is full, and what became of the DB."""
+    where = file.parent if file.parent.exists() else Path(file.parent.anchor or "/")
+    try:
+        free = f"{shutil.disk_usage(where).free / 1e6:.1f} MB free"
+    except OSError:
+        free = "free space unknown"
+    if need_b:
+        free += f", this write needs about {need_b / 1e6:.0f} MB"
+    return (
+        f"no space left on the disk holding {where.resolve()} ({free}); the DB "
+        f"{file.name} is as it was before this write. Free space there or use another --db"
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -295,6 +411,12 @@ def query_params(cypher: str) -> set[str]:
     return _scan(cypher)[1]
 
 
+def statement_count(cypher: str) -> int:
+    """Statements in a Cypher text: `;`-separated parts holding a word (a trailing `;`,
+    or one inside a string or comment, starts none)."""
+    return sum(1 for k, (_, prev, _) in enumerate(_words(cypher)) if k == 0 or prev == ";")
+
+
 def find_write_clause(cypher: str) -> str | None:
     """The first clause of `cypher` that would write (e.g. "DETACH DELETE"), or None."""
     words = _words(cypher)
@@ -377,6 +499,29 @@ def _check_profile(p: Profile) -> None:
     if made != sum(t.producer >= 0 for t in tensors):
         raise ValueError(f"{made} operator outputs, but a different number of produced tensors")
     check("modules", "parent", [[m.parent] for m in p.modules], "modules", lo=-1)
+
+
+# Bounds no real recording reaches: per-call figures of one entry call.
+_MAX_TIME_S = 1e6
+_MAX_ENERGY_J = 1e9
+
+
+def _check_plausible(p: Profile) -> None:
+    """Numbers a recording can produce (finite, within bounds): the check
+    that turns a damaged page into one error line instead of a report of garbage."""
+    r = p.run
+    runs = [("run.time_s", r.time_s, _MAX_TIME_S), ("run.energy_j", r.energy_j, _MAX_ENERGY_J)]
+    for what, v, hi in runs:
+        if not abs(v) <= hi:  # also true for NaN
+            raise ValueError(f"{what} = {v:g} is implausible")
+    if p.ops:
+        t = np.fromiter((o.time_s for o in p.ops), np.float64, len(p.ops))
+        e = np.fromiter((o.energy_j for o in p.ops), np.float64, len(p.ops))
+        for what, arr, hi in (("time_s", t, _MAX_TIME_S), ("energy_j", e, _MAX_ENERGY_J)):
+            bad = np.flatnonzero(~(np.abs(arr) <= hi))  # NaN compares false
+            if len(bad):
+                i = int(bad[0])
+                raise ValueError(f"ops[{i}].{what} = {arr[i]:g} is implausible")
 
 
 @contextlib.contextmanager
@@ -533,6 +678,9 @@ class ProfileDB:
         self.file = file
         self.read_only = read_only
         self._finalizer: weakref.finalize | None = None
+        # every kuzu.QueryResult handed out, closed before the DB (see `_execute`)
+        self._results: weakref.WeakSet = weakref.WeakSet()
+        self.removed_ghosts: list[str] = []  # "loading" runs of a dead writer, removed
         try:
             self._conn = kuzu.Connection(db)
             self._check_or_create_schema()
@@ -548,6 +696,7 @@ class ProfileDB:
     def close(self) -> None:
         if self._db is None:
             return
+        self._close_results()
         self._conn.close()
         self._db.close()
         self._db = None
@@ -557,13 +706,29 @@ class ProfileDB:
     def __enter__(self) -> ProfileDB:
         return self
 
+    def _execute(self, cypher: str, params: dict | None = None) -> Any:
+        """`Connection.execute`, remembering each QueryResult so `close` can close it
+        first. A result still alive when its DB is closed (an exception traceback holding
+        it, a multi-statement query's unread results) segfaulted later in
+        `QueryResult.__del__` (seen at exit after Ctrl-C and for `RETURN 1; RETURN 2`)."""
+        res = self._conn.execute(cypher, params or {})
+        for r in res if isinstance(res, list) else [res]:
+            self._results.add(r)
+        return res
+
+    def _close_results(self) -> None:
+        for r in list(self._results):
+            with contextlib.suppress(Exception):
+                r.close()
+        self._results = weakref.WeakSet()
+
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ---- schema ----------------------------------------------------------------------
 
     def _table_names(self) -> set[str]:
-        res = self._conn.execute("CALL show_tables() RETURN name")
+        res = self._execute("CALL show_tables() RETURN name")
         return {r[0] for r in res.get_all()}
 
     def _check_or_create_schema(self) -> None:
@@ -577,7 +742,7 @@ class ProfileDB:
             raise MagnetonError(
                 f"{self.file} is a Kùzu DB but not a Magneton DB (no Meta table); use another --db"
             )
-        meta = dict(self._conn.execute("MATCH (m:Meta) RETURN m.key, m.value").get_all())
+        meta = dict(self._execute("MATCH (m:Meta) RETURN m.key, m.value").get_all())
         if meta.get("app") != APP:
             raise MagnetonError(
                 f"{self.file} is a Kùzu DB but not a Magneton DB (Meta has no app=magneton); "
@@ -592,18 +757,24 @@ class ProfileDB:
         if not self.read_only:
             missing = [t for t in S.all_tables() if t.name not in tables]
             for t in missing:  # extension tables added since the DB was created
-                self._conn.execute(t.ddl())
+                self._execute(t.ddl())
+            # a load cut by kill -9 left its rows counting in cross-run queries, and a
+            # replace cut the same way left its unfinished fresh file
+            self.removed_ghosts = self.remove_ghosts()
+            rebuild = self.file.with_name(self.file.name + ".rebuild")
+            for stale in (rebuild, rebuild.with_name(rebuild.name + ".wal")):
+                stale.unlink(missing_ok=True)
 
     def _create_schema(self) -> None:
         # one transaction: a commit per DDL statement doubled the cost of a new DB
-        self._conn.execute("BEGIN TRANSACTION")
+        self._execute("BEGIN TRANSACTION")
         for stmt in S.ddl():
-            self._conn.execute(stmt)
-        self._conn.execute(
+            self._execute(stmt)
+        self._execute(
             "CREATE (:Meta {key: 'app', value: $app}), (:Meta {key: 'schema_version', value: $v})",
             {"app": APP, "v": str(SCHEMA_VERSION)},
         )
-        self._conn.execute("COMMIT")
+        self._execute("COMMIT")
 
     def _writable(self) -> None:
         if self._db is None:
@@ -639,26 +810,39 @@ class ProfileDB:
             self._copy(table, data)
         return data.num_rows
 
-    def _copy(self, table: str, data: pa.Table) -> None:
-        self._conn.execute(f"COPY {table} FROM $rows", {"rows": data})
+    def _copy(self, table: str, data: pa.Table, conn: kuzu.Connection | None = None) -> None:
+        cypher, params = f"COPY {table} FROM $rows", {"rows": data}
+        self._execute(cypher, params) if conn is None else conn.execute(cypher, params)
 
-    def _create_rows(self, spec: S.NodeTable, data: pa.Table) -> None:
+    def _create_rows(
+        self, spec: S.NodeTable, data: pa.Table, conn: kuzu.Connection | None = None
+    ) -> None:
         """A few node rows by one `UNWIND ... CREATE`: 5-15 ms where a COPY costs 40-60
         ms however small (measured for frames, kernels, config entries, power series)."""
         props = ", ".join(f"{c.name}: CAST(r.{c.name} AS {c.type})" for c in spec.columns)
-        self._conn.execute(
-            f"UNWIND $rows AS r CREATE (:{spec.name} {{{props}}})", {"rows": data.to_pylist()}
-        )
+        cypher = f"UNWIND $rows AS r CREATE (:{spec.name} {{{props}}})"
+        params = {"rows": data.to_pylist()}
+        self._execute(cypher, params) if conn is None else conn.execute(cypher, params)
+
+    def _load_tables(
+        self, tables: list[tuple[S.Table, pa.Table]], conn: kuzu.Connection | None = None
+    ) -> None:
+        """Write one run's tables (from `_profile_tables`), here or through `conn`."""
+        for spec, data in tables:
+            if isinstance(spec, S.NodeTable) and 0 < data.num_rows <= _SMALL_ROWS:
+                self._create_rows(spec, data, conn)
+            elif data.num_rows:
+                self._copy(spec.name, data, conn)
 
     # ---- runs ------------------------------------------------------------------------
 
     def has_run(self, name: str) -> bool:
-        res = self._conn.execute("MATCH (r:Run {name: $n}) RETURN count(*)", {"n": name})
+        res = self._execute("MATCH (r:Run {name: $n}) RETURN count(*)", {"n": name})
         return res.get_all()[0][0] > 0
 
     def list_runs(self) -> list[RunRow]:
         cols = [f.name for f in fields(RunRow)]
-        res = self._conn.execute(
+        res = self._execute(
             f"MATCH (r:Run) RETURN {', '.join('r.' + c for c in cols)} "
             "ORDER BY r.started_at, r.name"
         )
@@ -680,13 +864,42 @@ class ProfileDB:
         self._writable()
         if not self.has_run(name):
             return
+        self.delete_runs([name])
+
+    def delete_runs(self, names: list[str]) -> None:
+        """Remove several runs in one rewrite (`delete_where`: a crash leaves the DB as
+        it was). Unknown names are an error, raised before anything is deleted."""
+        self._writable()
+        known = {r.name for r in self.list_runs()}
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise MagnetonError(
+                f"no run {', '.join(repr(n) for n in missing)} in DB (runs: "
+                f"{', '.join(sorted(known)) if known else 'none yet'}); nothing removed"
+            )
+        if names:
+            self.delete_where(*self._run_rows(names))
+
+    @staticmethod
+    def _run_rows(names: str | list[str]) -> tuple[dict[str, str], dict[str, str], dict]:
+        """`delete_where` predicates selecting every row of the runs `names`."""
         nodes = {
-            t.name: "{v}.run = $run"
+            t.name: "list_contains($runs, {v}.run)"
             for t in S.all_tables()
             if isinstance(t, S.NodeTable) and t.per_run
         }
-        nodes["Run"] = "{v}.name = $run"
-        self.delete_where(nodes=nodes, params={"run": name})
+        nodes["Run"] = "list_contains($runs, {v}.name)"
+        return nodes, {}, {"runs": [names] if isinstance(names, str) else list(names)}
+
+    def remove_ghosts(self) -> list[str]:
+        """Delete runs left "loading" by a writer that died mid-load (kill -9, power
+        loss). Only a writable open calls this, and Kùzu admits one writer, so no live
+        load can be mistaken for a ghost. Returns the names removed."""
+        res = self._execute("MATCH (r:Run) WHERE r.status = 'loading' RETURN r.name")
+        ghosts = [row[0] for row in res.get_all()]
+        if ghosts:
+            self.delete_where(*self._run_rows(ghosts))
+        return ghosts
 
     def delete_where(
         self,
@@ -720,16 +933,26 @@ class ProfileDB:
                 dropped += self._count(spec, f"coalesce({pred.format(v='x')}, false)", params)
         # rels hanging on deleted nodes are deleted with them, nothing else to count
         if dropped:
+            check_space(self.file, rewrite=True)
             self._rebuild(nodes, rels, params)
         return dropped
 
     def _count(self, spec: S.Table, cond: str, params: dict) -> int:
         pattern = f"(x:{spec.name})" if isinstance(spec, S.NodeTable) else f"()-[x:{spec.name}]->()"
         cypher = f"MATCH {pattern} WHERE {cond} RETURN count(*)"
-        res = self._conn.execute(cypher, _used(cypher, params))
+        res = self._execute(cypher, _used(cypher, params))
         return int(res.get_all()[0][0])
 
-    def _rebuild(self, nodes: dict[str, str], rels: dict[str, str], params: dict) -> None:
+    def _rebuild(
+        self,
+        nodes: dict[str, str],
+        rels: dict[str, str],
+        params: dict,
+        then: Callable[[kuzu.Connection], None] | None = None,
+    ) -> None:
+        """Write the DB without the deleted rows into a fresh file, run `then` on it (a
+        replacing run's load), and swap it in with one rename: a crash or an error
+        before the rename leaves the old DB exactly as it was."""
         tables = self._table_names()
         unknown = sorted(tables - {t.name for t in S.all_tables()})
         if unknown:
@@ -753,9 +976,16 @@ class ProfileDB:
                     rows = self._kept_rows(spec, nodes, rels, params)
                     if rows.num_rows:
                         new.execute(f"COPY {spec.name} FROM $rows", {"rows": rows})
+            if then is not None:
+                then(new)
             new.close()
-        finally:
+        except BaseException:
             new_db.close()
+            for stale in (tmp, tmp.with_name(tmp.name + ".wal")):
+                stale.unlink(missing_ok=True)
+            raise
+        new_db.close()
+        self._close_results()
         self._conn.close()
         self._db.close()
         os.replace(tmp, self.file)
@@ -786,14 +1016,14 @@ class ProfileDB:
             match = f"MATCH (a:{spec.src})-[r:{spec.name}]->(b:{spec.dst})"
         where = " AND ".join(c for c in conds if c)
         cypher = f"{match} {'WHERE ' + where if where else ''} RETURN {', '.join(ret)}"
-        got = self._conn.execute(cypher, _used(cypher, params)).get_as_arrow()
+        got = self._execute(cypher, _used(cypher, params)).get_as_arrow()
         target = S.arrow_schema(spec)
         return pa.Table.from_arrays(
             [got.column(i).cast(f.type) for i, f in enumerate(target)], schema=target
         )
 
     def _claim_name(self, name: str, replace: bool) -> None:
-        if not name:
+        if not name.strip():
             raise MagnetonError("a run needs a non-empty name")
         if self.has_run(name):
             if not replace:
@@ -802,14 +1032,21 @@ class ProfileDB:
                 )
             self.delete_run(name)
 
-    def _insert_run(self, run: RunInfo, status: str, op_count: int) -> None:
+    def _insert_run(
+        self, run: RunInfo, status: str, op_count: int, conn: kuzu.Connection | None = None
+    ) -> None:
         # one row: a parameterized CREATE costs ~10 ms where a COPY costs ~100 ms
         row = {f.name: getattr(run, f.name) for f in fields(RunInfo)}
         row["status"] = status
         row["op_count"] = op_count
         cols = [c.name for c in S.RUN.columns]
         props = ", ".join(f"{c}: $p_{c}" for c in cols)
-        self._conn.execute(f"CREATE (:Run {{{props}}})", {f"p_{c}": row.get(c) for c in cols})
+        cypher = f"CREATE (:Run {{{props}}})"
+        params = {f"p_{c}": row.get(c) for c in cols}
+        if conn is None:
+            self._execute(cypher, params)
+        else:
+            conn.execute(cypher, params)
 
     def save_failed_run(self, run: RunInfo, replace: bool = False) -> None:
         """Store only the Run node, status "failed", for a script that raised or was
@@ -820,35 +1057,59 @@ class ProfileDB:
 
     def save_profile(self, profile: Profile, replace: bool = False) -> None:
         """Bulk-load a recorded run. An existing run of that name is an error unless
-        `replace` (then it is deleted first)."""
+        `replace`: then the DB is rewritten without the old run and with the new one
+        into a fresh file that is renamed over the old one only once complete, so a
+        failure or a crash at any point leaves the old run in place."""
         self._writable()
         run = profile.run.name
+        if not run.strip():
+            raise MagnetonError("a run needs a non-empty name")
         # every Arrow table is built (and every index checked) before the first write
         with _gc_paused():
             _check_profile(profile)
             tables = _profile_tables(profile)
+        status = profile.run.status or "ok"
+        rewrite = replace and self.has_run(run)
+        check_space(self.file, sum(t.nbytes for _, t in tables), rewrite=rewrite)
+        try:
+            self._save_tables(profile, tables, status, rewrite, replace)
+        except RuntimeError as e:
+            if "no space left" in str(e).lower():
+                raise MagnetonError(out_of_space_message(self.file)) from None
+            raise
+
+    def _save_tables(
+        self,
+        profile: Profile,
+        tables: list[tuple[S.Table, pa.Table]],
+        status: str,
+        rewrite: bool,
+        replace: bool,
+    ) -> None:
+        run = profile.run.name
+        if rewrite:
+
+            def load_new(conn: kuzu.Connection) -> None:
+                self._insert_run(profile.run, status, len(profile.ops), conn)
+                self._load_tables(tables, conn)
+
+            self._rebuild(*self._run_rows(run), then=load_new)
+            return
         self._claim_name(run, replace)
         self._insert_run(profile.run, "loading", len(profile.ops))
         try:
-            for spec, data in tables:
-                if isinstance(spec, S.NodeTable) and 0 < data.num_rows <= _SMALL_ROWS:
-                    self._create_rows(spec, data)
-                elif data.num_rows:
-                    self._copy(spec.name, data)
+            self._load_tables(tables)
         except BaseException:
             # never leave half a run behind; the original error is the one to show
             with contextlib.suppress(Exception):
                 self.delete_run(run)
             raise
-        self._conn.execute(
-            "MATCH (r:Run {name: $n}) SET r.status = $s",
-            {"n": run, "s": profile.run.status or "ok"},
-        )
+        self._execute("MATCH (r:Run {name: $n}) SET r.status = $s", {"n": run, "s": status})
 
     # ---- load ------------------------------------------------------------------------
 
     def _arrow(self, cypher: str, run: str) -> pa.Table:
-        return self._conn.execute(cypher, {"run": run}).get_as_arrow()
+        return self._execute(cypher, {"run": run}).get_as_arrow()
 
     def _nodes(self, spec: S.NodeTable, run: str, order: str = "idx") -> dict[str, list]:
         cols = [c.name for c in spec.columns if c.name not in ("uid", "run")]
@@ -868,11 +1129,27 @@ class ProfileDB:
     def load_profile(self, run: str) -> Profile:
         """The profile saved as `run` (OpRecord.windows_ns comes back empty)."""
         self.require_run(run)
-        with _gc_paused():
-            return self._load_profile(run)
+        status = self._execute("MATCH (r:Run {name: $n}) RETURN r.status", {"n": run}).get_all()[0][
+            0
+        ]
+        if status == "loading":
+            raise MagnetonError(ghost_message(run, self.file))
+        try:
+            with _gc_paused():
+                profile = self._load_profile(run)
+            _check_profile(profile)
+            _check_plausible(profile)
+        except (ValueError, RuntimeError, KeyError, IndexError, TypeError) as e:
+            # damaged pages read back as wild numbers or broken references: say so
+            # instead of diffing garbage (`time_s` 9.5e+62) or crashing downstream
+            raise MagnetonError(
+                f"run '{run}' in {self.file} is damaged ({_first_line(e)}); re-record it "
+                f"(magneton record ... --run {run} --replace) or `magneton rm` it"
+            ) from None
+        return profile
 
     def _load_profile(self, run: str) -> Profile:
-        res = self._conn.execute("MATCH (r:Run {name: $run}) RETURN r.*", {"run": run})
+        res = self._execute("MATCH (r:Run {name: $run}) RETURN r.*", {"run": run})
         row = dict(zip((c[2:] for c in res.get_column_names()), res.get_all()[0], strict=True))
         # tolerate a RunInfo field the schema lacks (tests flag that drift loudly)
         info = RunInfo(**{f.name: row[f.name] for f in fields(RunInfo) if f.name in row})
@@ -1000,10 +1277,14 @@ class ProfileDB:
 
     def query(self, cypher: str, params: dict | None = None) -> QueryResult:
         """Run Cypher as is (internal use: no write guard, kuzu errors propagate)."""
-        res = self._conn.execute(cypher, params or {})
-        if isinstance(res, list):  # several statements: the last one's result
-            res = res[-1]
-        return QueryResult(columns=list(res.get_column_names()), rows=res.get_all())
+        res = self._execute(cypher, params or {})
+        results = res if isinstance(res, list) else [res]
+        try:  # several statements: the last one's result; all are closed here
+            last = results[-1]
+            return QueryResult(columns=list(last.get_column_names()), rows=last.get_all())
+        finally:
+            for r in results:
+                r.close()
 
     def user_query(self, cypher: str, params: dict | None = None) -> QueryResult:
         """Run a user's read-only Cypher; write clauses and Kùzu errors → MagnetonError."""
@@ -1012,6 +1293,12 @@ class ProfileDB:
         clause = find_write_clause(cypher)
         if clause:
             raise _refused(clause)
+        n_statements = statement_count(cypher)
+        if n_statements > 1:  # whose result would be shown is a guess; refuse instead
+            raise MagnetonError(
+                f"one statement per query, got {n_statements} separated by ';' "
+                "(run them one at a time)"
+            )
         params = params or {}
         wanted = query_params(cypher)
         missing = sorted(wanted - set(params))

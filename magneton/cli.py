@@ -28,6 +28,7 @@ _ORDER = [
     "import_trace",
     "eval",
     "merge",
+    "rm",
     "demo",
 ]
 

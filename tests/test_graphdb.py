@@ -470,11 +470,11 @@ def test_crash_mid_load_leaves_no_partial_run(dbdir: Path, monkeypatch) -> None:
         real_copy = dbmod.ProfileDB._copy
         calls = []
 
-        def failing_copy(self, table: str, data: pa.Table) -> None:
+        def failing_copy(self, table: str, data: pa.Table, conn=None) -> None:
             calls.append(table)
             if table == "INPUT":  # nodes and some rels are in by now
                 raise RuntimeError("disk full")
-            real_copy(self, table, data)
+            real_copy(self, table, data, conn)
 
         monkeypatch.setattr(dbmod.ProfileDB, "_copy", failing_copy)
         with pytest.raises(RuntimeError, match="disk full"):
@@ -892,3 +892,23 @@ def test_record_then_runs_and_query_end_to_end(tmp_path: Path, capsys) -> None:
         prof = pdb.load_profile("tiny")
     assert len(prof.ops) == row["op_count"]
     assert prof.flows(), "a recorded dataflow graph has edges"
+
+
+def test_implausible_values_read_back_are_one_line_damage_errors(dbdir: Path, capsys) -> None:
+    """What damaged data pages read back as (seen: `time_s` 9.5e+62, a producer index
+    past the end) is refused with one line instead of reported or crashed on."""
+    good = synthetic_profile("good", n_ops=10)
+    with open_db(dbdir) as db:
+        db.save_profile(good)
+        db.save_profile(synthetic_profile("hurt", n_ops=10, seed=2))
+        db.query("MATCH (o:Operator {run: 'hurt', idx: 3}) SET o.time_s = 9.5e62")
+        db.save_profile(synthetic_profile("torn", n_ops=10, seed=3))
+        db.query("MATCH (t:Tensor {run: 'torn', idx: 0}) SET t.producer = 999")
+    with open_db(dbdir, read_only=True) as db:
+        for run, what in (("hurt", "ops[3].time_s = 9.5e+62"), ("torn", "is damaged")):
+            with pytest.raises(MagnetonError, match=r"is damaged .*") as info:
+                db.load_profile(run)
+            assert what in str(info.value) and "\n" not in str(info.value)
+        assert same(db.load_profile("good"), without_windows(good))
+    rc, _, err = cli("report", "--db", str(dbdir), "hurt", capsys=capsys)
+    assert rc != 0 and "is damaged" in err and err.count("\n") == 1

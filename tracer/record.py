@@ -10,9 +10,13 @@ A recording is a fixed sequence, each step there to prevent a specific failure:
 5. The *timing pass* (`repeat` calls) records only operator windows while the power
    sampler runs; energy is attributed from these windows, never from the structure
    pass, whose instrumentation would inflate every operator.
-6. Everything is written to the DB in one bulk load at the end. A script that raises
-   or a Ctrl-C leaves earlier runs untouched and the new run marked failed with its
-   error; SIGINT is deferred while the DB is being written so a load is never cut.
+6. Everything is written to the DB in one bulk load at the end. The DB is opened only
+   briefly before the workload (name free? writable? disk space?) and for this write, so
+   `runs`/`query` work while a recording runs. A script that raises, exits (`sys.exit`,
+   `os._exit`), a Ctrl-C or a SIGTERM leaves earlier runs untouched and the new run
+   marked failed with a one-line reason, except that a failed `--replace` keeps the
+   earlier run as it was. Both signals are held back while the DB is written, so a load
+   is never cut; one that arrived then is reported after the save, as saved.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from magneton.tracer.capture import (
 )
 from magneton.tracer.config import sha256_file, snapshot
 from magneton.tracer.timing import MAX_ITERATIONS, timed_iterations
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 @dataclass
@@ -168,6 +173,67 @@ def _roots_and_sources(
 
 
 # --------------------------------------------------------------------------------------
+# Progress
+# --------------------------------------------------------------------------------------
+
+
+class Phases:
+    """The recording's progress on stderr: the phase and, for repeated calls, k/n.
+
+    A recording is silent for 20-80 s otherwise. Drawn only on a terminal (rich's live
+    display), transient, and off with `-q`, so piped output and the one-line errors
+    stay as they are."""
+
+    def __init__(self, enabled: bool):
+        self._bar = None
+        self._done, self._total = 0, None
+        if enabled:
+            from rich.console import Console
+
+            console = Console(stderr=True)
+            if not console.is_terminal:
+                return
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(
+                TextColumn("record: {task.description}"),
+                BarColumn(),
+                TextColumn("{task.fields[count]}"),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+                # redrawn by `phase`/`step` only: a 10 Hz refresh thread would take the
+                # GIL during the timing pass, whose operator windows are being measured
+                auto_refresh=False,
+            )
+            self._task = self._bar.add_task("starting", total=None, count="")
+
+    def __enter__(self) -> Phases:
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def phase(self, description: str, total: int | None = None) -> None:
+        self._done, self._total = 0, total
+        self._show(description=description, total=total, completed=0)
+
+    def step(self) -> None:
+        self._done += 1
+        self._show(completed=self._done)
+
+    def _show(self, **fields: Any) -> None:
+        if self._bar is None:
+            return
+        count = f"{self._done}/{self._total}" if self._total else ""
+        self._bar.update(self._task, count=count, **fields)
+        self._bar.refresh()  # drawn at least once, however short the phase
+
+
+# --------------------------------------------------------------------------------------
 # The recording itself
 # --------------------------------------------------------------------------------------
 
@@ -175,6 +241,54 @@ def _roots_and_sources(
 def _entry_code(fn: Callable) -> Any:
     target = fn.forward if isinstance(fn, torch.nn.Module) else fn
     return getattr(getattr(target, "__func__", target), "__code__", None)
+
+
+class _OpCounter(TorchDispatchMode):
+    """Counts aten operators; pushed in threads the entry starts (see `_other_threads`)."""
+
+    def __init__(self, counts: list[int]):
+        super().__init__()
+        self._counts = counts
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self._counts[0] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def _other_threads(counts: list[int]) -> Iterator[None]:
+    """Count the operators run by threads started inside the block.
+
+    The capture's dispatch mode is per thread, so operators of worker threads are not
+    recorded; without this count they were dropped without a word (2 of 14 operators
+    recorded, nothing said). Threads started before the entry (a pool built in
+    `setup()`) are not seen here."""
+    real_run = threading.Thread.run
+
+    def counted_run(thread: threading.Thread) -> None:
+        with _OpCounter(counts):
+            real_run(thread)
+
+    threading.Thread.run = counted_run
+    try:
+        yield
+    finally:
+        threading.Thread.run = real_run
+
+
+def unrecorded_thread_warning(profile: Profile) -> str:
+    """The warning for operators run outside the recorded thread ('' when none)."""
+    n = int(profile.config.get(_UNRECORDED_KEY, "0") or 0)
+    if not n:
+        return ""
+    return (
+        f"warning: {n} operator call(s) ran in threads the entry started and were NOT "
+        "recorded (Magneton records the thread that calls the entry); run's energy and "
+        "graph leave them out"
+    )
+
+
+_UNRECORDED_KEY = "record.unrecorded_thread_ops"
 
 
 def _merge_timing(profile: Profile, iterations: list) -> bool:
@@ -204,10 +318,12 @@ def record_callable(
     entry: str = "",
     setup: str = "",
     globals_: dict | None = None,
+    phases: Phases | None = None,
 ) -> Profile:
     """Record `fn(*args, **kwargs)` as run `run`; store it in `db` (a path or an open
     ProfileDB) when given. Returns the Profile either way."""
     opts = options or RecordOptions()
+    phases = phases or Phases(enabled=False)
     kwargs = kwargs or {}
     from magneton.tracer.energy import EnergySession
 
@@ -233,13 +349,19 @@ def record_callable(
     session = EnergySession.create(
         opts.power, interval_s=opts.interval_s, device=_device_hint(args)
     )
+    phases.phase("idle power baseline")
     session.measure_idle()
+    phases.phase("warmup (untraced)", opts.warmup)
     for _ in range(opts.warmup):
         call()
+        phases.step()
 
+    phases.phase("structure pass (dataflow, values, call paths)")
     roots, sources = _roots_and_sources(fn, args, kwargs, globals_)
     capture = StructureCapture(ModuleTracker(roots), sources=sources, stop_code=_entry_code(fn))
-    _, structure = run_structure_pass(call, capture, profile_calls=opts.call_paths)
+    elsewhere = [0]
+    with _other_threads(elsewhere):
+        _, structure = run_structure_pass(call, capture, profile_calls=opts.call_paths)
     profile = Profile(
         run=info,
         ops=structure.ops,
@@ -249,20 +371,25 @@ def record_callable(
         kernels=structure.kernels,
         config=snapshot(script),
     )
+    if elsewhere[0]:
+        profile.config[_UNRECORDED_KEY] = str(elsewhere[0])
     info.device = "cuda" if any(op.device.startswith("cuda") for op in profile.ops) else "cpu"
 
     sync = info.device == "cuda"
     session.start()
     try:
+        phases.phase("timing pass (power sampler on)", opts.repeat)
         tp = timed_iterations(
             call,
             opts.repeat,
             sync,
             cpu_clock=session.prices_cpu_time(sync),
             max_iterations=MAX_ITERATIONS if opts.adaptive else opts.repeat,
+            on_iteration=phases.step,
         )
     finally:
         session.stop()
+    phases.phase("attributing energy")
     iterations, walls = tp.iterations, tp.walls_s
     session.timing = tp
     info.repeat = len(walls)  # the timing pass chose how many (tracer/timing.py)
@@ -275,6 +402,7 @@ def record_callable(
         replay_ops(call, profile, session, progress=opts.progress)
     info.status = "ok"
     if db is not None:
+        phases.phase("writing to the DB")
         save(profile, db, replace=opts.replace)
     return profile
 
@@ -295,47 +423,121 @@ def _device_hint(args: tuple) -> str:
 # --------------------------------------------------------------------------------------
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI cancel, `timeout`) during a recording: handled like Ctrl-C."""
+
+
+class _InterruptedAfterSave(MagnetonError):
+    """A Ctrl-C or SIGTERM held back during the DB write, which then completed."""
+
+
+class WorkloadExited(SystemExit):
+    """`os._exit(n)` called by the workload in the recording process (see `_no_exit`)."""
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """Turn SIGTERM into `Terminated` (a KeyboardInterrupt) while recording, so a
+    `timeout` or a CI cancel leaves the same record as Ctrl-C instead of dying silently.
+    Handlers can only be set from the main thread; elsewhere the block runs as is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextlib.contextmanager
+def _no_exit() -> Iterator[None]:
+    """While the workload runs, `os._exit` in this process raises `WorkloadExited`:
+    otherwise a workload calling it ended `magneton record` with its exit code, no
+    message and nothing stored. Forked children (DataLoader workers, multiprocessing)
+    exit through the real `os._exit`."""
+    real, pid = os._exit, os.getpid()
+
+    def guarded(code: int) -> None:
+        if os.getpid() != pid:
+            real(code)
+        raise WorkloadExited(code)
+
+    os._exit = guarded
+    try:
+        yield
+    finally:
+        os._exit = real
+
+
 @contextlib.contextmanager
 def defer_sigint() -> Iterator[None]:
-    """Hold Ctrl-C until the block ends, so a bulk load is never cut half-way.
+    """Hold Ctrl-C and SIGTERM until the block ends, so a bulk load is never cut
+    half-way. A signal that arrived raises `_InterruptedAfterSave` when the block
+    completed (the data is stored: saying "failed" would be false), and the usual
+    KeyboardInterrupt when the block raised anyway.
 
     Signal handlers can only be set from the main thread; elsewhere the block runs as is.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    pending: list[Any] = []
-    old = signal.signal(signal.SIGINT, lambda *a: pending.append(a))
+    pending: list[int] = []
+    old = {s: signal.signal(s, lambda signum, _f: pending.append(signum)) for s in _STOP_SIGNALS}
     try:
         yield
-    finally:
-        signal.signal(signal.SIGINT, old)
+    except BaseException:
         if pending:
-            raise KeyboardInterrupt
+            raise (Terminated if signal.SIGTERM in pending else KeyboardInterrupt) from None
+        raise
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    if pending:
+        how = "terminated (SIGTERM)" if signal.SIGTERM in pending else "interrupted (Ctrl-C)"
+        raise _InterruptedAfterSave(
+            f"{how} during the DB write, which completed",
+            exit_code=143 if signal.SIGTERM in pending else 130,
+        )
+
+
+# Kùzu allows one writer and no readers beside it; a `magneton runs` in another shell
+# holds the file for well under a second, so the final write waits this long for it.
+_LOCK_WAIT_S = 20.0
 
 
 @contextlib.contextmanager
 def _opened(db: Any) -> Iterator[Any]:
-    from magneton.graphdb import open_db
+    from magneton.graphdb.db import DBLocked, open_db
 
     if hasattr(db, "save_profile"):
         yield db
-    else:
-        handle = open_db(db)
+        return
+    deadline = time.monotonic() + _LOCK_WAIT_S
+    while True:
         try:
-            yield handle
-        finally:
-            handle.close()
+            handle = open_db(db)
+            break
+        except DBLocked:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    try:
+        yield handle
+    finally:
+        handle.close()
 
 
 def save(profile: Profile, db: Any, replace: bool = False) -> None:
     with defer_sigint(), _opened(db) as handle:
         handle.save_profile(profile, replace=replace)
-
-
-def _save_failed(info: RunInfo, db: Any) -> None:
-    with defer_sigint(), _opened(db) as handle:
-        handle.save_failed_run(info)
 
 
 def _user_location(exc: BaseException, script: str) -> str:
@@ -345,6 +547,18 @@ def _user_location(exc: BaseException, script: str) -> str:
         if script and os.path.abspath(fr.filename) == script:
             return f" at {os.path.basename(fr.filename)}:{fr.lineno}"
     return ""
+
+
+def check_run_name(run: str) -> None:
+    """Refuse an empty or blank run name before anything runs (it used to be refused
+    only by the DB write, after the whole recording)."""
+    if not run.strip():
+        raise MagnetonError(f"--run needs a non-blank name, got {run!r}")
+
+
+def _exit_reason(e: SystemExit, script: str) -> str:
+    call = f"os._exit({e.code})" if isinstance(e, WorkloadExited) else f"sys.exit({e.code!r})"
+    return f"the workload called {call}{_user_location(e, script)} before finishing"
 
 
 def record_script(
@@ -357,27 +571,37 @@ def record_script(
     options: RecordOptions | None = None,
 ) -> Profile:
     """What `magneton record` does. Raises MagnetonError (one line) on any failure, after
-    marking the run failed in the DB."""
+    marking the run failed in the DB (a failed `--replace` keeps the earlier run).
+
+    The DB is opened twice, briefly: before the workload (name taken? DB writable?) and
+    for the final write, so other commands can read it while the workload runs.
+    """
     opts = options or RecordOptions()
+    check_run_name(run)
     script = str(Path(script).resolve())
     if not os.path.isfile(script):
         raise MagnetonError(f"no such script: {script}")
-    with _opened(db) as handle:
+    with _opened(db) as handle:  # a writable open: fails now, not after the workload
         if handle.has_run(run) and not opts.replace:
             raise MagnetonError(
                 f"run '{run}' already exists in the DB; pick another --run name or pass --replace"
             )
-        info = RunInfo(
-            name=run,
-            script=script,
-            entry=entry,
-            setup=setup,
-            started_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-            status="failed",
-        )
-        old_argv = sys.argv
-        sys.argv = [script]
-        try:
+        from magneton.graphdb.db import check_space
+
+        check_space(handle.file, rewrite=opts.replace and handle.has_run(run))
+    info = RunInfo(
+        name=run,
+        script=script,
+        entry=entry,
+        setup=setup,
+        started_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        status="failed",
+    )
+    old_argv = sys.argv
+    sys.argv = [script]
+    try:
+        with _interruptible(), _no_exit(), Phases(opts.progress) as phases:
+            phases.phase(f"importing {os.path.basename(script)}")
             module = load_script(script)
             entry_fn = getattr(module, entry, None)
             if not callable(entry_fn):
@@ -385,50 +609,66 @@ def record_script(
             setup_fn = getattr(module, setup, None) if setup else None
             if setup and setup_fn is None and setup != "setup":
                 raise MagnetonError(f"{script} has no function '{setup}' (use --setup NAME)")
+            phases.phase(f"{setup}() (not measured)")
             args = _as_args(setup_fn()) if callable(setup_fn) else ()
             return record_callable(
                 entry_fn,
                 args,
                 run=run,
-                db=handle,
+                db=db,
                 options=opts,
                 script=script,
                 entry=entry,
                 setup=setup if callable(setup_fn) else "",
                 globals_=vars(module),
+                phases=phases,
             )
-        except MagnetonError as e:
-            info.error = str(e)
-            _save_failed_replacing(info, handle, opts.replace)
-            raise
-        except KeyboardInterrupt:
-            info.error = "interrupted (Ctrl-C) while recording"
-            _save_failed_replacing(info, handle, opts.replace)
-            raise MagnetonError(
-                f"interrupted; run '{run}' marked failed, earlier runs intact", exit_code=130
-            ) from None
-        except Exception as e:
-            if os.environ.get("MAGNETON_DEBUG"):
-                traceback.print_exc()
-            where = _user_location(e, script)
-            msg = " ".join(str(e).split()) or "(no message)"
-            info.error = f"{type(e).__name__}{where}: {msg}"
-            _save_failed_replacing(info, handle, opts.replace)
-            raise MagnetonError(
-                f"{os.path.basename(script)} raised {info.error}; run '{run}' marked failed, "
-                "earlier runs intact (MAGNETON_DEBUG=1 shows the traceback)",
-                exit_code=1,
-            ) from None
-        finally:
-            sys.argv = old_argv
+    except _InterruptedAfterSave as e:
+        raise MagnetonError(f"{e}: run '{run}' is saved", exit_code=e.exit_code) from None
+    except MagnetonError as e:
+        info.error = str(e)
+        raise MagnetonError(f"{e}; {_record_failure(info, db, opts.replace)}") from None
+    except KeyboardInterrupt as e:
+        how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)"
+        info.error = f"{how} while recording"
+        raise MagnetonError(
+            f"{how}; {_record_failure(info, db, opts.replace)}",
+            exit_code=143 if isinstance(e, Terminated) else 130,
+        ) from None
+    except SystemExit as e:
+        info.error = _exit_reason(e, script)
+        raise MagnetonError(
+            f"{info.error}; {_record_failure(info, db, opts.replace)}", exit_code=1
+        ) from None
+    except Exception as e:
+        if os.environ.get("MAGNETON_DEBUG"):
+            traceback.print_exc()
+        where = _user_location(e, script)
+        msg = " ".join(str(e).split()) or "(no message)"
+        info.error = f"{type(e).__name__}{where}: {msg}"
+        raise MagnetonError(
+            f"{os.path.basename(script)} raised {info.error}; "
+            f"{_record_failure(info, db, opts.replace)} (MAGNETON_DEBUG=1 shows the traceback)",
+            exit_code=1,
+        ) from None
+    finally:
+        sys.argv = old_argv
 
 
-def _save_failed_replacing(info: RunInfo, handle: Any, replace: bool) -> None:
-    if handle.has_run(info.name):
-        if not replace:
-            return  # never clobber an existing good run with a failure record
-        handle.delete_run(info.name)
-    _save_failed(info, handle)
+def _record_failure(info: RunInfo, db: Any, replace: bool) -> str:
+    """Store a failed Run node for `info` unless a run of that name exists (a failed
+    replace keeps the earlier, complete run; a failure never clobbers a run); returns
+    what happened, for the user's message."""
+    try:
+        with defer_sigint(), _opened(db) as handle:
+            if handle.has_run(info.name):
+                if replace:
+                    return f"the earlier run '{info.name}' is kept unchanged (nothing replaced)"
+                return f"run '{info.name}' not stored, the existing run is kept"
+            handle.save_failed_run(info)
+    except MagnetonError as e:
+        return f"run '{info.name}' could not be marked failed ({e}); earlier runs intact"
+    return f"run '{info.name}' marked failed, earlier runs intact"
 
 
 # --------------------------------------------------------------------------------------

@@ -97,6 +97,7 @@ def timed_iterations(
     target_rel: float = TARGET_REL,
     max_iterations: int = MAX_ITERATIONS,
     budget_s: float = BUDGET_S,
+    on_iteration: Callable[[], None] | None = None,
 ) -> TimingPass:
     """Run `call` under a timing capture at least `min_iterations` times, then until the
     iteration cost is stable (see module docstring)."""
@@ -131,6 +132,8 @@ def timed_iterations(
             else:
                 out.cost_s.append((w1 - w0) / 1e9)
             n = len(out.walls_s)
+            if on_iteration is not None:  # a progress display, outside the timed window
+                on_iteration()
             if n < floor:
                 continue
             if n >= MIN_FOR_CI and relative_halfwidth(out.cost_s) <= target_rel:

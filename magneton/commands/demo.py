@@ -1,14 +1,24 @@
 """`magneton demo`: the README's first command — record a shipped example pair and diff it.
 
-Records `examples/cases/gelu_backend` (a Hugging Face GPT-2 built from a config with
-`activation_function="gelu_new"` vs `"gelu_pytorch_tanh"`), then shows what a user would
-run next: the runs, each run's top operators, and the differential diagnosis. Each step
-goes through the same code as the corresponding command, so the demo can't drift from it.
+Copies `examples/cases/gelu_backend` (a Hugging Face GPT-2 built from a config with
+`activation_function="gelu_new"` vs `"gelu_pytorch_tanh"`) into a scratch directory of
+its own (`./magneton-demo`, a fresh git repository holding the two scripts and the DB),
+records both there, then shows what a user would run next: the runs, each run's top
+operators, and the differential diagnosis. Each step goes through the same code as the
+corresponding command, so the demo can't drift from it.
+
+Why a scratch copy: the patch the closing hint suggests edits the recorded script. On the
+shipped example it would change a file the tests check, and inside the Magneton checkout
+`git apply` resolves paths from the repository root and fails; in the scratch repository
+the hint works exactly as printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import shutil
+import subprocess
 from pathlib import Path
 
 from magneton.graphdb.model import MagnetonError
@@ -27,14 +37,27 @@ def _find_case(name: str) -> Path:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="record the shipped example pair and diagnose it")
-    p.add_argument("--db", default="magneton-demo", help="DB directory (default ./magneton-demo)")
+    p.add_argument(
+        "--dir", default="magneton-demo", help="scratch directory (default ./magneton-demo)"
+    )
     p.add_argument("--case", default=None, help="case directory with a.py and b.py")
     p.add_argument("--power", default="auto", help="power source (default auto)")
     p.set_defaults(func=run)
 
 
+def _scratch(case: Path, target: Path) -> None:
+    """Copy the case's scripts into `target` and make it a git repository of its own,
+    so a patch of the copy applies with a plain `git apply` run there."""
+    target.mkdir(parents=True, exist_ok=True)
+    for side in ("a.py", "b.py"):
+        shutil.copyfile(case / side, target / side)
+    if shutil.which("git") and not (target / ".git").exists():
+        subprocess.run(["git", "init", "-q", str(target)], check=False)
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
 
     from magneton.cli import main as cli
     from magneton.tracer.record import RecordOptions, record_script
@@ -43,21 +66,25 @@ def run(args: argparse.Namespace) -> int:
     case = Path(args.case) if args.case else _find_case("gelu_backend")
     if not ((case / "a.py").is_file() and (case / "b.py").is_file()):
         raise MagnetonError(f"{case} must contain a.py and b.py")
+    scratch = Path(args.dir)
+    _scratch(case, scratch)
+    db = str(scratch / "db")
     opts = RecordOptions(power=args.power, replace=True)
     for side in ("a", "b"):
-        console.rule(f"[bold]magneton record {case.name}/{side}.py --run {side}")
-        prof = record_script(case / f"{side}.py", db=args.db, run=side, options=opts)
+        console.rule(f"[bold]magneton record {escape(str(scratch / side))}.py --run {side}")
+        prof = record_script(scratch / f"{side}.py", db=db, run=side, options=opts)
         console.print(
             f"{len(prof.ops)} operators, {prof.run.time_s * 1e3:.1f} ms/call, "
-            f"{prof.run.energy_j:.4g} J/call ({prof.run.energy_method}: {prof.run.power_source})"
+            f"{prof.run.energy_j:.4g} J/call ({prof.run.energy_method}: "
+            f"{escape(prof.run.power_source)})"
         )
     steps = [
-        ["runs", "--db", args.db],
-        ["report", "--db", args.db, "a", "--top", "8"],
-        ["report", "--db", args.db, "b", "--top", "8"],
+        ["runs", "--db", db],
+        ["report", "--db", db, "a", "--top", "8"],
+        ["report", "--db", db, "b", "--top", "8"],
     ]
     for step in steps:
-        console.rule("[bold]magneton " + " ".join(step))
+        console.rule("[bold]magneton " + escape(" ".join(step)))
         rc = cli(step)
         if rc:
             return rc
@@ -67,17 +94,25 @@ def run(args: argparse.Namespace) -> int:
     from magneton.diagnose.diff import diff_runs
     from magneton.graphdb import open_db
 
-    console.rule(f"[bold]magneton diff --db {args.db} a b")
-    with open_db(args.db, create=False) as db:
-        result = diff_runs(db, "a", "b")
+    console.rule(f"[bold]magneton diff --db {escape(db)} a b")
+    with open_db(db, create=False) as pdb:
+        result = diff_runs(pdb, "a", "b")
     print_result(result)
     print_diagnosis(result)
     act = [f for f in result.ordered() if f.verdict != "noise"]
     best = next((f for f in act if (f.fix or {}).get("patch")), act[0] if act else None)
-    hint = f"explore with magneton-tui --db {args.db} a b"
-    if best is not None:
-        hint = (
-            f"magneton export-patch --db {args.db} a b --finding {best.id} -o fix.patch, or {hint}"
-        )
-    console.print(f"\nNext: {hint}")
+    console.print(f"\nNext: {escape(next_step_hint(scratch, best.id if best else None))}")
+    console.print(f"Explore: {escape(next_step_hint(scratch, None))}")
     return 0
+
+
+def next_step_hint(scratch: Path, finding: int | None) -> str:
+    """The shell line the demo ends with; run as printed from the directory the demo ran
+    in, it writes the patch into the scratch repository and applies it there."""
+    cd = f"cd {shlex.quote(str(scratch))}"
+    if finding is None:
+        return f"{cd} && magneton-tui --db db a b"
+    return (
+        f"{cd} && magneton export-patch --db db a b --finding {finding} -o fix.patch "
+        "&& git apply fix.patch"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from magneton.graphdb.model import MagnetonError
 
@@ -58,13 +59,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--window", default="", help="program: record the magneton.window(NAME) block NAME"
     )
     p.add_argument("--nproc", type=int, default=1, help="ranks to launch (torch.distributed)")
+    p.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress display (phases, iterations)"
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from magneton.tracer.rankenv import rank_env
-    from magneton.tracer.record import RecordOptions, record_script
+    from magneton.tracer.record import RecordOptions, check_run_name, record_script
 
+    check_run_name(args.run)
     if args.warmup < 0 or args.repeat < 1:
         raise MagnetonError("--warmup must be >= 0 and --repeat >= 1")
     opts = RecordOptions(
@@ -75,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         replay=args.replay,
         replace=args.replace,
         call_paths=not args.no_call_paths,
-        progress=True,
+        progress=not args.quiet,
     )
     if args.command or args.steps or args.window:
         return _record_program(args, opts)
@@ -91,6 +96,11 @@ def run(args: argparse.Namespace) -> int:
     profile = record_script(
         args.script, db=args.db, run=args.run, entry=args.entry, setup=args.setup, options=opts
     )
+    from magneton.tracer.record import unrecorded_thread_warning
+
+    warning = unrecorded_thread_warning(profile)
+    if warning:
+        print(f"magneton: {warning}", file=sys.stderr)
     r = profile.run
     print(
         f"recorded run '{r.name}': {len(profile.ops)} operators, {len(profile.tensors)} tensors, "

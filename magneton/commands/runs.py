@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -46,23 +47,29 @@ def _script(path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.markup import escape
     from rich.table import Table
 
     from magneton.graphdb import open_db
+    from magneton.graphdb.db import db_file, ghost_message
 
     with open_db(args.db, read_only=True) as db:
         runs = db.list_runs()
+    for r in runs:  # the same words `report` and `diff` use for such a run
+        if r.status == "loading":
+            r.error = ghost_message(r.name, db_file(Path(args.db)))
     if args.json:
         print(json.dumps([asdict(r) for r in runs], indent=2))
         return 0
     console = _console()
     if not runs:
         console.print(
-            f"no runs in {args.db} (record one: magneton record SCRIPT --db DIR --run NAME)"
+            f"no runs in {escape(args.db)} (record one: magneton record SCRIPT --db DIR --run NAME)"
         )
         return 0
     show_errors = any(r.error for r in runs)
-    table = Table(title=f"runs in {args.db}")
+    # run names, paths and errors are user text: `[/]` or `bert[fp64]` must print as is
+    table = Table(title=f"runs in {escape(args.db)}")
     table.add_column("name", style="bold")
     table.add_column("status")
     table.add_column("script")
@@ -79,16 +86,16 @@ def run(args: argparse.Namespace) -> int:
         ok = r.status == "ok"
         energy = f"{r.energy_j:.4g} ({r.energy_method or '?'})" if ok else "-"
         cells = [
-            r.name,
+            escape(r.name),
             status,
-            _script(r.script),
+            escape(_script(r.script)),
             r.started_at.replace("T", " ")[:19],
             str(r.op_count) if ok else "-",
             energy,
             f"{r.time_s:.4g}" if ok else "-",
         ]
         if show_errors:
-            cells.append(r.error)
+            cells.append(escape(r.error))
         table.add_row(*cells)
     console.print(table)
     return 0

@@ -1,0 +1,403 @@
+"""Faults a user or the machine inflicts on a recording, driven through the real CLI.
+
+Every test runs `magneton` in a subprocess and, where a signal is involved, sends a real
+signal to that process at a known phase: the slow workload writes a ready file once its
+entry runs, so no test guesses timings. What each phase must leave is the durability
+promise in docs/schema.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+WORKLOADS = Path(__file__).parent / "workloads"
+
+
+def magneton(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "magneton", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
+
+
+def runs(db: Path) -> dict[str, dict]:
+    proc = magneton("runs", "--db", str(db), "--json")
+    assert proc.returncode == 0, proc.stderr
+    return {r["name"]: r for r in json.loads(proc.stdout)}
+
+
+def record(db: Path, script: str, run: str, *extra: str, env: dict | None = None):
+    return magneton(
+        "record",
+        str(WORKLOADS / script),
+        "--db",
+        str(db),
+        "--run",
+        run,
+        "--repeat",
+        "1",
+        *extra,
+        env=env,
+    )
+
+
+def one_line(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def good_db(tmp_path: Path) -> Path:
+    """A DB holding one complete run 'a' of tiny.py (5 operators)."""
+    db = tmp_path / "db"
+    proc = record(db, "tiny.py", "a")
+    assert proc.returncode == 0, proc.stderr
+    assert runs(db)["a"]["op_count"] == 5
+    return db
+
+
+def _start_slow(db: Path, run: str, tmp_path: Path, *extra: str) -> subprocess.Popen:
+    """`magneton record slow.py` running its entry (the ready file exists) when returned."""
+    ready = tmp_path / f"ready-{run}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "magneton", "record", str(WORKLOADS / "slow.py")]
+        + ["--db", str(db), "--run", run, "--warmup", "0", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "MAGNETON_TEST_READY": str(ready)},
+    )
+    deadline = time.monotonic() + 240  # a bound on a hang, not a timing assertion
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"slow.py never started: {proc.communicate()}")
+        time.sleep(0.1)
+    return proc
+
+
+# ---- item 1: --replace swaps in the new run only once it is complete ----------------
+
+
+def test_failed_replace_keeps_the_earlier_run(good_db: Path) -> None:
+    proc = record(good_db, "raises.py", "a", "--replace")
+    line = one_line(proc)
+    assert proc.returncode == 1 and "ValueError" in line
+    assert "kept unchanged" in line and "marked failed" not in line
+    kept = runs(good_db)["a"]
+    assert kept["status"] == "ok" and kept["op_count"] == 5
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupted_replace_keeps_the_earlier_run(
+    good_db: Path, tmp_path: Path, sig: int, code: int
+) -> None:
+    proc = _start_slow(good_db, "a", tmp_path, "--replace")
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == code, err
+    assert "kept unchanged" in err and "Traceback" not in err
+    kept = runs(good_db)["a"]
+    assert kept["status"] == "ok" and kept["op_count"] == 5
+
+
+def test_successful_replace_swaps_the_run(good_db: Path) -> None:
+    proc = record(good_db, "slow.py", "a", "--replace")  # no ready file: one sum
+    assert proc.returncode == 0, proc.stderr
+    assert runs(good_db)["a"]["op_count"] == 1
+    assert not list(good_db.glob("*.rebuild*"))  # the fresh file was renamed in
+
+
+# ---- item 12: SIGTERM like Ctrl-C; the DB is readable while the workload runs ---------
+
+
+def test_sigterm_marks_the_run_failed_and_db_stays_readable(good_db: Path, tmp_path) -> None:
+    proc = _start_slow(good_db, "s", tmp_path)
+    # the recording holds no lock while its workload runs
+    assert set(runs(good_db)) == {"a"}
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 143 and "SIGTERM" in err, err
+    got = runs(good_db)
+    assert got["s"]["status"] == "failed" and "SIGTERM" in got["s"]["error"]
+    assert got["a"]["status"] == "ok"
+
+
+@pytest.mark.parametrize("name", ["", "   "])
+def test_blank_run_name_is_refused_before_recording(tmp_path: Path, name: str) -> None:
+    proc = record(tmp_path / "db", "raises.py", name)
+    line = one_line(proc)
+    assert proc.returncode != 0 and "non-blank" in line
+    assert "ValueError" not in line  # the workload never ran
+
+
+# ---- item 8: a workload that exits is a failed recording ------------------------------
+
+
+@pytest.mark.parametrize(
+    "how, call", [("sys", "sys.exit(0)"), ("os", "os._exit(3)"), ("setup", "sys.exit(0)")]
+)
+def test_workload_exit_is_a_failed_recording(good_db: Path, how: str, call: str) -> None:
+    proc = record(good_db, "exits.py", "e", env={"MAGNETON_TEST_EXIT": how})
+    line = one_line(proc)
+    assert proc.returncode == 1 and call in line and "exits.py:" in line
+    got = runs(good_db)
+    assert got["e"]["status"] == "failed" and call in got["e"]["error"]
+    assert got["a"]["status"] == "ok"
+
+
+# ---- item 3: multi-statement queries --------------------------------------------------
+
+
+def test_multi_statement_query_is_refused_in_one_line(tiny_db: Path) -> None:
+    proc = magneton("query", "--db", str(tiny_db), "RETURN 1; RETURN 2")
+    assert proc.returncode == 2 and "one statement" in one_line(proc)  # was a segfault (139)
+    ok = magneton("query", "--db", str(tiny_db), "RETURN ';' AS s;", "--json")
+    assert ok.returncode == 0 and json.loads(ok.stdout) == [{"s": ";"}]
+
+
+def test_internal_multi_statement_query_closes_every_result(tiny_db: Path) -> None:
+    code = (
+        "from magneton.graphdb import open_db\n"
+        f"db = open_db({str(tiny_db)!r}, read_only=True)\n"
+        "print(db.query('RETURN 1; RETURN 2').rows)\n"
+        "left = db._execute('RETURN 3; RETURN 4')  # never read, still open at close\n"
+        "db.close()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr  # was a segfault in QueryResult.__del__
+    assert proc.stdout.strip() == "[[2]]"
+
+
+# ---- the final write: a real signal or kill -9 while the new run's rows go in --------
+
+
+def _start_paused_write(db: Path, run: str, tmp_path: Path, *extra: str):
+    """`magneton record` stopped inside its final DB write (node tables in, rels not)."""
+    ready, go = tmp_path / f"ready-{run}", tmp_path / f"go-{run}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "magneton", "record", str(WORKLOADS / "pauses_in_write.py")]
+        + ["--db", str(db), "--run", run, "--repeat", "1", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "MAGNETON_TEST_READY": str(ready), "MAGNETON_TEST_GO": str(go)},
+    )
+    deadline = time.monotonic() + 240  # a bound on a hang, not a timing assertion
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"the write never started: {proc.communicate()}")
+        time.sleep(0.05)
+    return proc, go
+
+
+def _operator_counts(db: Path) -> dict[str, int]:
+    proc = magneton(
+        "query", "--db", str(db), "MATCH (o:Operator) RETURN o.run AS run, count(*) AS n", "--json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    return {r["run"]: r["n"] for r in json.loads(proc.stdout)}
+
+
+def test_ctrl_c_during_the_final_write_saves_and_says_so(good_db: Path, tmp_path) -> None:
+    proc, go = _start_paused_write(good_db, "w", tmp_path)
+    proc.send_signal(signal.SIGINT)  # held back until the write is done
+    go.write_text("go")
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 130 and "run 'w' is saved" in one_line(
+        subprocess.CompletedProcess([], 130, "", err)
+    )
+    assert "marked failed" not in err and "Segmentation" not in err
+    got = runs(good_db)
+    assert got["w"]["status"] == "ok" and got["w"]["op_count"] == 5
+
+
+def test_kill_during_a_replace_leaves_the_old_db(good_db: Path, tmp_path) -> None:
+    proc, _ = _start_paused_write(good_db, "a", tmp_path, "--replace")
+    proc.kill()
+    proc.communicate(timeout=240)
+    got = runs(good_db)
+    assert got["a"]["status"] == "ok" and got["a"]["script"].endswith("tiny.py")
+    assert _operator_counts(good_db) == {"a": 5}
+
+
+def test_kill_mid_load_leaves_a_ghost_that_the_next_write_removes(good_db: Path, tmp_path):
+    proc, _ = _start_paused_write(good_db, "ghost", tmp_path)
+    proc.kill()
+    proc.communicate(timeout=240)
+    assert runs(good_db)["ghost"]["status"] == "loading"
+    load = magneton("report", "--db", str(good_db), "ghost")
+    assert load.returncode != 0 and "magneton rm" in one_line(load)
+    rm = magneton("rm", "--db", str(good_db))
+    assert rm.returncode == 0 and "ghost" in rm.stdout
+    assert set(runs(good_db)) == {"a"} and _operator_counts(good_db) == {"a": 5}
+
+
+def test_rm_checks_every_name_before_removing(good_db: Path) -> None:
+    assert record(good_db, "tiny.py", "b").returncode == 0
+    bad = magneton("rm", "--db", str(good_db), "b", "nope")
+    assert bad.returncode != 0 and "nothing removed" in one_line(bad)
+    assert set(runs(good_db)) == {"a", "b"}
+    ok = magneton("rm", "--db", str(good_db), "b")
+    assert ok.returncode == 0 and set(runs(good_db)) == {"a"}
+    assert _operator_counts(good_db) == {"a": 5}
+
+
+# ---- item 9: user text is printed as is, never read as rich markup ----------------------
+
+
+def test_run_names_with_brackets_are_listed_as_typed(good_db: Path) -> None:
+    for name in ("[/]", "bert[fp64]"):
+        assert record(good_db, "tiny.py", name).returncode == 0
+    proc = magneton("runs", "--db", str(good_db), env={"COLUMNS": "300"})
+    assert proc.returncode == 0, proc.stderr  # `[/]` crashed the table before
+    assert "bert[fp64]" in proc.stdout and "[/]" in proc.stdout
+
+
+# ---- item 15: progress on a terminal, quiet with -q ------------------------------------
+
+
+def _screen(stderr: str) -> str:
+    """What a terminal shows over time: control sequences dropped, redraws as lines."""
+    import re
+
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stderr).replace("\r", "\n")
+
+
+def test_record_shows_phases_and_iterations_unless_quiet(tmp_path: Path) -> None:
+    tty = {"FORCE_COLOR": "1"}  # rich draws its live display as on a terminal
+    shown = record(tmp_path / "db", "tiny.py", "a", "--warmup", "2", env=tty)
+    assert shown.returncode == 0, shown.stderr
+    screen = _screen(shown.stderr)
+    for phase in ("setup()", "warmup", "structure pass", "timing pass", "writing to the DB"):
+        assert f"record: {phase}" in screen, screen
+    assert "2/2" in screen  # the warmup's iterations counted
+    quiet = record(tmp_path / "db", "tiny.py", "b", "-q", env=tty)
+    assert quiet.returncode == 0 and "record:" not in quiet.stderr
+
+
+# ---- items 2, 4, 10: a full disk, an unfinished commit, a read-only file system ---------
+# These need file systems of a set size or mode: a tmpfs mounted in a private mount
+# namespace (`unshare -rm`, no root needed where user namespaces are enabled). Each
+# scenario is a shell script run there; the DB states it makes are real Kùzu states.
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _in_namespace(script: str, *args: str) -> subprocess.CompletedProcess:
+    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("needs unshare -rm (a private mount namespace) for a small tmpfs")
+    full = f"set -u\nM='{sys.executable} -m magneton'\nW='{WORKLOADS}'\n{script}"
+    proc = subprocess.run(
+        ["unshare", "-rm", "bash", "-c", full, "scenario", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
+    if proc.returncode == 77:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    return proc
+
+
+def test_full_disk_is_one_line_naming_it_and_the_db_is_kept(tmp_path: Path) -> None:
+    proc = _in_namespace(
+        """
+        D="$1"; mount -t tmpfs -o size=100m tmpfs "$D" || exit 77
+        $M record "$W/tiny.py" --db "$D/db" --run a -q >/dev/null || exit 3
+        avail=$(df --output=avail -B1 "$D" | tail -1)
+        dd if=/dev/zero of="$D/filler" bs=1M count=$(( avail / 1048576 - 20 )) status=none
+        for args in "--run b" "--run a --replace"; do
+            $M record "$W/tiny.py" --db "$D/db" -q $args; echo "rc=$?"
+        done
+        $M runs --db "$D/db" --json
+        """,
+        str(tmp_path),
+    )
+    errors = proc.stderr.strip().splitlines()
+    assert proc.stdout.count("rc=2") == 2 and len(errors) == 2, proc.stdout + proc.stderr
+    for line in errors:
+        assert "no space left on the disk holding" in line and str(tmp_path) in line
+    listed = json.loads(proc.stdout[proc.stdout.index("[") :])
+    assert [(r["name"], r["status"], r["op_count"]) for r in listed] == [("a", "ok", 5)]
+
+
+_UNFINISHED_COMMIT = """
+    D="$1"; mount -t tmpfs -o size=16m tmpfs "$D" || exit 77
+    # the disk fills during the checkpoint (space checks off): Kùzu leaves .shadow pages
+    python=${M% -m magneton}
+    # (Kùzu then segfaults or spins in close: a spinning writer is killed, as a user would)
+    timeout -s KILL 90 $python - "$D/db" <<'PY' 2>/dev/null
+import sys
+import magneton.graphdb.db as dbm
+from magneton.tracer.record import RecordOptions, record_script
+dbm._SPACE_RESERVE_B = dbm._SPACE_PER_ROW_BYTE = 0
+record_script("tests/workloads/tiny.py", db=sys.argv[1], run="a", options=RecordOptions(repeat=1))
+PY
+    ls "$D/db"; cp -r "$D/db" "$2"
+"""
+
+
+def test_unfinished_commit_is_finished_and_read_only_is_not_corrupt(tmp_path: Path) -> None:
+    mnt, db = tmp_path / "mnt", tmp_path / "db"
+    mnt.mkdir()
+    made = _in_namespace(_UNFINISHED_COMMIT, str(mnt), str(db))
+    if "profile.kuzu.shadow" not in made.stdout:  # Kùzu failed before its checkpoint
+        pytest.skip(f"the full disk left no .shadow file this time: {made.stdout.split()}")
+    proc = _in_namespace(
+        """
+        R="$1"; mount -t tmpfs -o size=256m tmpfs "$R" || exit 77
+        cp -r "$2" "$R/pending"; cp -r "$2" "$R/done"
+        $M rm --db "$R/done" >/dev/null  # finishes that copy's commit
+        mount -o remount,ro "$R"
+        $M runs --db "$R/pending"; echo "rc=$?"
+        $M runs --db "$R/done" --json >/dev/null; echo "rc=$?"
+        $M record "$W/slow.py" --db "$R/done" --run z; echo "rc=$?"
+        ${M% -m magneton} -c "from magneton.graphdb.db import open_db_prefer_write as o; \
+print('fallback', o('$R/done').read_only)"
+        """,
+        str(mnt),
+        str(db),
+    )
+    out, err = proc.stdout, proc.stderr.strip().splitlines()
+    assert "corrupt" not in proc.stderr and len(err) == 2, proc.stderr
+    assert "unfinished commit" in err[0] and "magneton rm --db" in err[0]
+    assert "not writable" in err[1]  # the record is refused by its up-front check
+    assert out.split().count("rc=0") == 1 and out.split().count("rc=2") == 2, out
+    assert "fallback True" in out  # what `diff` needs to compute without storing
+    # where it can write, a read-only command finishes the commit itself
+    listed = magneton("runs", "--db", str(db), "--json")  # was "corrupt ... shadow pages"
+    assert listed.returncode == 0, listed.stderr
+    assert not (db / "profile.kuzu.shadow").exists()
+
+
+# ---- item 7: operators of worker threads are not dropped without a word ---------------
+
+
+def test_operators_in_worker_threads_are_reported_as_not_recorded(tmp_path: Path) -> None:
+    proc = record(tmp_path / "db", "threads.py", "t")
+    assert proc.returncode == 0, proc.stderr
+    assert "4 operator call(s) ran in threads" in proc.stderr and "NOT recorded" in proc.stderr
+    rows = magneton(
+        "query",
+        "--db",
+        str(tmp_path / "db"),
+        "MATCH (c:ConfigEntry {run: 't'}) WHERE c.key = 'record.unrecorded_thread_ops' "
+        "RETURN c.value AS n",
+        "--json",
+    )
+    assert json.loads(rows.stdout) == [{"n": "4"}]  # the DB says so too
