@@ -37,13 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", dest="json_out", help="write results as JSON to this file")
     args = ap.parse_args(argv)
 
-    from magneton.diagnose.diff import diff_runs
-    from magneton.diagnose.rootcause import Diagnoser
-    from magneton.graphdb import open_db
     from rich.console import Console
     from rich.table import Table
 
     from magneton.commands.eval import case_dirs, record
+    from magneton.diagnose.diff import diff_runs
+    from magneton.diagnose.rootcause import Diagnoser
+    from magneton.graphdb import open_db
 
     tmp = None
     db_dir = args.db_dir

@@ -286,11 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     sys.modules["pynvml"] = make_fake_pynvml(sensor)
     # imported only now, so they bind the simulated pynvml
+    from zeus.monitor import ZeusMonitor
+
     from magneton.graphdb.model import OpRecord, Profile, RunInfo
     from magneton.tracer.energy import EnergySession, attribute_traces
     from magneton.tracer.lsq import solve_trace
     from magneton.tracer.replay import replay_ops_detailed
-    from zeus.monitor import ZeusMonitor
 
     class TruthMode(TorchDispatchMode):
         """Bottom mode: every execution of every op lands on the true timeline."""

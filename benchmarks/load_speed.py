@@ -27,9 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from magneton.graphdb import open_db
 from rich.console import Console
 from rich.table import Table
+
+from magneton.graphdb import open_db
 
 ROOT = Path(__file__).resolve().parents[1]
 

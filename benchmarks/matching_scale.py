@@ -28,6 +28,7 @@ import json
 import time
 
 import torch
+
 from magneton.diagnose.equivalence import TensorIndex, match_tensors
 from magneton.diagnose.match import build_graph, match_runs
 from magneton.graphdb.model import Profile

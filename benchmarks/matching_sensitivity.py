@@ -42,6 +42,7 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
+
 from magneton.diagnose.equivalence import DEFAULT_TAU, distance, signature, tolerance
 from magneton.graphdb.model import TensorRecord
 from magneton.tracer.invariants import summarize

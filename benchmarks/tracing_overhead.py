@@ -43,14 +43,15 @@ def main() -> None:
     ap.add_argument("--json", metavar="OUT")
     args = ap.parse_args()
 
+    from rich.console import Console
+    from rich.table import Table
+
     from magneton.tracer.capture import (
         ModuleTracker,
         StructureCapture,
         TimingCapture,
         run_structure_pass,
     )
-    from rich.console import Console
-    from rich.table import Table
 
     model, ids = build(args.layers, args.seq, args.batch)
 

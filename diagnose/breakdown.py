@@ -317,6 +317,7 @@ def charged_time_s(profile: Profile) -> dict[int, float]:
     Attribution stores them in `profile.energy.charged_s`; without it, the first
     iteration's windows are re-tiled."""
     import numpy as np
+
     from magneton.tracer.energy import tile
 
     vals = profile.energy.charged_s

@@ -53,8 +53,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
-from magneton.graphdb.model import Finding, MagnetonError, Profile, Region, SavingInterval
 from scipy import stats
+
+from magneton.graphdb.model import Finding, MagnetonError, Profile, Region, SavingInterval
 
 from .equivalence import Signature, signature
 from .match import MatchResult, RegionPair

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
+
 from magneton.graphdb.model import TensorRecord
 from magneton.tracer.unfoldings import canonical_shape, plan_splits
 from magneton.tracer.unfoldings import dtype_class as _dtype_class

@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 
 import libcst as cst
+
 from magneton.diagnose.dataflow import Origin, Span, is_user_file
 from magneton.diagnose.fix import (
     add_keyword,

@@ -91,6 +91,7 @@ def _charged_time_s(p: Profile, ops: list[int]) -> float:
     the gaps between operators): the time their energy covers. The op windows alone would
     leave out the gap time whose energy they carry."""
     import numpy as np
+
     from magneton.tracer.energy import tile
 
     timed = [op for op in p.ops if op.end_ns > op.start_ns]

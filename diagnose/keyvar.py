@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import libcst as cst
+
 from magneton.diagnose.dataflow import (
     BackwardSlicer,
     DataFlow,

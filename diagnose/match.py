@@ -55,6 +55,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import networkx as nx
+
 from magneton.graphdb.model import Profile, Region
 from magneton.graphdb.vocab import FREE_OPS
 

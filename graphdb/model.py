@@ -498,8 +498,6 @@ class DistInfo:
         )
 
 
-
-
 # --- Run energy metadata ---
 # How a run's energy was obtained and how repeatable it was, typed. It used to ride in
 # `Profile.config` as JSON strings that every reader parsed on its own (and a typo in one

@@ -20,10 +20,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from magneton.graphdb import open_db
 
 from magneton.commands.eval import check, relevant_finding
 from magneton.commands.export_patch import find_finding
+from magneton.graphdb import open_db
 
 CASES = Path(__file__).resolve().parents[1] / "examples" / "cases"
 PATCHED_CASES = ("gelu_backend", "attn_impl", "mkldnn_conv")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+
 from magneton.diagnose.dataflow import (
     BackwardSlicer,
     SideContext,

@@ -26,6 +26,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from magneton.cli import main as cli_main
 from magneton.diagnose.collectives import JOIN_API, collective_cause
 from magneton.diagnose.jobdiff import diff_jobs
 from magneton.diagnose.ranks import (
@@ -52,8 +54,6 @@ from magneton.tracer.shards import (
     read_shard,
     write_shard,
 )
-
-from magneton.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parent.parent
 C9 = ROOT / "examples" / "ddp_join"

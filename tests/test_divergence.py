@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from magneton.diagnose.divergence import find_divergence
 from magneton.diagnose.rootcause import diagnose_result
 from magneton.graphdb import open_db

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from magneton.graphdb.model import OpRecord, Profile, RunInfo
 from magneton.tracer.energy import EnergySession, Trace, attribute_traces
 from magneton.tracer.power import MODELS, load_model

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from magneton.diagnose.breakdown import module_tree, operator_table, top_rows
 from magneton.graphdb.model import KernelRecord, ModuleRecord, OpRecord, Profile, RunInfo
 

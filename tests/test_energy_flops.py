@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from magneton.graphdb.model import OpRecord
 from magneton.tracer.flops import count_op, count_work, dtype_bytes
 

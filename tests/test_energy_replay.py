@@ -6,11 +6,12 @@ import time
 
 import pytest
 import torch
+from test_energy_sources import RaplKernel, make_rapl_tree  # tests/ is on sys.path (rootdir mode)
+
 from magneton.graphdb.model import MagnetonError
 from magneton.tracer.energy import EnergySession
 from magneton.tracer.record import RecordOptions, record_callable
 from magneton.tracer.replay import replay_ops, replay_ops_detailed
-from test_energy_sources import RaplKernel, make_rapl_tree  # tests/ is on sys.path (rootdir mode)
 
 
 def inplace_workload(x, w):

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pynvml as real_nvml
 import pytest
+
 from magneton.graphdb.model import MagnetonError, OpRecord, Profile, RunInfo
 from magneton.tracer.energy import EnergySession
 from magneton.tracer.power import RaplSource, estimate_meter_offset, parse_meter_spec

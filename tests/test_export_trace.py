@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from magneton.graphdb import open_db
 
 hta = pytest.importorskip("hta", reason="HolisticTraceAnalysis (pip install -e '.[test]')")

@@ -22,6 +22,8 @@ from pathlib import Path
 import kuzu
 import pyarrow as pa
 import pytest
+
+from magneton.cli import main as cli_main
 from magneton.graphdb import db as dbmod
 from magneton.graphdb import open_db
 from magneton.graphdb import schema as S
@@ -37,8 +39,6 @@ from magneton.graphdb.model import (
     RunInfo,
     TensorRecord,
 )
-
-from magneton.cli import main as cli_main
 
 # One transformer block's operators: (op name, module suffix, uses a weight, kernels)
 _BLOCK = [

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from magneton.diagnose.equivalence import (
     DEFAULT_TAU,
     TensorIndex,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from magneton.knowledge.base import CATEGORIES, RuleError, default_knowledge, load_knowledge
 from magneton.knowledge.match import SideFacts, fragment_in_chain, match_rules
 

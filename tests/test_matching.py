@@ -12,6 +12,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from magneton.diagnose.detect import detect
 from magneton.diagnose.diff import diff_profiles
 from magneton.diagnose.match import FREE_OPS, align, build_graph, match_runs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from magneton.graphdb import open_db
 from magneton.graphdb.model import EnergySpread, OpRecord, Profile, RunEnergy, RunInfo
 

@@ -12,12 +12,12 @@ import shlex
 from pathlib import Path
 
 import pytest
-from magneton.graphdb import open_db
-from magneton.graphdb import schema as S
-from magneton.graphdb.model import RunInfo
 from test_graphdb import synthetic_profile
 
 from magneton.cli import main as cli_main
+from magneton.graphdb import open_db
+from magneton.graphdb import schema as S
+from magneton.graphdb.model import RunInfo
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "schema.md"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 
 import torch
+
 from magneton.tracer.timing import relative_halfwidth, timed_iterations
 
 X = torch.randn(32, 32, generator=torch.Generator().manual_seed(0))

@@ -20,6 +20,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from rich.console import Console
+
 from magneton.graphdb import open_db
 from magneton.graphdb.model import (
     DiffResult,
@@ -41,7 +43,6 @@ from magneton.tui.screens import (
     RunsScreen,
 )
 from magneton.tui.widgets import divergence_view, element_text
-from rich.console import Console
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE = ROOT / "examples" / "cases" / "gelu_backend"

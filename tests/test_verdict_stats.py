@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from magneton.diagnose.detect import confident, region_samples, run_samples, saving_interval
 from magneton.graphdb.model import OpRecord, Profile, RunEnergy, RunInfo
 

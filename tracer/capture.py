@@ -35,6 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
 from magneton.graphdb.model import (
     FrameRecord,
     KernelRecord,
@@ -44,8 +47,6 @@ from magneton.graphdb.model import (
 )
 from magneton.graphdb.vocab import BOOKKEEPING_OPS, IN_PLACE_WRITE_OPS
 from magneton.tracer.invariants import summarize
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 _TAG = "magneton#"
 

@@ -15,6 +15,7 @@ import platform
 import sys
 
 import torch
+
 from magneton.graphdb.vocab import sha256_file  # noqa: F401  (re-export: record.py uses it)
 
 # Environment variables that change threading or kernel choice.

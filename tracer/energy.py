@@ -52,6 +52,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from magneton.graphdb.model import EnergySpread, MagnetonError, OpRecord, PowerSeries, Profile
 
 from .flops import fill_work

@@ -29,8 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from magneton.graphdb.model import MagnetonError, OpRecord
 from scipy.optimize import nnls
+
+from magneton.graphdb.model import MagnetonError, OpRecord
 
 from .energy import GAP_TYPE, Trace, op_type, op_windows
 

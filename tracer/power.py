@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
 from magneton.graphdb.model import MagnetonError, OpRecord
 
 from .flops import count_op, dominant_dtype

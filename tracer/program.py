@@ -212,6 +212,7 @@ def _user_frame(frame: Any) -> Any:
     """The innermost frame outside torch and Magneton that holds an nn.Module (where the
     model lives), else the innermost frame outside them."""
     import torch
+
     from magneton.tracer.capture import _SELF_DIRS
 
     torch_dir = os.path.dirname(torch.__file__) + os.sep

@@ -22,7 +22,6 @@ failure each prevents:
 from __future__ import annotations
 
 import dataclasses
-
 import datetime as _dt
 import os
 import signal
@@ -261,6 +260,7 @@ def _record_rank_profile(
     env: RankEnv,
 ) -> Profile:
     import torch.distributed as dist
+
     from magneton.tracer.capture import StructureCapture, TimingCapture
     from magneton.tracer.timing import CpuTimingCapture
 

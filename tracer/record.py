@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
 from magneton.graphdb.model import MagnetonError, Profile, RunInfo
 from magneton.tracer.capture import (
     ModuleTracker,
@@ -48,7 +50,6 @@ from magneton.tracer.capture import (
 )
 from magneton.tracer.config import sha256_file, snapshot
 from magneton.tracer.timing import MAX_ITERATIONS, timed_iterations
-from torch.utils._python_dispatch import TorchDispatchMode
 
 
 @dataclass

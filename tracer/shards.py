@@ -92,7 +92,9 @@ def profile_from_dict(d: dict) -> Profile:
         ps = _known(PowerSeries, s)
         ps.gaps = [(int(a), int(b)) for a, b in ps.gaps]
         power.append(ps)
-    config, dist, energy = split_stored_config({str(k): str(v) for k, v in d.get("config", {}).items()})
+    config, dist, energy = split_stored_config(
+        {str(k): str(v) for k, v in d.get("config", {}).items()}
+    )
     return Profile(
         run=_known(RunInfo, d["run"]),
         ops=ops,

@@ -19,9 +19,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from magneton.graphdb.model import MagnetonError
 from textual.app import App
 from textual.binding import Binding
+
+from magneton.graphdb.model import MagnetonError
 
 from .data import Store, job_row
 from .jobs import cancel_all

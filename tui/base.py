@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from magneton.graphdb.model import RunSummary
 from textual.screen import Screen
+
+from magneton.graphdb.model import RunSummary
 
 from .data import Store
 

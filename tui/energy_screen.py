@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from magneton.graphdb.model import Profile
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane, Tree
+
+from magneton.graphdb.model import Profile
 
 from .base import BaseScreen
 from .data import describe_energy, error_text, fmt_j, fmt_pct, fmt_s

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from magneton.graphdb.model import DiffResult, Finding, MagnetonError, Profile
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -14,6 +13,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Header, Input, Label, Static, TabbedContent, TabPane
+
+from magneton.graphdb.model import DiffResult, Finding, MagnetonError, Profile
 
 from .base import BaseScreen
 from .data import default_patch_path, error_text, finding_runs, fmt_j, fmt_s, power_over

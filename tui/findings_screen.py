@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from magneton.graphdb.model import DiffResult, Finding
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
 from textual.worker import get_current_worker
+
+from magneton.graphdb.model import DiffResult, Finding
 
 from .base import BaseScreen, row_summary
 from .data import fmt_pct

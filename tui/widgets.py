@@ -17,6 +17,14 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from rich.console import Group, RenderableType
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, Label, Sparkline, Static
+
 from magneton.graphdb.model import (
     BOOKKEEPING_OPS,
     DiffResult,
@@ -29,13 +37,6 @@ from magneton.graphdb.model import (
     RuleRef,
 )
 from magneton.graphdb.paths import IGNORED_OPS
-from rich.console import Group, RenderableType
-from rich.syntax import Syntax
-from rich.table import Table
-from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import Vertical
-from textual.widgets import DataTable, Label, Sparkline, Static
 
 from .data import (
     PowerSlice,

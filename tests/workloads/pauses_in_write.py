@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import torch
+
 from magneton.graphdb import db as _db
 
 _real_load = _db.ProfileDB._load_tables
