@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from magneton.graphdb.model import OpRecord, Profile
+from magneton.graphdb.vocab import is_collective
 
 # Frame files (relative to the torch package) whose functions issue collectives for a
 # known API. Join's own file is the signature of case c9.
@@ -38,12 +39,6 @@ _DDP_JOIN_ONLY = frozenset(
         "post_hook",
     }
 )
-_COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional")
-
-
-def is_collective(name: str) -> bool:
-    ns = name.split("::", 1)[0]
-    return ns in _COLLECTIVE_NAMESPACES and not name.endswith("::wait_tensor")
 
 
 def _torch_rel(path: str) -> str | None:

@@ -28,6 +28,7 @@ from magneton.diagnose.fix import (
 from magneton.diagnose.keyvar import KeyVariable
 from magneton.graphdb.model import Finding, Fix, Profile
 from magneton.graphdb.paths import IGNORED_OPS
+from magneton.graphdb.vocab import sha256_file
 from magneton.knowledge.match import RuleMatch
 
 
@@ -39,22 +40,12 @@ class RunPair:
     b: Profile
 
 
-def _sha256(path: str) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def script_unchanged(p: Profile) -> bool:
     s = p.run.script
     if not s or not os.path.isfile(s):
         return False
     want = p.run.script_sha256 or p.config.get("script.sha256", "")
-    return not want or _sha256(s) == want
+    return not want or sha256_file(s) == want
 
 
 def user_lines(p: Profile, ops: list[int]) -> list[int]:

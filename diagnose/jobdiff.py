@@ -16,7 +16,6 @@ rank finishes, and idling is not free), and its whole energy when it is the busi
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -113,14 +112,12 @@ def _charged_time_s(p: Profile, ops: list[int]) -> float:
 
 
 def _energy_model(p: Profile) -> Any:
-    """The energy model the run was estimated with (`Profile.config["energy.model"]`,
-    written by tracer/energy.py), or None."""
-    model = p.config.get("energy.model")
-    if not model:
+    """The energy model the run was estimated with (`RunEnergy.model`), or None."""
+    m = p.energy.model
+    if not m:
         return None
     from magneton.tracer.power import ModelCoefficients
 
-    m = json.loads(model)
     return ModelCoefficients(
         name=m.get("name", ""),
         p_static_w=float(m["p_static_w"]),
@@ -130,11 +127,8 @@ def _energy_model(p: Profile) -> Any:
 
 
 def _mean_span_s(p: Profile) -> float:
-    """Mean timing-iteration span (`Profile.config["energy.span_s"]`), NaN if unknown."""
-    try:
-        return float(p.config.get("energy.span_s", "nan"))
-    except ValueError:
-        return float("nan")
+    """Mean timing-iteration span (`RunEnergy.span_s`), NaN if unknown."""
+    return p.energy.span_s or float("nan")
 
 
 @dataclass

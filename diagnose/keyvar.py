@@ -57,6 +57,7 @@ from magneton.diagnose.dataflow import (
 )
 from magneton.graphdb.model import KeyVariableInfo, PathElement
 from magneton.knowledge.base import Knob, KnowledgeBase
+from magneton.tracer.program import program_config
 
 RERUN_TIMEOUT_S = 240.0
 
@@ -227,6 +228,46 @@ def _preimport(script: str) -> None:
                 pass
 
 
+def _trace_entry(spec: dict, script: str, tracer: _Tracer, phases: dict, t0: float) -> None:
+    """Import the script, call its setup and entry with the tracer on."""
+    import importlib.util
+
+    sys.settrace(tracer.global_trace)
+    try:
+        name = "magneton_rerun_" + "".join(c if c.isalnum() else "_" for c in Path(script).stem)
+        mspec = importlib.util.spec_from_file_location(name, script)
+        module = importlib.util.module_from_spec(mspec)
+        sys.modules[name] = module
+        sys.path.insert(0, str(Path(script).parent))
+        mspec.loader.exec_module(module)
+        phases["import_s"] = time.perf_counter() - t0
+        setup_fn = getattr(module, spec.get("setup") or "setup", None)
+        args = setup_fn() if callable(setup_fn) else ()
+        if args is None:
+            args = ()
+        elif not isinstance(args, tuple):
+            args = (args,)
+        phases["setup_s"] = time.perf_counter() - t0
+        getattr(module, spec.get("entry") or "main")(*args)
+        phases["entry_s"] = time.perf_counter() - t0
+    finally:
+        sys.settrace(None)
+
+
+def _trace_program_window(program: dict, tracer: _Tracer, phases: dict, t0: float) -> None:
+    """Re-run a recorded program (`magneton record -- python …`) with the tracer on for
+    exactly the unit its structure pass recorded (tracer/program.py)."""
+    from magneton.tracer.program import run_program_window
+
+    try:
+        run_program_window(
+            program, lambda: sys.settrace(tracer.global_trace), lambda: sys.settrace(None)
+        )
+    finally:
+        sys.settrace(None)
+    phases["entry_s"] = time.perf_counter() - t0
+
+
 def _worker(spec_path: str, out_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     tracer = _Tracer(spec)
@@ -237,31 +278,12 @@ def _worker(spec_path: str, out_path: str) -> int:
     script = spec["script"]
     sys.argv = [script]
     try:
-        import importlib.util
-
         _preimport(script)
         phases["preimport_s"] = time.perf_counter() - t0
-        sys.settrace(tracer.global_trace)
-        try:
-            name = "magneton_rerun_" + "".join(c if c.isalnum() else "_" for c in Path(script).stem)
-            mspec = importlib.util.spec_from_file_location(name, script)
-            module = importlib.util.module_from_spec(mspec)
-            sys.modules[name] = module
-            sys.path.insert(0, str(Path(script).parent))
-            mspec.loader.exec_module(module)
-            phases["import_s"] = time.perf_counter() - t0
-            setup_name = spec.get("setup") or "setup"
-            setup_fn = getattr(module, setup_name, None)
-            args = setup_fn() if callable(setup_fn) else ()
-            if args is None:
-                args = ()
-            elif not isinstance(args, tuple):
-                args = (args,)
-            phases["setup_s"] = time.perf_counter() - t0
-            getattr(module, spec.get("entry") or "main")(*args)
-            phases["entry_s"] = time.perf_counter() - t0
-        finally:
-            sys.settrace(None)
+        if spec.get("program"):  # a program run: trace only the window it recorded
+            _trace_program_window(spec["program"], tracer, phases, t0)
+        else:
+            _trace_entry(spec, script, tracer, phases, t0)
         result["ok"] = True
     except BaseException as e:  # the user's script failed: report, never hang the parent
         result["error"] = f"{type(e).__name__}: {e}"[:500]
@@ -313,6 +335,7 @@ class RerunSide:
     entry: str
     setup: str
     env: dict[str, str] = field(default_factory=dict)
+    program: dict[str, str] = field(default_factory=dict)  # `program.*` config of a program run
 
 
 @dataclass
@@ -354,7 +377,14 @@ def env_of(config: dict[str, str]) -> dict[str, str]:
 
 def rerun_sides(sides: dict[str, RerunSide], watches: list[Watch]) -> dict[str, RerunResult]:
     """Re-run every side in its own subprocess (in parallel) with the watches installed."""
-    tmp = tempfile.mkdtemp(prefix="magneton-rerun-")
+    # removed afterwards: one directory per diagnosed finding piled up in /tmp
+    with tempfile.TemporaryDirectory(prefix="magneton-rerun-") as tmp:
+        return _rerun_in(tmp, sides, watches)
+
+
+def _rerun_in(
+    tmp: str, sides: dict[str, RerunSide], watches: list[Watch]
+) -> dict[str, RerunResult]:
     procs = {}
     for name, side in sides.items():
         spec = {
@@ -362,6 +392,7 @@ def rerun_sides(sides: dict[str, RerunSide], watches: list[Watch]) -> dict[str, 
             "entry": side.entry,
             "setup": side.setup,
             "env": side.env,
+            "program": side.program,
             "watch": [w.to_json() for w in watches],
         }
         sp = os.path.join(tmp, f"{name}.spec.json")
@@ -376,7 +407,7 @@ def rerun_sides(sides: dict[str, RerunSide], watches: list[Watch]) -> dict[str, 
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 env=env,
-                cwd=os.path.dirname(side.script) or None,
+                cwd=side.program.get("program.cwd") or os.path.dirname(side.script) or None,
             ),
             out,
         )
@@ -612,7 +643,10 @@ def run_rerun(
     else:
         t0 = time.perf_counter()
         results = rerun_sides(
-            {n: RerunSide(s.script, s.entry, s.setup, env_of(s.config)) for n, s in sides.items()},
+            {
+                n: RerunSide(s.script, s.entry, s.setup, env_of(s.config), program_config(s.config))
+                for n, s in sides.items()
+            },
             watches,
         )
         rerun_info = {

@@ -65,7 +65,7 @@ from magneton.graphdb.model import (
     Profile,
     RootCause,
 )
-from magneton.graphdb.paths import IGNORED_OPS
+from magneton.graphdb.vocab import IGNORED_OPS
 from magneton.knowledge.base import KnowledgeBase, default_knowledge
 from magneton.knowledge.match import RuleMatch, SideFacts, match_rules
 
