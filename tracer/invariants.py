@@ -64,6 +64,7 @@ import ctypes
 import hashlib
 import math
 import os
+import threading
 import weakref
 from dataclasses import dataclass
 from functools import lru_cache
@@ -197,8 +198,21 @@ def _blas_thread_controls() -> tuple:
     return tuple(controls)
 
 
+# The BLAS thread count is process-wide: summaries taken on two threads at once (a
+# multi-threaded program under the structure pass) run one after the other, so one
+# cannot restore the count while the other still relies on it.
+_blas_lock = threading.Lock()
+
+
 @contextlib.contextmanager
 def _blas_single_thread():
+    with _blas_lock:
+        with _blas_single_thread_unlocked():
+            yield
+
+
+@contextlib.contextmanager
+def _blas_single_thread_unlocked():
     saved = []
     for setter, getter in _blas_thread_controls():
         n = getter()
