@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -186,19 +187,21 @@ GPT2_SHAPES = {
 }
 
 
-def summarize_cost(repeat: int) -> dict[str, float]:
+def summarize_cost(repeat: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Best-of-`repeat` wall and CPU µs of `summarize` per GPT-2 tensor shape."""
     g = torch.Generator().manual_seed(0)
-    out = {}
+    wall, cpu = {}, {}
     for name, shape in GPT2_SHAPES.items():
         n = 1 if shape[0] > 10000 else repeat
-        best = float("inf")
+        best, best_cpu = float("inf"), float("inf")
         for _ in range(n):
             t = torch.randn(shape, generator=g)
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             summarize(t)
             best = min(best, time.perf_counter() - t0)
-        out[name] = best * 1e6
-    return out
+            best_cpu = min(best_cpu, time.process_time() - c0)
+        wall[name], cpu[name] = best * 1e6, best_cpu * 1e6
+    return wall, cpu
 
 
 def main() -> None:
@@ -208,7 +211,7 @@ def main() -> None:
     ap.add_argument("--strawman-timeout", type=float, default=60.0, help="seconds per pair")
     args = ap.parse_args()
 
-    out: dict = {}
+    out: dict = {"load_avg_1m": [os.getloadavg()[0]]}
     for key, build, paper_s, target_s in (
         ("gpt2_12l", gpt2, 0.167, 0.10),
         ("llama_32l", llama, 1.4, 1.0),
@@ -222,7 +225,8 @@ def main() -> None:
         out[key] = res
         out[f"{key}_s"] = res["wall_s"]
 
-    out["summarize_us"] = summarize_cost(args.repeat)
+    out["summarize_us"], out["summarize_cpu_us"] = summarize_cost(args.repeat)
+    out["load_avg_1m"].append(os.getloadavg()[0])
 
     from rich.console import Console
     from rich.table import Table
@@ -265,13 +269,16 @@ def main() -> None:
     con.print(table)
     cost = Table(title="summarize() per tensor, GPT-2 124M shapes (batch 1, 128 tokens)")
     cost.add_column("tensor")
-    cost.add_column("µs", justify="right")
+    cost.add_column("wall µs", justify="right")
+    cost.add_column("CPU µs", justify="right")
     for name, us in out["summarize_us"].items():
-        cost.add_row(name, f"{us:,.0f}")
+        cost.add_row(name, f"{us:,.0f}", f"{out['summarize_cpu_us'][name]:,.0f}")
     con.print(cost)
     for key in ("gpt2_12l", "llama_32l"):
         phases = ", ".join(f"{k[:-2]} {v * 1e3:.0f} ms" for k, v in out[key]["phases_s"].items())
         con.print(f"{key} phases (last run): {phases}")
+    start, end = out["load_avg_1m"]
+    con.print(f"load average (1 min): {start:.2f} at start, {end:.2f} at end")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)

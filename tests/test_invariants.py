@@ -215,3 +215,25 @@ def test_index_pairs_tensors_across_runs_without_comparing_everything():
     rb = [rec(x.permute(2, 0, 1).contiguous(), i) for i, x in enumerate(reversed(xs))]
     pairs = match_tensors(TensorIndex(ra), TensorIndex(rb), DEFAULT_TAU)
     assert {a: [b for _, b in v] for a, v in pairs.items()} == {i: [19 - i] for i in range(20)}
+
+
+def test_summaries_run_numpy_blas_on_one_thread_and_restore_the_callers_setting():
+    controls = invariants._blas_thread_controls()
+    if not controls:  # no BLAS thread control found (not Linux, or an unknown BLAS build)
+        return
+    setter, getter = controls[0]
+    seen = []
+    real = invariants._spectra
+
+    def spy(*a, **k):
+        seen.append(getter())
+        return real(*a, **k)
+
+    setter(2)
+    try:
+        invariants._spectra = spy
+        summarize(torch.randn(96, 80, generator=torch.Generator().manual_seed(0)))
+    finally:
+        invariants._spectra = real
+    assert seen == [1]
+    assert getter() == 2

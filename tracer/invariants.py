@@ -49,12 +49,22 @@ Choices and the failures they prevent:
   is (storage, offset, dtype, multiset of (size, stride)), which identifies exactly the
   same elements, and a weak reference to the summarized tensor plus its version counter
   guard against freed-and-reused memory and in-place writes.
+- numpy's BLAS runs single-threaded while a summary is computed (`_blas_single_thread`).
+  The products here are small (a 128×768 sketch, a 64×64 Gram), so OpenBLAS's worker
+  threads add nothing but wake-ups, and during a structure pass they spin against
+  PyTorch's own OpenMP pool between operators: on a 2-core machine that made an
+  activation's summary 3–20× more expensive in CPU time than the same work on one thread.
+  The thread count is restored afterwards, so the caller's numpy is unaffected.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import hashlib
 import math
+import os
+import threading
 import weakref
 from dataclasses import dataclass
 from functools import lru_cache
@@ -127,7 +137,8 @@ def summarize(t: torch.Tensor) -> dict:
                 if src is not None and src._version == hit.version and t._version == hit.version:
                     return _copy(hit.summary)
                 _cache.pop(key, None)
-        s = _summarize(t)
+        with _blas_single_thread():
+            s = _summarize(t)
         if key is not None:
             if len(_cache) > 256:
                 for k in [k for k, e in _cache.items() if e.ref() is None]:
@@ -140,6 +151,79 @@ def summarize(t: torch.Tensor) -> dict:
         return s
     except Exception:
         return {}
+
+
+# Setter/getter names of the BLAS builds numpy ships or links: OpenBLAS (plain, 64-bit
+# integer, and the scipy-openblas wheels' prefixed names) and MKL.
+_BLAS_THREAD_SYMBOLS = (
+    ("openblas_set_num_threads", "openblas_get_num_threads"),
+    ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
+    ("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
+    ("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
+    ("MKL_Set_Num_Threads", "MKL_Get_Max_Threads"),
+)
+
+
+@lru_cache(maxsize=1)
+def _blas_thread_controls() -> tuple:
+    """(set, get) pairs for every BLAS library numpy has loaded into this process.
+
+    Found by scanning the process's mapped libraries (Linux); elsewhere, or when no known
+    symbol is exported, the result is empty and summaries simply run with numpy's default.
+    """
+    np.dot(np.ones((2, 2)), np.ones((2, 2)))  # make sure the BLAS library is loaded
+    paths: list[str] = []
+    try:
+        with open(f"/proc/{os.getpid()}/maps") as f:
+            for line in f:
+                part = line.split()
+                path = part[-1] if len(part) >= 6 else ""
+                low = os.path.basename(path).lower()
+                if ("blas" in low or "mkl_rt" in low) and path not in paths:
+                    paths.append(path)
+    except OSError:
+        return ()
+    controls = []
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for set_name, get_name in _BLAS_THREAD_SYMBOLS:
+            setter, getter = getattr(lib, set_name, None), getattr(lib, get_name, None)
+            if setter is not None and getter is not None:
+                getter.restype = ctypes.c_int
+                controls.append((setter, getter))
+                break
+    return tuple(controls)
+
+
+# The BLAS thread count is process-wide: summaries taken on two threads at once (a
+# multi-threaded program under the structure pass) run one after the other, so one
+# cannot restore the count while the other still relies on it.
+_blas_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _blas_single_thread():
+    with _blas_lock:
+        with _blas_single_thread_unlocked():
+            yield
+
+
+@contextlib.contextmanager
+def _blas_single_thread_unlocked():
+    saved = []
+    for setter, getter in _blas_thread_controls():
+        n = getter()
+        if n != 1:
+            setter(1)
+            saved.append((setter, n))
+    try:
+        yield
+    finally:
+        for setter, n in saved:
+            setter(n)
 
 
 def _copy(s: dict) -> dict:
