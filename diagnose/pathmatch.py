@@ -26,7 +26,15 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from magneton.graphdb.model import DiffResult, Finding, Profile, Region
+from magneton.graphdb.model import (
+    DiffResult,
+    Divergence,
+    Finding,
+    PathElement,
+    Profile,
+    Region,
+    RootCause,
+)
 
 NOTE = "matched by operator path and kernel names (no tensor values in these runs)"
 _LAUNCHED_BY = re.compile(r"launched_by=(\d+)")
@@ -125,14 +133,16 @@ def _finding(key: str, ra: PathRegion, rb: PathRegion, pa: Profile, pb: Profile)
     saving = abs(ra.energy_j - rb.energy_j)
     deltas = kernel_deltas(ra.kernels, rb.kernels)
     top = deltas[0] if deltas else None
-    divergence = {
-        "level": "kernel",
-        "matched_by": "path",
-        "path": key,
-        "a": {"kind": "kernel", "name": top.name if top and top.calls_a else "(none)"},
-        "b": {"kind": "kernel", "name": top.name if top and top.calls_b else "(none)"},
-        "kernels": [d.__dict__ for d in deltas[:5]],
-    }
+    divergence = Divergence(
+        level="kernel",
+        op_a=None,
+        op_b=None,
+        a=PathElement("kernel", name=top.name if top and top.calls_a else "(none)"),
+        b=PathElement("kernel", name=top.name if top and top.calls_b else "(none)"),
+        matched_by="path",
+        region_path=key,
+        kernels=[dict(d.__dict__) for d in deltas[:5]],
+    )
     note = f"imported runs, region {_short(key, 90)}"
     if deltas:
         note += f"; largest kernel differences: {describe_deltas(deltas)}"
@@ -151,7 +161,7 @@ def _finding(key: str, ra: PathRegion, rb: PathRegion, pa: Profile, pb: Profile)
         ops_a=ops["a"],
         ops_b=ops["b"],
         divergence=divergence,
-        root_cause={"kind": "unknown", "note": note},
+        root_cause=RootCause(kind="unknown", note=note),
     )
 
 

@@ -736,8 +736,19 @@ class Divergence:
     common: int = 0
     path_a: tuple[str, ...] = ()
     path_b: tuple[str, ...] = ()
+    # runs without tensor values (imported traces, diagnose/pathmatch.py) are matched by
+    # call path: the region's path and its largest kernel differences (JSON only when set)
+    matched_by: str | None = None
+    region_path: str | None = None
+    kernels: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
+        d = self._core_json()
+        if self.matched_by is not None:
+            d.update(matched_by=self.matched_by, path=self.region_path, kernels=self.kernels)
+        return d
+
+    def _core_json(self) -> dict:
         return {
             "level": self.level,
             "ops": {"a": self.op_a, "b": self.op_b},
@@ -764,6 +775,9 @@ class Divergence:
             site_b=_el(site.get("b")),
             common_prefix=[PathElement.from_json(e) for e in d.get("common_prefix") or []],
             identical_paths=d.get("identical_paths", 0),
+            matched_by=d.get("matched_by"),
+            region_path=d.get("path"),
+            kernels=list(d.get("kernels") or []),
         )
 
     def element(self, side: str) -> PathElement:

@@ -3,8 +3,10 @@ summed saving."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from magneton.diagnose.grouping import cause_key, group_by_cause
-from magneton.graphdb.model import Finding, Region
+from magneton.graphdb.model import Divergence, Finding, PathElement, Region, RootCause
 
 
 def finding(fid, saving, rc=None, site=None, verdict="waste", occurrences=1) -> Finding:
@@ -21,24 +23,25 @@ def finding(fid, saving, rc=None, site=None, verdict="waste", occurrences=1) -> 
     )
     f.root_cause = rc
     if site:
-        f.divergence = {"site": {"a": {"file": site[0], "line": site[1]}, "b": None}}
+        here = PathElement("frame", file=site[0], line=site[1])
+        f.divergence = Divergence("python", None, None, here, here, site_a=here)
     return f
 
 
-ATTN = {
-    "kind": "api-argument",
-    "variable": "attn_implementation",
-    "values": {"a": "eager", "b": "sdpa"},
-    "file": "/w/a.py",
-    "line": 15,
-}
-UNKNOWN = {"kind": "unknown", "variable": None, "file": None, "line": None}
+ATTN = RootCause(
+    kind="api-argument",
+    variable="attn_implementation",
+    values={"a": "eager", "b": "sdpa"},
+    file="/w/a.py",
+    line=15,
+)
+UNKNOWN = RootCause(kind="unknown")
 
 
 def test_findings_with_one_origin_are_one_group_with_summed_saving():
     mask = finding(1, 5.0, ATTN, site=("modeling_gpt2.py", 80), occurrences=2)
     softmax = finding(2, 3.0, ATTN, site=("modeling_gpt2.py", 95), occurrences=2)
-    other = finding(3, 6.0, {**ATTN, "variable": "activation_function", "line": 9})
+    other = finding(3, 6.0, replace(ATTN, variable="activation_function", line=9))
     groups = group_by_cause([mask, softmax, other])
     assert [g.lead.id for g in groups] == [1, 3]  # 8 J beats 6 J
     attn = groups[0]
@@ -68,5 +71,5 @@ def test_noise_never_joins_a_real_finding_and_ranks_last():
 
 def test_different_values_of_one_variable_are_different_causes():
     a = finding(1, 1.0, ATTN)
-    b = finding(2, 1.0, {**ATTN, "values": {"a": "eager", "b": "flash"}})
+    b = finding(2, 1.0, replace(ATTN, values={"a": "eager", "b": "flash"}))
     assert len(group_by_cause([a, b])) == 2

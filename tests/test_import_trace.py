@@ -282,7 +282,7 @@ def test_path_diff_of_a_trace_with_itself_and_with_a_slower_copy():
     result, _ = diff_by_path(a, b, threshold=0.10)
     top = result.findings[0]
     assert top.wasteful == "b" and top.verdict == "waste"
-    assert top.divergence["kernels"][0]["name"] == slow.name
+    assert top.divergence.kernels[0]["name"] == slow.name
     assert slow.idx in top.region_b.ops
     assert result.match_note.startswith("matched by operator path and kernel names")
     assert slow.name[:40] in result.match_note

@@ -454,11 +454,11 @@ def estimate_energy(profile: Profile, model: str = "") -> None:
     run.idle_w = coeff.p_static_w
     run.power_source = f"model:{coeff.name}"
     run.energy_method = "estimated"
-    profile.config["energy.note"] = (
+    profile.energy.note = (
         f"no power log: GPU activities priced at P_static {coeff.p_static_w:g} W + "
         f"(TDP {coeff.tdp_w:g} W − P_static)·occupancy over their durations; host ops not priced"
     )
-    profile.config["energy.model"] = json.dumps(coeff.__dict__, sort_keys=True)
+    profile.energy.model = dict(sorted(coeff.__dict__.items()))
 
 
 def _occupancy(op: OpRecord) -> float:
@@ -533,4 +533,4 @@ def meter_energy(profile: Profile, spec: str, base_time_ns: int = 0) -> None:
             watts=[float(x) for x in log.watts[keep]],
         )
     )
-    profile.config["energy.note"] = f"power log {path.name} charged over operator windows"
+    profile.energy.note = f"power log {path.name} charged over operator windows"

@@ -268,8 +268,8 @@ def build_trace(profile: Profile) -> dict:
     events += _module_events(profile, us, mod_tid)
     events += _power_events(profile, us)
     dist = {"rank": run.rank, "world_size": run.world_size}
-    if profile.config.get("dist.backend"):
-        dist["backend"] = profile.config["dist.backend"]
+    if profile.dist is not None and profile.dist.backend:
+        dist["backend"] = profile.dist.backend
     return {
         "schemaVersion": 1,
         "distributedInfo": dist,
