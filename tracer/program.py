@@ -550,12 +550,14 @@ def record_program(spec: ProgramSpec, *, db: Any, run: str, options: Any = None)
     from magneton.tracer.record import (
         RecordOptions,
         _opened,
-        _save_failed_replacing,
+        _record_failure,
         _user_location,
+        check_run_name,
         save,
     )
 
     opts = options or RecordOptions()
+    check_run_name(run)
     if opts.replay:
         raise MagnetonError("--replay needs a re-callable entry; it is not available for programs")
     if _ACTIVE is not None:
@@ -574,47 +576,46 @@ def record_program(spec: ProgramSpec, *, db: Any, run: str, options: Any = None)
     from magneton.tracer.config import sha256_file
 
     info.script_sha256 = sha256_file(spec.script)
+    # opened briefly, as `record_script` does: fails before the program runs, and other
+    # commands can read the DB while it does
     with _opened(db) as handle:
         if handle.has_run(run) and not opts.replace:
             raise MagnetonError(
                 f"run '{run}' already exists in the DB; pick another --run name or pass --replace"
             )
-        rec = _Recorder(spec, info, opts)
-        try:
-            rec.session.measure_idle()  # before any of the program's work
-            rec.install()
-            with _as_main(spec):
-                _run(spec)
-            if not rec.done:
-                raise MagnetonError(rec.incomplete())
-        except MagnetonError as e:
-            rec.abort()
-            info.error = str(e)
-            _save_failed_replacing(info, handle, opts.replace)
-            raise
-        except KeyboardInterrupt:
-            rec.abort()
-            info.error = "interrupted (Ctrl-C) while recording"
-            _save_failed_replacing(info, handle, opts.replace)
-            raise MagnetonError(
-                f"interrupted; run '{run}' marked failed, earlier runs intact", exit_code=130
-            ) from None
-        except Exception as e:
-            rec.abort()
-            if os.environ.get("MAGNETON_DEBUG"):
-                traceback.print_exc()
-            msg = " ".join(str(e).split()) or "(no message)"
-            info.error = f"{type(e).__name__}{_user_location(e, spec.script)}: {msg}"
-            _save_failed_replacing(info, handle, opts.replace)
-            raise MagnetonError(
-                f"{os.path.basename(spec.script)} raised {info.error}; run '{run}' marked "
-                "failed, earlier runs intact (MAGNETON_DEBUG=1 shows the traceback)",
-                exit_code=1,
-            ) from None
-        finally:
-            rec.uninstall()
-        save(rec.profile, handle, replace=opts.replace)
-        return rec.profile
+    rec = _Recorder(spec, info, opts)
+    try:
+        rec.session.measure_idle()  # before any of the program's work
+        rec.install()
+        with _as_main(spec):
+            _run(spec)
+        if not rec.done:
+            raise MagnetonError(rec.incomplete())
+    except MagnetonError as e:
+        rec.abort()
+        info.error = str(e)
+        raise MagnetonError(f"{e}; {_record_failure(info, db, opts.replace)}") from None
+    except KeyboardInterrupt:
+        rec.abort()
+        info.error = "interrupted (Ctrl-C) while recording"
+        raise MagnetonError(
+            f"interrupted; {_record_failure(info, db, opts.replace)}", exit_code=130
+        ) from None
+    except Exception as e:
+        rec.abort()
+        if os.environ.get("MAGNETON_DEBUG"):
+            traceback.print_exc()
+        msg = " ".join(str(e).split()) or "(no message)"
+        info.error = f"{type(e).__name__}{_user_location(e, spec.script)}: {msg}"
+        raise MagnetonError(
+            f"{os.path.basename(spec.script)} raised {info.error}; "
+            f"{_record_failure(info, db, opts.replace)} (MAGNETON_DEBUG=1 shows the traceback)",
+            exit_code=1,
+        ) from None
+    finally:
+        rec.uninstall()
+    save(rec.profile, db, replace=opts.replace)
+    return rec.profile
 
 
 # --------------------------------------------------------------------------------------
