@@ -129,7 +129,10 @@ def test_tanh_gelu_chain_is_waste_against_the_fused_gelu(db, capsys):
     proc = magneton("diff", "--db", str(db), "gelu_new", "gelu_fused", "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert set(out) == {"a", "b", "threshold", "matched_pairs", "message", "findings"}
+    # DiffResult.to_json's keys, plus the findings grouped by cause (one per cause)
+    assert set(out) == {"a", "b", "threshold", "matched_pairs", "message", "findings", "groups"}
+    grouped = sorted(i for g in out["groups"] for i in g["finding_ids"])
+    assert grouped == sorted(f["id"] for f in out["findings"])
     assert (
         out["a"]["energy_method"] == "estimated" and out["a"]["power_source"] == "model:work-only"
     )
