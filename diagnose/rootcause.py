@@ -160,7 +160,9 @@ def _dtype_origins(div: Divergence, sides: dict[str, SideInfo]) -> dict[str, Ori
         return None
     out: dict[str, Origin] = {}
     for n, dtype in seen.items():
-        o = find_attribute_origin("dtype", sides[n].files, dtype.replace("torch.", ""))
+        o = find_attribute_origin(
+            "dtype", sides[n].files, dtype.replace("torch.", ""), sides[n].config
+        )
         if o is None or o.span is None:
             return None
         out[n] = o
@@ -251,6 +253,7 @@ def origin_info(o: Origin) -> OriginInfo:
         library_default=o.library_default,
         env_var=o.env_var,
         assigned_to=o.assigned_to,
+        option=o.option,
         note=o.note,
     )
 

@@ -837,7 +837,7 @@ class JobInfo:
 class OriginInfo:
     """Where one side's value of the key variable is set: what a user edits."""
 
-    kind: str  # "config" | "api-argument" | "global-flag" | "env" | "code"
+    kind: str  # "config" | "api-argument" | "global-flag" | "env" | "command-line" | "code"
     variable: str
     file: str | None = None
     line: int | None = None
@@ -846,6 +846,7 @@ class OriginInfo:
     library_default: bool = False  # file/line point at the library's default
     env_var: str | None = None
     assigned_to: str | None = None  # the user's name that carries the value
+    option: str | None = None  # kind "command-line": the argparse option ("--attn-implementation")
     note: str = ""
 
     def to_json(self) -> dict:
@@ -862,6 +863,8 @@ class OriginInfo:
             d["env_var"] = self.env_var
         if self.assigned_to:
             d["assigned_to"] = self.assigned_to
+        if self.option:
+            d["option"] = self.option
         if self.note:
             d["note"] = self.note
         return d
@@ -980,7 +983,7 @@ _ROOT_CAUSE_OPTIONAL = ("unresolved", "note", "error", "traceback", "api", "rank
 class RootCause:
     """Why a finding's two sides differ: the variable, its values and where it is set."""
 
-    kind: str  # "config" | "api-argument" | "global-flag" | "env" | "code" | "unknown"
+    kind: str  # "config" | "api-argument" | "global-flag" | "env" | "command-line" | "code" | "unknown"
     variable: str | None = None
     values: dict[str, str | None] = field(default_factory=lambda: {"a": None, "b": None})
     file: str | None = None  # where the wasteful side's value is set
@@ -1050,6 +1053,10 @@ class Fix:
     snippet: str | None = None  # the efficient side's code, as guidance
     rule: str | None = None  # id of the rule the summary quotes
     references: list[str] = field(default_factory=list)
+    # in memory only (not in the JSON): the text the fix replaces and its replacement,
+    # so one check (diagnose/fixes.py) can refuse a fix that would change nothing
+    old_text: str | None = None
+    new_text: str | None = None
 
     def to_json(self) -> dict:
         d: dict[str, Any] = {
