@@ -1,6 +1,6 @@
 """Offline diagnosis time per case of examples/cases (target: ≤ 30 s per case here).
 
-Offline = everything after recording: `diff_runs` (matching + detection), then
+Offline = everything after recording: `run_diff` (matching + detection), then
 `diagnose_result` — divergence (Cypher), static analysis, the key-variable re-run of
 both scripts (for Python-level divergences) and the backward data-flow. Recording is
 done first (or reused with --db-dir) and not timed: it is the recorder's cost.
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.table import Table
 
     from magneton.commands.eval import case_dirs, record
-    from magneton.diagnose.diff import diff_runs
+    from magneton.diagnose.pipeline import run_diff
     from magneton.diagnose.rootcause import Diagnoser
     from magneton.graphdb import open_db
 
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             record(case / "b.py", db_path, "b", 3)
         with open_db(db_path) as db:
             c0, t0 = time.process_time(), time.perf_counter()
-            result = diff_runs(db, "a", "b", store=False, diagnose=False)
+            result = run_diff(db, "a", "b", diagnose=False).result
             t1 = time.perf_counter()
             d = Diagnoser(db, result, rerun=not args.no_rerun)
             d.diagnose_all(result.findings)

@@ -19,8 +19,6 @@ Messages:
 
 from __future__ import annotations
 
-from typing import Any
-
 from magneton.graphdb.model import DiffResult, Profile, RunSummary
 
 from .detect import DEFAULT_THRESHOLD, check_threshold, detect, run_energy_j
@@ -102,25 +100,3 @@ def region_findings(result: DiffResult, m: MatchResult) -> dict[int, int]:
             if (rp.a.ops and rp.a.ops[0] in ops) or (rp.b.ops and rp.b.ops[0] in ops_b):
                 owner.setdefault(k, f.id)
     return owner
-
-
-def diff_runs(
-    db: Any,
-    a: str,
-    b: str,
-    threshold: float = DEFAULT_THRESHOLD,
-    *,
-    tau: float = DEFAULT_TAU,
-    store: bool = True,
-    diagnose: bool = True,
-    rerun: bool = True,
-) -> DiffResult:
-    """Diff (and diagnose) runs or jobs `a` and `b` with the pipeline; with `store`, the
-    result replaces any stored diff of (a, b) (the DB must be writable). A convenience
-    over `pipeline.run_diff` + `pipeline.store_outcome`."""
-    from .pipeline import run_diff, store_outcome
-
-    out = run_diff(db, a, b, threshold=threshold, tau=tau, diagnose=diagnose, rerun=rerun)
-    if store:
-        store_outcome(db, out)
-    return out.result

@@ -13,8 +13,8 @@ one line, its softmax at another) and one edit fixes both. Without a traced orig
 key and such findings group only with those diverging at the same place and kind. Noise
 never groups with a real finding.
 
-`cause_key` is the one place that reads the diagnosis payload; re-point it when that
-payload changes shape.
+`cause_key` is the one place that decides what "the same cause" means; `magneton diff`
+prints one row per group (its JSON lists the groups beside the per-region findings).
 """
 
 from __future__ import annotations
@@ -26,22 +26,22 @@ from magneton.graphdb.model import Finding
 
 def cause_key(f: Finding) -> tuple:
     """What makes two findings one cause (see the module docstring)."""
-    rc = f.root_cause or {}
+    rc = f.root_cause
     noise = f.verdict == "noise"
-    if rc.get("kind") not in (None, "unknown") and rc.get("variable") and rc.get("file"):
-        values = rc.get("values") or {}
+    if rc is not None and rc.kind != "unknown" and rc.variable and rc.file:
         return (
             "origin",
             noise,
-            rc["variable"],
-            rc["file"],
-            rc.get("line"),
-            repr(values.get("a")),
-            repr(values.get("b")),
+            rc.variable,
+            rc.file,
+            rc.line,
+            repr(rc.values.get("a")),
+            repr(rc.values.get("b")),
         )
-    site = ((f.divergence or {}).get("site") or {}).get("a") or {}
-    if site.get("file"):
-        return ("site", noise, site["file"], site.get("line"), f.wasteful)
+    div = f.divergence
+    site = div.site_a if div is not None else None
+    if site is not None and site.file:
+        return ("site", noise, site.file, site.line, f.wasteful)
     return ("finding", f.id)  # nothing known to share: a group of its own
 
 
@@ -69,7 +69,6 @@ class CauseGroup:
             "saving_j": self.saving_j,
             "saving_share": self.saving_share,
             "verdict": self.lead.verdict,
-            "root_cause": self.lead.root_cause,
         }
 
 

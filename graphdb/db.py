@@ -62,6 +62,7 @@ import pyarrow as pa
 from . import schema as S
 from .model import (
     SCHEMA_VERSION,
+    EnergySpread,
     FrameRecord,
     KernelRecord,
     MagnetonError,
@@ -69,6 +70,7 @@ from .model import (
     OpRecord,
     PowerSeries,
     Profile,
+    RunEnergy,
     RunInfo,
     TensorRecord,
     split_stored_config,
@@ -847,6 +849,15 @@ class ProfileDB:
             "ORDER BY r.started_at, r.name"
         )
         return [RunRow(*row) for row in res.get_all()]
+
+    def run_spreads(self) -> dict[str, EnergySpread]:
+        """Each run's energy spread over its timed iterations (runs that recorded one)."""
+        res = self._execute("MATCH (c:ConfigEntry {key: 'energy.spread'}) RETURN c.run, c.value")
+        out: dict[str, EnergySpread] = {}
+        for run, value in res.get_all():
+            energy, _ = RunEnergy.from_config({"energy.spread": value})
+            out[run] = energy.spread
+        return out
 
     def require_run(self, name: str) -> None:
         if not self.has_run(name):

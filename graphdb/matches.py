@@ -12,7 +12,7 @@ Choices and the failures they prevent:
 - Re-running a diff replaces the stored one (delete, then one bulk COPY per table), so
   a pair never has two conflicting results.
 - The full result is also kept as JSON on the `Diff` node: `load_diff` rebuilds exactly
-  what `diff_runs` returned (regions' tensors included) without re-matching, and the
+  what the diff pipeline returned (regions' tensors included) without re-matching, and the
   per-table columns exist for Cypher, not as the only copy.
 - A diff whose runs were deleted or re-recorded since (the runs' `started_at` changed)
   is stale: `load_diff` returns None rather than results about other data.
@@ -25,7 +25,7 @@ import datetime as _dt
 import json
 from typing import Any
 
-from .model import DiffResult, Finding, Region, RunSummary
+from .model import DiffResult, Finding, Region, RunSummary, SavingInterval
 
 # the fields diagnosis fills, stored in their JSON form
 DIAGNOSIS_FIELDS = ("category", "divergence", "root_cause", "fix")
@@ -166,10 +166,11 @@ def finding_record(f: Finding) -> dict:
     d = {
         k.name: getattr(f, k.name)
         for k in dataclasses.fields(Finding)
-        if k.name not in ("region_a", "region_b", "job", *DIAGNOSIS_FIELDS)
+        if k.name not in ("region_a", "region_b", "job", "interval", *DIAGNOSIS_FIELDS)
     }
     d["region_a"] = dataclasses.asdict(f.region_a)
     d["region_b"] = dataclasses.asdict(f.region_b)
+    d["interval"] = None if f.interval is None else f.interval.to_json()
     d.update(f.diagnosis_json())
     return d
 
@@ -197,8 +198,10 @@ def finding_from_record(d: dict) -> Finding:
     d = dict(d)
     d["region_a"] = Region(**d["region_a"])
     d["region_b"] = Region(**d["region_b"])
-    plain = {f.name for f in dataclasses.fields(Finding)} - {"job", *DIAGNOSIS_FIELDS}
+    plain = {f.name for f in dataclasses.fields(Finding)} - {"job", "interval", *DIAGNOSIS_FIELDS}
     f = Finding(**{k: v for k, v in d.items() if k in plain})
+    if d.get("interval"):
+        f.interval = SavingInterval(**d["interval"])
     f.set_diagnosis_json(d)
     return f
 

@@ -91,16 +91,20 @@ def run(args: argparse.Namespace) -> int:
     # the diff runs here rather than through the CLI so the hint below can name a
     # finding worth patching (finding 1 is the largest difference, which may be noise)
     from magneton.commands.diff import print_diagnosis, print_result
-    from magneton.diagnose.diff import diff_runs
+    from magneton.diagnose.grouping import group_by_cause
+    from magneton.diagnose.pipeline import run_diff, store_outcome
     from magneton.graphdb import open_db
 
     console.rule(f"[bold]magneton diff --db {escape(db)} a b")
     with open_db(db, create=False) as pdb:
-        result = diff_runs(pdb, "a", "b")
-    print_result(result)
-    print_diagnosis(result)
-    act = [f for f in result.ordered() if f.verdict != "noise"]
-    best = next((f for f in act if (f.fix or {}).get("patch")), act[0] if act else None)
+        out = run_diff(pdb, "a", "b")
+        store_outcome(pdb, out)
+    result = out.result
+    groups = group_by_cause(result.findings)
+    print_result(result, groups)
+    print_diagnosis(result, groups)
+    act = [g.lead for g in groups if g.lead.verdict != "noise"]
+    best = next((f for f in act if f.fix is not None and f.fix.patch), act[0] if act else None)
     console.print(f"\nNext: {escape(next_step_hint(scratch, best.id if best else None))}")
     console.print(f"Explore: {escape(next_step_hint(scratch, None))}")
     return 0

@@ -19,8 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from magneton.graphdb.model import DiffResult, Finding, RunSummary
+
+if TYPE_CHECKING:
+    from magneton.diagnose.grouping import CauseGroup
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -78,6 +82,7 @@ def gate_findings(result: DiffResult, min_share: float) -> list[Finding]:
 
 def run(args: argparse.Namespace) -> int:
     from magneton.diagnose.detect import check_threshold
+    from magneton.diagnose.grouping import group_by_cause
     from magneton.diagnose.pipeline import run_diff, store_outcome
     from magneton.graphdb import open_db
     from magneton.graphdb.model import MagnetonError
@@ -89,13 +94,16 @@ def run(args: argparse.Namespace) -> int:
         out = run_diff(db, args.a, args.b, threshold=args.threshold, rerun=not args.no_rerun)
         store_outcome(db, out)
     result = out.result
+    groups = group_by_cause(result.findings)
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        out_json = result.to_json()
+        out_json["groups"] = [g.to_json() for g in groups]  # one per cause (diagnose/grouping.py)
+        print(json.dumps(out_json, indent=2))
     else:
         if result.match_note:
             print(result.match_note)
-        print_result(result)
-        print_diagnosis(result)
+        print_result(result, groups)
+        print_diagnosis(result, groups)
     if args.fail_on == "waste":
         tripped = gate_findings(result, args.fail_on_share)
         if tripped:
@@ -108,22 +116,30 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_diagnosis(result: DiffResult) -> None:
-    """Each finding's diagnosis under its id; findings judged noise share one line (they
-    all say the same thing, and on a busy machine there can be many)."""
+def print_diagnosis(result: DiffResult, groups: list[CauseGroup] | None = None) -> None:
+    """Each cause's diagnosis under its lead finding's id (a cause found in several
+    regions is diagnosed once); findings judged noise share one line (they all say the
+    same thing, and on a busy machine there can be many)."""
+    from magneton.diagnose.grouping import group_by_cause
     from magneton.diagnose.rootcause import describe_finding
 
+    groups = group_by_cause(result.findings) if groups is None else groups
     noise = [f for f in result.findings if f.verdict == "noise"]
-    for f in result.ordered():
+    for g in groups:
+        f = g.lead
         if f.verdict == "noise":
             continue
         for i, line in enumerate(describe_finding(f)):
-            print((f"#{f.id} " if i == 0 else "   ") + line)
+            print((f"#{_ids(g)} " if i == 0 else "   ") + line)
     if noise:
         ids = ", ".join(f"#{f.id}" for f in noise)
         rc = noise[0].root_cause
         note = (rc.note if rc is not None else None) or ""
         print(f"{ids} noise: {note}")
+
+
+def _ids(g: CauseGroup) -> str:
+    return ",".join(str(f.id) for f in g.findings)
 
 
 def energy_line(s: RunSummary, side: str) -> str:
@@ -152,35 +168,46 @@ def abbreviate(ops: list[str], occurrences: int = 1, limit: int = 6) -> str:
     return text
 
 
-def _ratio(f: Finding) -> str:
-    ea, eb = f.region_a.energy_j, f.region_b.energy_j
-    lo, hi = min(ea, eb), max(ea, eb)
-    return f"{hi / lo:.2f}×" if lo > 0 else "∞"
+def _interval(g: CauseGroup) -> str:
+    """The saving with its confidence interval (summed over the group's regions)."""
+    ivs = [f.interval for f in g.findings if f.interval is not None]
+    if len(ivs) != len(g.findings) or not ivs:
+        return ""
+    lo = sum(iv.saving_j_low for iv in ivs)
+    hi = sum(iv.saving_j_high for iv in ivs)
+    return f" [{lo:.3g}, {hi:.3g}] J at {ivs[0].confidence:.0%}"
 
 
-def print_result(result: DiffResult) -> None:
+def print_result(result: DiffResult, groups: list[CauseGroup] | None = None) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+
+    from magneton.diagnose.grouping import group_by_cause
 
     console = Console()
     if not console.is_terminal:  # piped or logged: do not fold op lists at 80 columns
         console = Console(width=max(console.width, 140))
-    console.print("energy: " + energy_line(result.a, "a") + "; " + energy_line(result.b, "b"))
+    console.print(
+        escape("energy: " + energy_line(result.a, "a") + "; " + energy_line(result.b, "b"))
+    )
     if result.message:
-        console.print(result.message)
+        console.print(escape(result.message))
         return
     if not result.findings:
         console.print(
             f"{result.matched_pairs} matched region pairs; none differs in energy by "
-            f"≥{result.threshold:.0%} of the larger side (regions under 0.1% of a run ignored)"
+            f"≥{result.threshold:.0%} of the larger side with 95% confidence (regions under "
+            "0.1% of a run ignored)"
         )
         return
-    noise = sum(f.verdict == "noise" for f in result.findings)
-    real = len(result.findings) - noise
+    groups = group_by_cause(result.findings) if groups is None else groups
+    noise = sum(g.lead.verdict == "noise" for g in groups)
+    real = len(groups) - noise
     table = Table(
         title=(
             f"{real} finding(s) among {result.matched_pairs} matched region pairs "
-            f"(threshold {result.threshold:.0%})"
+            f"(threshold {result.threshold:.0%}; one row per cause)"
             + (f"; {noise} more judged noise (listed last)" if noise else "")
         )
     )
@@ -192,24 +219,28 @@ def print_result(result: DiffResult) -> None:
     table.add_column("J b", justify="right")
     table.add_column("ms a", justify="right")
     table.add_column("ms b", justify="right")
-    table.add_column("ratio", justify="right")
+    table.add_column("where", justify="right")
     table.add_column("saving", justify="right")
     styles = {"waste": "[red]waste[/]", "trade-off": "[yellow]trade-off[/]"}
-    for f in result.ordered():
-        verdict = styles.get(f.verdict, f"[dim]{f.verdict}[/]")
+    for g in groups:
+        f = g.lead
+        verdict = styles.get(f.verdict, f"[dim]{escape(f.verdict)}[/]")
         mark_a = " ◀" if f.wasteful == "a" else ""
         mark_b = " ◀" if f.wasteful == "b" else ""
         table.add_row(
-            str(f.id),
+            _ids(g),
             verdict,
-            abbreviate(f.ops_a, f.occurrences) + mark_a,
-            abbreviate(f.ops_b, f.occurrences) + mark_b,
-            f"{f.region_a.energy_j:.3g}",
-            f"{f.region_b.energy_j:.3g}",
-            f"{f.region_a.time_s * 1e3:.3g}",
-            f"{f.region_b.time_s * 1e3:.3g}",
-            _ratio(f),
-            f"{f.saving_share:.1%} of {f.wasteful}",
+            escape(abbreviate(f.ops_a, f.occurrences) + mark_a),
+            escape(abbreviate(f.ops_b, f.occurrences) + mark_b),
+            f"{sum(x.region_a.energy_j for x in g.findings):.3g}",
+            f"{sum(x.region_b.energy_j for x in g.findings):.3g}",
+            f"{sum(x.region_a.time_s for x in g.findings) * 1e3:.3g}",
+            f"{sum(x.region_b.time_s for x in g.findings) * 1e3:.3g}",
+            f"in {g.places} place{'s' if g.places != 1 else ''}",
+            f"{g.saving_share:.1%} of {f.wasteful}" + _interval(g),
         )
     console.print(table)
-    console.print("◀ = the side that spends more; saving = its share of that run's energy")
+    console.print(
+        "◀ = the side that spends more; ops = the largest region of the cause; saving = its "
+        "share of that run's energy, summed over the cause's regions, with its 95% interval"
+    )

@@ -107,7 +107,19 @@ def run(args: argparse.Namespace) -> int:
         f"{r.time_s * 1e3:.2f} ms/call, {r.energy_j:.4g} J/call "
         f"({r.energy_method}, {r.power_source}) -> {args.db}"
     )
+    _print_spread(profile)
     return 0
+
+
+def _print_spread(profile) -> None:
+    """The run's repeatability (± CV over timed iterations), and what to do when unstable."""
+    from rich.console import Console
+
+    from magneton.commands.report import spread_line
+
+    line = spread_line(profile)
+    if line:
+        Console(highlight=False, soft_wrap=True).print(line)
 
 
 def _record_program(args: argparse.Namespace, opts) -> int:

@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
     with open_db(args.db, read_only=True) as db:
         runs = db.list_runs()
+        spreads = db.run_spreads()
     for r in runs:  # the same words `report` and `diff` use for such a run
         if r.status == "loading":
             r.error = ghost_message(r.name, db_file(Path(args.db)))
@@ -77,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     table.add_column("ops", justify="right")
     table.add_column("energy J (method)", justify="right")
     table.add_column("time s", justify="right")
+    table.add_column("± CV", justify="right")  # repeatability over the timed iterations
     if show_errors:
         table.add_column("error", overflow="fold")
     for r in runs:
@@ -93,9 +95,24 @@ def run(args: argparse.Namespace) -> int:
             str(r.op_count) if ok else "-",
             energy,
             f"{r.time_s:.4g}" if ok else "-",
+            _spread_cell(spreads.get(r.name)) if ok else "-",
         ]
         if show_errors:
             cells.append(escape(r.error))
         table.add_row(*cells)
     console.print(table)
+    if any(sp.unstable for sp in spreads.values()):
+        console.print(
+            "[yellow]unstable[/]: energy varied more than ±5% between timed iterations; "
+            "diffs against such a run need a larger difference to count. Re-record it on a "
+            "quieter machine or with a larger --repeat."
+        )
     return 0
+
+
+def _spread_cell(sp) -> str:
+    """`±1.2%`, yellow when too unstable to compare at the default threshold."""
+    if sp is None or sp.iterations < 2:
+        return "-"
+    cell = f"±{100 * sp.cv:.1f}%"
+    return f"[yellow]{cell} unstable[/]" if sp.unstable else cell
