@@ -169,8 +169,14 @@ def _dtype_origins(div: Divergence, sides: dict[str, SideInfo]) -> dict[str, Ori
     return out if out["a"].value != out["b"].value else None
 
 
-def _code_origin(p: Profile, ops: list[int], side: str) -> Origin | None:
-    lines = user_lines(p, ops)
+def _code_origin(p: Profile, ops: list[int], side: str, op: int | None = None) -> Origin | None:
+    """The user code a side runs for a region: the statement holding the first diverging
+    operator's user line (`op`, the divergence's operator on this side) — the line where
+    the two sides part, not the region's first line, which can be a statement both sides
+    share (a weight normalization the matcher attached to the region) — else the region's
+    statements."""
+    own = user_lines(p, [op]) if op is not None else []
+    lines = own or user_lines(p, ops)
     if not lines:
         return None
     block = statement_block(p.run.script, lines)
@@ -401,7 +407,7 @@ class Diagnoser:
             return "unknown", None, {}
         python = _is_python_decision(div, runs)
         if python and _site_is_user(div, runs):
-            return "code", None, self._code_origins(finding)
+            return "code", None, self._code_origins(finding, div)
         sides = {
             "a": _side_info("a", runs.a, div.op_a),
             "b": _side_info("b", runs.b, div.op_b),
@@ -428,13 +434,13 @@ class Diagnoser:
         if dtypes is not None:
             return dtypes[w].kind, kv, dict(dtypes)
         if div.a.kind == "args" and div.a.diff:
-            return "code", kv, self._code_origins(finding)
+            return "code", kv, self._code_origins(finding, div)
         return "unknown", kv, kv.origins
 
-    def _code_origins(self, finding: Finding) -> dict[str, Origin | None]:
+    def _code_origins(self, finding: Finding, div: Divergence) -> dict[str, Origin | None]:
         return {
-            "a": _code_origin(self.runs.a, finding.region_a.ops, "a"),
-            "b": _code_origin(self.runs.b, finding.region_b.ops, "b"),
+            "a": _code_origin(self.runs.a, finding.region_a.ops, "a", div.op_a),
+            "b": _code_origin(self.runs.b, finding.region_b.ops, "b", div.op_b),
         }
 
     def _diagnose(self, finding: Finding) -> None:
