@@ -246,6 +246,19 @@ def _setting_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
             f"In {where} change {name} from {ow.value} to {new_code} "
             f"(the value the efficient run used)."
         )
+    elif ow.library_default and ow.insert and "statement" in ow.insert:
+        # never set on this side: add the efficient side's setting statement
+        ins = ow.insert
+        patched = insert_statement(ins["file"], ins["end_line"], ins["statement"])
+        fix.old_text, fix.new_text = "", ins["statement"]
+        fix.file = _rel(ins["file"], base)
+        oe = x.origins.get(e)
+        there = f" ({os.path.basename(oe.file or '')}:{oe.line})" if oe is not None else ""
+        fix.summary = (
+            f"{ow.variable} is never set in {_rel(ins['file'], base)} (the default, "
+            f"{ow.value}); add `{ins['statement']}` after line {ins['line']}, as the "
+            f"efficient side does{there}."
+        )
     elif ow.library_default and ow.insert and new_code:
         ins = ow.insert
         patched = add_keyword(ins["file"], Span(*ins["span"]), ins["keyword"], new_code)
@@ -358,6 +371,17 @@ def _code_fix(x: _FixInput, fix: Fix) -> None:
         + (f"; {port.reason}" if port.reason else "")
         + "."
     )
+
+
+def insert_statement(file: str, after_line: int, statement: str) -> str:
+    """The file's text with `statement` added after line `after_line`, indented like
+    that line (the statement it follows)."""
+    with open(file, encoding="utf-8") as f:
+        lines = f.read().splitlines(keepends=True)
+    ref = lines[after_line - 1]
+    indent = ref[: len(ref) - len(ref.lstrip())]
+    lines.insert(after_line, f"{indent}{statement}\n")
+    return "".join(lines)
 
 
 def fix_file_abs(fix: Fix, base: str) -> str:

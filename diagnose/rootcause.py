@@ -31,6 +31,7 @@ import time
 import traceback
 from collections.abc import Callable
 
+from magneton.diagnose.argflow import absent_origin, observed, setup_origin, trace_both
 from magneton.diagnose.dataflow import (
     Origin,
     find_attribute_origin,
@@ -430,12 +431,44 @@ class Diagnoser:
         ow = kv.origins.get(w)
         if ow is not None:
             return ow.kind, kv, kv.origins
+        props = self._property_origins(div, sides)
+        if props is not None:
+            return props[w].kind, kv, props
         dtypes = _dtype_origins(div, sides)
         if dtypes is not None:
             return dtypes[w].kind, kv, dict(dtypes)
         if div.a.kind == "args" and div.a.diff:
             return "code", kv, self._code_origins(finding, div)
         return "unknown", kv, kv.origins
+
+    def _property_origins(
+        self, div: Divergence, sides: dict[str, SideInfo]
+    ) -> dict[str, Origin | None] | None:
+        """A kernel-argument divergence: walk the differing operand back through the
+        recorded dataflow to the op or source that set its property (argflow.py), then
+        into the user's code to the keyword that set it. One side may never set it (the
+        library default): its origin is where the other side's setting belongs."""
+        prop = div.prop
+        if prop is None or div.op_a is None or div.op_b is None:
+            return None
+        profs = {"a": self.runs.a, "b": self.runs.b}
+        trace_both(prop, div.op_a, div.op_b, profs["a"], profs["b"])
+        found: dict[str, Origin | None] = {
+            n: setup_origin(prop, n, profs[n], sides[n].files, sides[n].config) for n in "ab"
+        }
+        if found["a"] is None and found["b"] is None:
+            return None
+        if found["a"] is not None and found["b"] is not None:
+            return found if found["a"].value != found["b"].value else None
+        have = "a" if found["a"] is not None else "b"
+        other = "b" if have == "a" else "a"
+        absent = absent_origin(found[have], profs[other].run.script)  # type: ignore[arg-type]
+        if absent is None:
+            return None
+        seen = observed(prop, other, profs[other])
+        absent.value = f"torch.{seen}" if seen else None
+        found[other] = absent
+        return found
 
     def _code_origins(self, finding: Finding, div: Divergence) -> dict[str, Origin | None]:
         return {

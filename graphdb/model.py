@@ -720,8 +720,39 @@ def _el(d: dict | None) -> PathElement | None:
 
 
 @dataclass
+class OperandProperty:
+    """A kernel-argument divergence: the same operator reached the same way, one operand
+    property differs (diagnose/divergence.py), and where each side's value was set
+    (diagnose/argflow.py, the backward walk over the recorded dataflow)."""
+
+    name: str  # "device" | "dtype" | "shape" | "strides"
+    operand: int  # input position of the operator
+    values: dict[str, Any] = field(default_factory=dict)  # side -> the operand's value
+    # side -> where the walk stopped: {"tensor", "kind" ("param" | "input" | ... | "op"),
+    # "name" (parameter name or operator), "op" (idx, for kind "op"), "hops"}
+    set_by: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "operand": self.operand,
+            "values": dict(self.values),
+            "set_by": dict(self.set_by),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> OperandProperty:
+        return cls(**_pick(cls, d))
+
+
+@dataclass
 class Divergence:
-    """Where the two sides of a finding stop doing the same thing (diagnose/divergence.py)."""
+    """Where the two sides of a finding stop doing the same thing (diagnose/divergence.py).
+
+    Its `kind` (derived from the elements): "path" (different frames, ops or kernels),
+    "extra" (one side ran work the other did not), "args" (same kernels, different
+    arguments; `prop` names the operand property when a tensor's differs), "same"
+    (same kernels, same arguments)."""
 
     level: str  # "python" | "dispatch" | "kernel"
     op_a: int | None
@@ -732,13 +763,22 @@ class Divergence:
     site_b: PathElement | None = None
     common_prefix: list[PathElement] = field(default_factory=list)
     identical_paths: int = 0  # kernel paths found on both sides
+    prop: OperandProperty | None = None  # kind "args": the operand property that differs
     # in memory only (not in the JSON): the common prefix length and the two paths
     common: int = 0
     path_a: tuple[str, ...] = ()
     path_b: tuple[str, ...] = ()
 
+    @property
+    def kind(self) -> str:
+        if self.a.kind == "none" or self.b.kind == "none":
+            return "extra"
+        if self.a.kind == "args":
+            return "args" if self.a.diff else "same"
+        return "path"
+
     def to_json(self) -> dict:
-        return {
+        d = {
             "level": self.level,
             "ops": {"a": self.op_a, "b": self.op_b},
             "a": self.a.to_json(),
@@ -750,6 +790,10 @@ class Divergence:
             "common_prefix": [e.to_json() for e in self.common_prefix],
             "identical_paths": self.identical_paths,
         }
+        if self.prop is not None:  # new keys, written only where they carry something
+            d["kind"] = self.kind
+            d["property"] = self.prop.to_json()
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> Divergence:
@@ -764,6 +808,7 @@ class Divergence:
             site_b=_el(site.get("b")),
             common_prefix=[PathElement.from_json(e) for e in d.get("common_prefix") or []],
             identical_paths=d.get("identical_paths", 0),
+            prop=OperandProperty.from_json(d["property"]) if d.get("property") else None,
         )
 
     def element(self, side: str) -> PathElement:
