@@ -12,7 +12,7 @@ keyword in setup().
 import torch
 from torch import nn
 
-BATCH, CHANNELS, SIZE = 8, 64, 32
+BATCH, CHANNELS, SIZE = 8, 64, 64
 
 
 def make_model() -> nn.Module:

@@ -7,7 +7,7 @@ Pair: a.py keeps the default NCHW-contiguous format. See a.py for the expected d
 import torch
 from torch import nn
 
-BATCH, CHANNELS, SIZE = 8, 64, 32
+BATCH, CHANNELS, SIZE = 8, 64, 64
 
 
 def make_model() -> nn.Module:
