@@ -18,6 +18,7 @@ _REPLACE = re.compile(
     r"Replace (\S+?):(\d+)(?:-(\d+))? with the efficient side's code \((\S+?):(\d+)(?:-(\d+))?\)"
 )
 _RUN_WITH = re.compile(r"Run with `(\S+) (.+?)` .*used `\S+ (.+?)`")
+_RUN_WITH_ENV = re.compile(r"Run with (\S+?)=(\S+) as the efficient run did \(it was (.+?)\)")
 
 
 def _norm(text: str) -> str:
@@ -51,7 +52,7 @@ def noop_reason(finding: Any) -> str:
     m = _CHANGE.search(summary)
     if m and _norm(m.group(1)) == _norm(m.group(2)):
         return f"changes a value to itself: {summary}"
-    m = _RUN_WITH.search(summary)
+    m = _RUN_WITH.search(summary) or _RUN_WITH_ENV.search(summary)
     if m and _norm(m.group(2)) == _norm(m.group(3)):
         return f"runs with the option the wasteful run already used: {summary}"
     m = _REPLACE.search(summary)

@@ -125,6 +125,10 @@ def test_noop_check_reads_what_a_user_reads(tmp_path):
     assert noop_reason({"fix": same}) == ""
     to_itself = "In t.py:49 change attn_implementation from args.a to args.a (the value the efficient run used)."
     assert "itself" in noop_reason({"fix": {"summary": to_itself}})
+    env_same = "Run with OMP_WAIT_POLICY=PASSIVE as the efficient run did (it was PASSIVE)."
+    assert "already used" in noop_reason({"fix": {"summary": env_same}})
+    env = "Run with OMP_WAIT_POLICY=PASSIVE as the efficient run did (it was ACTIVE)."
+    assert noop_reason({"fix": {"summary": env}}) == ""
 
 
 def test_patch_of_the_default_applies_with_git(tmp_path):
