@@ -78,6 +78,10 @@ class Origin:
     # `ATTN = "sdpa"` ... `BertConfig(attn_implementation=ATTN)`): file/line/span point
     # at its assignment, which is what the patch edits
     assigned_to: str | None = None
+    # kind "command-line": the argparse option that set the value, and where its
+    # `add_argument(..., default=LITERAL)` default is ({"file", "line", "span", "value"})
+    option: str | None = None
+    option_default: dict | None = None
     note: str = ""
 
     def to_json(self) -> dict:
@@ -94,6 +98,8 @@ class Origin:
             d["env_var"] = self.env_var
         if self.assigned_to:
             d["assigned_to"] = self.assigned_to
+        if self.option:
+            d["option"] = self.option
         if self.note:
             d["note"] = self.note
         return d
@@ -634,14 +640,21 @@ _DTYPE_NAMES = frozenset(
 )
 
 
-def find_attribute_origin(attribute: str, files: list[str], observed: str | None) -> Origin | None:
+def find_attribute_origin(
+    attribute: str,
+    files: list[str],
+    observed: str | None,
+    config: dict[str, str] | None = None,
+) -> Origin | None:
     """Where a settings attribute got its value in the user's code.
 
     Candidates: a keyword argument of that name (`GPT2Config(activation_function=...)`,
     `_from_config(config, attn_implementation=...)`; leading underscores ignored because
     libraries store `attn_implementation` as `_attn_implementation`), an attribute
     assignment (`config.activation_function = ...`) or a dict entry. A literal equal to the
-    observed value wins; then any literal; then the last one in the file.
+    observed value wins; then any literal; then the last one in the file. A value read
+    from the program's command line (`args.x`) continues to its argparse option
+    (`config`: the run's config snapshot, whose `program.*` keys hold the command line).
     """
     want = _norm_attr(attribute)
     best: tuple[tuple, SourceIndex, cst.BaseExpression, str, cst.CSTNode] | None = None
@@ -705,7 +718,68 @@ def find_attribute_origin(attribute: str, files: list[str], observed: str | None
         # (which edits the assignment) is not a surprise
         via = f"{origin.assigned_to}, passed at line {idx.line_of(value)}"
         origin.note = f"{via} ({origin.note})" if origin.note else via
+    return command_line_step(origin, vnode, config)
+
+
+def command_line_step(
+    origin: Origin, vnode: cst.BaseExpression, config: dict[str, str] | None
+) -> Origin:
+    """One more hop of the backward walk: a value read from a parsed command line
+    (`args.attn_implementation`) came from an argparse option. The origin keeps the line
+    that passes it on (what the user reads in the program) and becomes kind
+    "command-line": its value is what the run's recorded command line gave (or the
+    option's default), `option` the flag, `option_default` the default literal a patch
+    may edit. Without this hop both sides' origins read `args.attn_implementation`, and
+    a fix would "change" it to itself."""
+    from magneton.tracer.program import command_line_origin
+
+    if not config or not (isinstance(vnode, cst.Attribute) and isinstance(vnode.value, cst.Name)):
+        return origin
+    clo = command_line_origin(config, vnode.attr.value)
+    if clo is None:
+        return origin
+    value = clo.value
+    if not clo.given:
+        try:  # the default's source: "'sdpa'" reads as sdpa, like a typed value
+            lit = literal_value(cst.parse_expression(value))
+        except cst.ParserSyntaxError:
+            lit = NOT_LITERAL
+        value = lit if isinstance(lit, str) else value
+    origin.kind = "command-line"
+    origin.value = value
+    origin.span = None
+    origin.option = clo.option
+    origin.option_default = _option_default(clo.file, clo.line)
+    how = "given on the command line" if clo.given else "its default"
+    origin.note = (
+        f"{dotted_name(vnode) or vnode.attr.value} is option {clo.option} ({how}: {value}; "
+        f"add_argument at line {clo.line})"
+    )
     return origin
+
+
+def _option_default(file: str, line: int) -> dict | None:
+    """The literal `default=` of the `add_argument` call on `line` of `file`, if any."""
+    idx = source_index(file)
+    if idx is None:
+        return None
+    for n in idx.walk():
+        if not (
+            isinstance(n, cst.Call)
+            and isinstance(n.func, cst.Attribute)
+            and n.func.attr.value == "add_argument"
+            and idx.line_of(n) == line
+        ):
+            continue
+        for a in n.args:
+            if a.keyword is not None and a.keyword.value == "default" and is_literal(a.value):
+                return {
+                    "file": idx.path,
+                    "line": idx.line_of(a.value),
+                    "span": idx.span(a.value),
+                    "value": idx.code(a.value),
+                }
+    return None
 
 
 def holder_keyword(holder: cst.CSTNode, want: str) -> str | None:
@@ -768,7 +842,9 @@ def find_constructor_call(class_name: str, files: list[str]) -> tuple[SourceInde
     return None
 
 
-def find_knob_origin(knob: Knob, files: list[str], observed: str | None) -> Origin | None:
+def find_knob_origin(
+    knob: Knob, files: list[str], observed: str | None, config: dict[str, str] | None = None
+) -> Origin | None:
     """The statement in the user's code that sets a global knob.
 
     Matches attribute assignments to the knob's dotted targets (`torch.backends.mkldnn.
@@ -825,7 +901,7 @@ def find_knob_origin(knob: Knob, files: list[str], observed: str | None) -> Orig
     # when the setter reads a name (`enabled = USE_MKLDNN`), the literal to change is where
     # that name is assigned; point there and mention the setter
     line = vidx.line_of(vnode) if is_literal(vnode) else setter_line
-    return Origin(
+    origin = Origin(
         kind="env" if (env_read or kind == "env") else kind,
         variable=knob.key if kind != "env" else (env_var or knob.key),
         file=vidx.path,
@@ -837,6 +913,7 @@ def find_knob_origin(knob: Knob, files: list[str], observed: str | None) -> Orig
         assigned_to=_assigned_name(value, vnode, env_read),
         note="" if line == setter_line else f"read by the setter at line {setter_line}",
     )
+    return command_line_step(origin, vnode, config)
 
 
 def _call_argument(call: cst.Call, arg: int | str | None) -> cst.BaseExpression | None:

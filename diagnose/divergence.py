@@ -32,15 +32,18 @@ from __future__ import annotations
 
 import linecache
 from dataclasses import replace
+from typing import Any
 
 from magneton.diagnose.dataflow import source_index
 from magneton.graphdb.model import (
     Divergence,
     Finding,
     FrameRecord,
+    OperandProperty,
     OpRecord,
     PathElement,
     Profile,
+    TensorRecord,
 )
 from magneton.graphdb.paths import PathPair, kernel_paths, path_pairs
 
@@ -108,6 +111,38 @@ def _prefix(
         else:
             out.append(PathElement("kernel", name=rest))
     return out
+
+
+def layout(t: TensorRecord) -> tuple[int, ...]:
+    """A tensor's memory format as the order of its dimensions from outermost to innermost
+    in memory (NCHW contiguous: (0, 1, 2, 3); channels-last: (0, 2, 3, 1)); size-1
+    dimensions are left out, their stride carries no layout."""
+    dims = [d for d in range(len(t.stride)) if d < len(t.shape) and t.shape[d] != 1]
+    return tuple(sorted(dims, key=lambda d: (-t.stride[d], d)))
+
+
+def _tensor_props(t: TensorRecord) -> dict[str, Any]:
+    return {"device": t.device, "dtype": t.dtype, "shape": list(t.shape), "strides": layout(t)}
+
+
+def operand_property(
+    oa: OpRecord, pa: Profile, ob: OpRecord, pb: Profile
+) -> OperandProperty | None:
+    """The first operand (input order) of two twin operators whose recorded tensor
+    differs in device, dtype, shape or memory layout (checked in that order: a dtype
+    difference explains a stride difference, not the other way round)."""
+    for i, (ia, ib) in enumerate(zip(oa.inputs, ob.inputs, strict=False)):
+        if not (0 <= ia < len(pa.tensors) and 0 <= ib < len(pb.tensors)):
+            continue
+        ta, tb = pa.tensors[ia], pb.tensors[ib]
+        va, vb = _tensor_props(ta), _tensor_props(tb)
+        for name in ("device", "dtype", "shape", "strides"):
+            if va[name] != vb[name]:
+                values = {"a": va[name], "b": vb[name]}
+                if name == "strides":
+                    values = {"a": list(ta.stride), "b": list(tb.stride)}
+                return OperandProperty(name=name, operand=i, values=values)
+    return None
 
 
 def _arg_diff(oa: OpRecord, ob: OpRecord) -> dict:
@@ -199,8 +234,14 @@ def _args_divergence(
         for oa_i, ob_i in zip(sorted(sa), sorted(sb), strict=False):
             zipped.append(pair_of[(path, oa_i, ob_i)])
     first = None
+    prop = None
     for p in sorted(zipped, key=lambda p: (p.op_a, p.op_b)):
-        diff = _arg_diff(prof_a.ops[p.op_a], prof_b.ops[p.op_b])
+        oa, ob = prof_a.ops[p.op_a], prof_b.ops[p.op_b]
+        diff = _arg_diff(oa, ob)
+        prop = operand_property(oa, prof_a, ob, prof_b)
+        if prop is not None and prop.name == "strides" and "input_strides" not in diff:
+            # same shapes, dtypes and contiguity flags can still hide a layout change
+            diff["input_strides"] = {"a": prop.values["a"], "b": prop.values["b"]}
         if diff:
             first = (p, diff)
             break
@@ -238,6 +279,7 @@ def _args_divergence(
         common=p.common,
         path_a=p.path_a,
         path_b=p.path_b,
+        prop=prop,
     )
 
 

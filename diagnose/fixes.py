@@ -149,8 +149,8 @@ def make_fix(
         return fix
     if kind in ("config", "api-argument", "global-flag") and origins.get(x.w) is not None:
         _setting_fix(x, fix, rule_text)
-    elif kind == "env":
-        _env_fix(x, fix, rule_text)
+    elif kind in ("env", "command-line"):
+        _run_with_fix(x, fix, rule_text)
     elif kind == "code":
         _code_fix(x, fix)
         if rule_text:
@@ -162,7 +162,57 @@ def make_fix(
         )
     else:
         fix.summary = rule_text or "No mechanical fix: compare the two sides' code for this region."
+    return refuse_noop(fix, x, rule_text)
+
+
+def _normal(text: str) -> str:
+    """Text compared for sameness: whitespace-insensitive, `'x'` and `"x"` alike."""
+    return " ".join(text.replace('"', "'").split())
+
+
+def refuse_noop(fix: Fix, x: _FixInput, rule_text: str = "") -> Fix:
+    """The one check every fix passes: a fix whose new text equals the old one (a patch
+    that changes nothing, "change X from A to A", the same code "ported" over itself) is
+    replaced by saying that no mechanical fix exists and where the two sides differ.
+    Such a fix arises whenever the walk stops at an expression both sides share (both
+    read `args.x`, both call `model(x)`): the difference lies beyond what was followed."""
+    if fix.old_text is None or fix.new_text is None:
+        return fix
+    if _normal(fix.old_text) != _normal(fix.new_text):
+        return fix
+    same = fix.old_text.strip()
+    if "\n" in same or len(same) > 80:
+        same = same.splitlines()[0][:80] + " ..."
+    fix.patch = None
+    fix.file = None
+    fix.snippet = None
+    fix.summary = (
+        f"No mechanical fix: the wasteful side's text ({same}) already reads like the "
+        f"efficient side's, so the difference lies beyond it; the two sides differ at "
+        f"{divergence_text(x.finding)}. " + rule_text
+    ).strip()
     return fix
+
+
+def divergence_text(f: Finding) -> str:
+    """Where the two sides of a finding part, in words (for fixes that cannot patch)."""
+    d = f.divergence
+    if d is None:
+        return "a point Magneton could not locate"
+
+    def label(e) -> str:
+        if e.kind == "frame":
+            return (
+                f"{os.path.basename(e.file or '')}:{e.line} {e.function} ({(e.code or '').strip()})"
+            )
+        if e.kind == "args":
+            diff = ", ".join(f"{k}={v}" for k, v in (e.diff or {}).items())
+            return f"{e.op} with {diff or 'the same arguments'}"
+        if e.kind == "none":
+            return "nothing (extra work on the other side)"
+        return e.name or e.kind
+
+    return f"{label(d.a)} (a) vs {label(d.b)} (b)"
 
 
 def _new_code(x: _FixInput) -> str | None:
@@ -188,12 +238,26 @@ def _setting_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
     patched = None
     if ow.span is not None and ow.file and is_user_file(ow.file, x.pw.run.script) and new_code:
         patched = replace_value(ow.file, ow.span, new_code)
+        fix.old_text, fix.new_text = ow.value, new_code
         fix.file = _rel(ow.file, base)
         where = f"{_rel(ow.file, base)}:{ow.line}"
         name = f"{ow.assigned_to} (which sets {ow.variable})" if ow.assigned_to else ow.variable
         fix.summary = (
             f"In {where} change {name} from {ow.value} to {new_code} "
             f"(the value the efficient run used)."
+        )
+    elif ow.library_default and ow.insert and "statement" in ow.insert:
+        # never set on this side: add the efficient side's setting statement
+        ins = ow.insert
+        patched = insert_statement(ins["file"], ins["end_line"], ins["statement"])
+        fix.old_text, fix.new_text = "", ins["statement"]
+        fix.file = _rel(ins["file"], base)
+        oe = x.origins.get(e)
+        there = f" ({os.path.basename(oe.file or '')}:{oe.line})" if oe is not None else ""
+        fix.summary = (
+            f"{ow.variable} is never set in {_rel(ins['file'], base)} (the default, "
+            f"{ow.value}); add `{ins['statement']}` after line {ins['line']}, as the "
+            f"efficient side does{there}."
         )
     elif ow.library_default and ow.insert and new_code:
         ins = ow.insert
@@ -220,22 +284,43 @@ def _setting_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
         fix.summary = rule_text or "Use the efficient run's setting."
 
 
-def _env_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
-    """An environment variable: run with the efficient value (patched where the script
-    sets it)."""
+def _run_with_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
+    """A value the program gets from how it is run — an environment variable or a
+    command-line option: run with the efficient value; patch where the script sets it
+    (the env assignment, or the option's `default=` literal)."""
     ow, oe, kv = x.origins.get(x.w), x.origins.get(x.e), x.kv
-    var = (ow.env_var if ow else None) or (ow.variable if ow else "")
     eff = (oe.value if oe else None) or (kv.values.get(x.e) if kv else None)
-    fix.summary = (
-        f"Run with {var}={eff} as the efficient run did (it was "
-        f"{(ow.value if ow else None) or '(unset)'})." + (" " + rule_text if rule_text else "")
-    ).strip()
-    if ow is not None and ow.span is not None and ow.file and eff is not None:
-        patched = replace_value(ow.file, ow.span, _literal_code(eff) or repr(eff))
-        if patched is not None:
-            fix.file = _rel(ow.file, x.base)
-            p = make_patch(ow.file, x.base, patched)
-            fix.patch = p.diff() if p else None
+    was = (ow.value if ow else None) or "(unset)"
+    fix.old_text, fix.new_text = was, eff
+    if ow is not None and ow.option:
+        fix.summary = (
+            f"Run with `{ow.option} {eff}` as the efficient run did (the wasteful run "
+            f"used `{ow.option} {was}`; {ow.note or ow.variable})."
+        )
+    else:
+        var = (ow.env_var if ow else None) or (ow.variable if ow else "")
+        fix.summary = f"Run with {var}={eff} as the efficient run did (it was {was})."
+    if rule_text:
+        fix.summary += " " + rule_text
+    target = None
+    if ow is not None and ow.span is not None and ow.file:
+        target = (ow.file, ow.span, ow.value or "")
+    elif ow is not None and ow.option_default is not None:
+        d = ow.option_default
+        target = (d["file"], d["span"], d["value"])
+    if target is None or eff is None:
+        return
+    file, span, old = target
+    new = repr(eff) if old[:1] in "'\"" else (_literal_code(eff) or repr(eff))
+    if _normal(new) == _normal(old):
+        return  # the script already defaults to it: only the command line differs
+    patched = replace_value(file, span, new)
+    p = make_patch(file, x.base, patched) if patched is not None else None
+    if p is not None:
+        fix.file = _rel(file, x.base)
+        fix.patch = p.diff()
+        if ow.option:
+            fix.summary += f" The patch makes {new} the default of {ow.option}."
 
 
 def _code_fix(x: _FixInput, fix: Fix) -> None:
@@ -263,6 +348,8 @@ def _code_fix(x: _FixInput, fix: Fix) -> None:
                 port, bw, be = retry, xw, xe
                 break
     fix.snippet = port.snippet.strip()
+    # the same statements on both sides: porting them changes nothing
+    fix.old_text, fix.new_text = bw.code(), be.code()
     fw, lw = bw.lines()
     where = f"{_rel(pw.run.script, base)}:{fw}" + (f"-{lw}" if lw != fw else "")
     if port.text is None:
@@ -284,6 +371,17 @@ def _code_fix(x: _FixInput, fix: Fix) -> None:
         + (f"; {port.reason}" if port.reason else "")
         + "."
     )
+
+
+def insert_statement(file: str, after_line: int, statement: str) -> str:
+    """The file's text with `statement` added after line `after_line`, indented like
+    that line (the statement it follows)."""
+    with open(file, encoding="utf-8") as f:
+        lines = f.read().splitlines(keepends=True)
+    ref = lines[after_line - 1]
+    indent = ref[: len(ref) - len(ref.lstrip())]
+    lines.insert(after_line, f"{indent}{statement}\n")
+    return "".join(lines)
 
 
 def fix_file_abs(fix: Fix, base: str) -> str:

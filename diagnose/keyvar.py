@@ -761,7 +761,7 @@ def _origins_from_flow(
         observed = last.values.get(name) if last else None
         origin: Origin | None = None
         if flow.terminal == "config-attribute" and flow.attribute:
-            origin = find_attribute_origin(flow.attribute, side.files, observed)
+            origin = find_attribute_origin(flow.attribute, side.files, observed, side.config)
             if origin is None and last is not None:
                 origin = _library_default(flow.attribute, last, name, side, results)
         elif flow.terminal == "knob" and flow.knob_name:
@@ -769,7 +769,7 @@ def _origins_from_flow(
                 (k for k in kb.knobs.values() if flow.knob_name in k.assign), None
             )
             if knob is not None:
-                origin = find_knob_origin(knob, side.files, observed)
+                origin = find_knob_origin(knob, side.files, observed, side.config)
         elif flow.terminal == "literal" and last is not None:
             user = is_user_file(last.file, side.script)
             origin = Origin(
@@ -880,7 +880,7 @@ def native_key_variable(
     )
     for name, side in sides.items():
         observed = va if name == "a" else vb
-        origin = find_knob_origin(chosen, side.files, observed)
+        origin = find_knob_origin(chosen, side.files, observed, side.config)
         if origin is None:
             env_keys = [k for k in chosen.snapshot_keys if k.startswith("env.")]
             env_diff = next((k for k in env_keys if cfg_a.get(k, "") != cfg_b.get(k, "")), None)

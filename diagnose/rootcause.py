@@ -31,6 +31,7 @@ import time
 import traceback
 from collections.abc import Callable
 
+from magneton.diagnose.argflow import absent_origin, observed, setup_origin, trace_both
 from magneton.diagnose.dataflow import (
     Origin,
     find_attribute_origin,
@@ -160,15 +161,23 @@ def _dtype_origins(div: Divergence, sides: dict[str, SideInfo]) -> dict[str, Ori
         return None
     out: dict[str, Origin] = {}
     for n, dtype in seen.items():
-        o = find_attribute_origin("dtype", sides[n].files, dtype.replace("torch.", ""))
+        o = find_attribute_origin(
+            "dtype", sides[n].files, dtype.replace("torch.", ""), sides[n].config
+        )
         if o is None or o.span is None:
             return None
         out[n] = o
     return out if out["a"].value != out["b"].value else None
 
 
-def _code_origin(p: Profile, ops: list[int], side: str) -> Origin | None:
-    lines = user_lines(p, ops)
+def _code_origin(p: Profile, ops: list[int], side: str, op: int | None = None) -> Origin | None:
+    """The user code a side runs for a region: the statement holding the first diverging
+    operator's user line (`op`, the divergence's operator on this side) — the line where
+    the two sides part, not the region's first line, which can be a statement both sides
+    share (a weight normalization the matcher attached to the region) — else the region's
+    statements."""
+    own = user_lines(p, [op]) if op is not None else []
+    lines = own or user_lines(p, ops)
     if not lines:
         return None
     block = statement_block(p.run.script, lines)
@@ -251,6 +260,7 @@ def origin_info(o: Origin) -> OriginInfo:
         library_default=o.library_default,
         env_var=o.env_var,
         assigned_to=o.assigned_to,
+        option=o.option,
         note=o.note,
     )
 
@@ -398,7 +408,7 @@ class Diagnoser:
             return "unknown", None, {}
         python = _is_python_decision(div, runs)
         if python and _site_is_user(div, runs):
-            return "code", None, self._code_origins(finding)
+            return "code", None, self._code_origins(finding, div)
         sides = {
             "a": _side_info("a", runs.a, div.op_a),
             "b": _side_info("b", runs.b, div.op_b),
@@ -421,17 +431,49 @@ class Diagnoser:
         ow = kv.origins.get(w)
         if ow is not None:
             return ow.kind, kv, kv.origins
+        props = self._property_origins(div, sides)
+        if props is not None:
+            return props[w].kind, kv, props
         dtypes = _dtype_origins(div, sides)
         if dtypes is not None:
             return dtypes[w].kind, kv, dict(dtypes)
         if div.a.kind == "args" and div.a.diff:
-            return "code", kv, self._code_origins(finding)
+            return "code", kv, self._code_origins(finding, div)
         return "unknown", kv, kv.origins
 
-    def _code_origins(self, finding: Finding) -> dict[str, Origin | None]:
+    def _property_origins(
+        self, div: Divergence, sides: dict[str, SideInfo]
+    ) -> dict[str, Origin | None] | None:
+        """A kernel-argument divergence: walk the differing operand back through the
+        recorded dataflow to the op or source that set its property (argflow.py), then
+        into the user's code to the keyword that set it. One side may never set it (the
+        library default): its origin is where the other side's setting belongs."""
+        prop = div.prop
+        if prop is None or div.op_a is None or div.op_b is None:
+            return None
+        profs = {"a": self.runs.a, "b": self.runs.b}
+        trace_both(prop, div.op_a, div.op_b, profs["a"], profs["b"])
+        found: dict[str, Origin | None] = {
+            n: setup_origin(prop, n, profs[n], sides[n].files, sides[n].config) for n in "ab"
+        }
+        if found["a"] is None and found["b"] is None:
+            return None
+        if found["a"] is not None and found["b"] is not None:
+            return found if found["a"].value != found["b"].value else None
+        have = "a" if found["a"] is not None else "b"
+        other = "b" if have == "a" else "a"
+        absent = absent_origin(found[have], profs[other].run.script)  # type: ignore[arg-type]
+        if absent is None:
+            return None
+        seen = observed(prop, other, profs[other])
+        absent.value = f"torch.{seen}" if seen else None
+        found[other] = absent
+        return found
+
+    def _code_origins(self, finding: Finding, div: Divergence) -> dict[str, Origin | None]:
         return {
-            "a": _code_origin(self.runs.a, finding.region_a.ops, "a"),
-            "b": _code_origin(self.runs.b, finding.region_b.ops, "b"),
+            "a": _code_origin(self.runs.a, finding.region_a.ops, "a", div.op_a),
+            "b": _code_origin(self.runs.b, finding.region_b.ops, "b", div.op_b),
         }
 
     def _diagnose(self, finding: Finding) -> None:

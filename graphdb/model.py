@@ -720,8 +720,39 @@ def _el(d: dict | None) -> PathElement | None:
 
 
 @dataclass
+class OperandProperty:
+    """A kernel-argument divergence: the same operator reached the same way, one operand
+    property differs (diagnose/divergence.py), and where each side's value was set
+    (diagnose/argflow.py, the backward walk over the recorded dataflow)."""
+
+    name: str  # "device" | "dtype" | "shape" | "strides"
+    operand: int  # input position of the operator
+    values: dict[str, Any] = field(default_factory=dict)  # side -> the operand's value
+    # side -> where the walk stopped: {"tensor", "kind" ("param" | "input" | ... | "op"),
+    # "name" (parameter name or operator), "op" (idx, for kind "op"), "hops"}
+    set_by: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "operand": self.operand,
+            "values": dict(self.values),
+            "set_by": dict(self.set_by),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> OperandProperty:
+        return cls(**_pick(cls, d))
+
+
+@dataclass
 class Divergence:
-    """Where the two sides of a finding stop doing the same thing (diagnose/divergence.py)."""
+    """Where the two sides of a finding stop doing the same thing (diagnose/divergence.py).
+
+    Its `kind` (derived from the elements): "path" (different frames, ops or kernels),
+    "extra" (one side ran work the other did not), "args" (same kernels, different
+    arguments; `prop` names the operand property when a tensor's differs), "same"
+    (same kernels, same arguments)."""
 
     level: str  # "python" | "dispatch" | "kernel"
     op_a: int | None
@@ -732,6 +763,7 @@ class Divergence:
     site_b: PathElement | None = None
     common_prefix: list[PathElement] = field(default_factory=list)
     identical_paths: int = 0  # kernel paths found on both sides
+    prop: OperandProperty | None = None  # kind "args": the operand property that differs
     # in memory only (not in the JSON): the common prefix length and the two paths
     common: int = 0
     path_a: tuple[str, ...] = ()
@@ -742,14 +774,16 @@ class Divergence:
     region_path: str | None = None
     kernels: list[dict] = field(default_factory=list)
 
-    def to_json(self) -> dict:
-        d = self._core_json()
-        if self.matched_by is not None:
-            d.update(matched_by=self.matched_by, path=self.region_path, kernels=self.kernels)
-        return d
+    @property
+    def kind(self) -> str:
+        if self.a.kind == "none" or self.b.kind == "none":
+            return "extra"
+        if self.a.kind == "args":
+            return "args" if self.a.diff else "same"
+        return "path"
 
-    def _core_json(self) -> dict:
-        return {
+    def to_json(self) -> dict:
+        d = {
             "level": self.level,
             "ops": {"a": self.op_a, "b": self.op_b},
             "a": self.a.to_json(),
@@ -761,6 +795,12 @@ class Divergence:
             "common_prefix": [e.to_json() for e in self.common_prefix],
             "identical_paths": self.identical_paths,
         }
+        if self.prop is not None:  # new keys, written only where they carry something
+            d["kind"] = self.kind
+            d["property"] = self.prop.to_json()
+        if self.matched_by is not None:
+            d.update(matched_by=self.matched_by, path=self.region_path, kernels=self.kernels)
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> Divergence:
@@ -775,6 +815,7 @@ class Divergence:
             site_b=_el(site.get("b")),
             common_prefix=[PathElement.from_json(e) for e in d.get("common_prefix") or []],
             identical_paths=d.get("identical_paths", 0),
+            prop=OperandProperty.from_json(d["property"]) if d.get("property") else None,
             matched_by=d.get("matched_by"),
             region_path=d.get("path"),
             kernels=list(d.get("kernels") or []),
@@ -851,7 +892,7 @@ class JobInfo:
 class OriginInfo:
     """Where one side's value of the key variable is set: what a user edits."""
 
-    kind: str  # "config" | "api-argument" | "global-flag" | "env" | "code"
+    kind: str  # "config" | "api-argument" | "global-flag" | "env" | "command-line" | "code"
     variable: str
     file: str | None = None
     line: int | None = None
@@ -860,6 +901,7 @@ class OriginInfo:
     library_default: bool = False  # file/line point at the library's default
     env_var: str | None = None
     assigned_to: str | None = None  # the user's name that carries the value
+    option: str | None = None  # kind "command-line": the argparse option ("--attn-implementation")
     note: str = ""
 
     def to_json(self) -> dict:
@@ -876,6 +918,8 @@ class OriginInfo:
             d["env_var"] = self.env_var
         if self.assigned_to:
             d["assigned_to"] = self.assigned_to
+        if self.option:
+            d["option"] = self.option
         if self.note:
             d["note"] = self.note
         return d
@@ -994,7 +1038,7 @@ _ROOT_CAUSE_OPTIONAL = ("unresolved", "note", "error", "traceback", "api", "rank
 class RootCause:
     """Why a finding's two sides differ: the variable, its values and where it is set."""
 
-    kind: str  # "config" | "api-argument" | "global-flag" | "env" | "code" | "unknown"
+    kind: str  # "config" | "api-argument" | "global-flag" | "env" | "command-line" | "code" | "unknown"
     variable: str | None = None
     values: dict[str, str | None] = field(default_factory=lambda: {"a": None, "b": None})
     file: str | None = None  # where the wasteful side's value is set
@@ -1064,6 +1108,10 @@ class Fix:
     snippet: str | None = None  # the efficient side's code, as guidance
     rule: str | None = None  # id of the rule the summary quotes
     references: list[str] = field(default_factory=list)
+    # in memory only (not in the JSON): the text the fix replaces and its replacement,
+    # so one check (diagnose/fixes.py) can refuse a fix that would change nothing
+    old_text: str | None = None
+    new_text: str | None = None
 
     def to_json(self) -> dict:
         d: dict[str, Any] = {

@@ -20,6 +20,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from fixcheck import assert_no_noop_fix
 
 from magneton.commands.eval import check, relevant_finding
 from magneton.commands.export_patch import find_finding
@@ -86,7 +87,10 @@ def _relevant(db: Path, expect: dict):
 def test_case_diagnosis(case):
     name, d, db, diff, expect = case
     assert {"a", "b", "findings", "threshold"} <= set(diff)
+    assert_no_noop_fix(diff["findings"])
     f = _relevant(db, expect)
+    if f is not None:
+        assert_no_noop_fix([f])
     if not expect.get("finding", True):
         assert f is None, f"{name}: unexpected finding {f and f.to_json()}"
         return

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixcheck import assert_no_noop_fix
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = Path(__file__).parent / "workloads" / "programs"
@@ -91,6 +92,7 @@ def test_diff_finds_and_root_causes_the_argument(hf_db):
     findings = json.loads(magneton("diff", "--db", str(hf_db), "eager", "sdpa", "--json").stdout)[
         "findings"
     ]
+    assert_no_noop_fix(findings)
     attn = [
         f for f in findings if (f.get("root_cause") or {}).get("variable") == "attn_implementation"
     ]

@@ -1,0 +1,166 @@
+"""Never a no-op fix, and a command-line option as one more kind of origin.
+
+The backward walk used to stop at `attn_implementation=args.attn_implementation`: both
+sides read the same expression, so the fix said "change ... from args.attn_implementation
+to args.attn_implementation". The walk now takes one more hop, to the argparse option and
+the value each run's recorded command line gave; and one check in fixes.py refuses any
+fix whose new text equals its old text.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+from fixcheck import noop_reason
+
+from magneton.diagnose.dataflow import find_attribute_origin
+from magneton.diagnose.fixes import RunPair, _FixInput, refuse_noop
+from magneton.graphdb.model import Divergence, Finding, Fix, PathElement, Region
+from magneton.tracer.program import parse_command
+
+PROGRAM = """\
+import argparse
+
+
+class Model:
+    def __init__(self, attn_implementation):
+        self.attn_implementation = attn_implementation
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--attn-implementation", default=DEFAULT, choices=["eager", "sdpa"])
+    args = p.parse_args()
+    return Model(attn_implementation=args.attn_implementation)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _program(tmp_path: Path, default: str) -> Path:
+    script = tmp_path / "train.py"
+    script.write_text(PROGRAM.replace("DEFAULT", repr(default)))
+    return script
+
+
+def _config(script: Path, *args: str) -> dict[str, str]:
+    return parse_command(["python", str(script), *args], steps="1:1:3").to_config()
+
+
+def test_args_attribute_continues_to_the_command_line_option(tmp_path):
+    script = _program(tmp_path, "eager")
+    given = find_attribute_origin(
+        "_attn_implementation",
+        [str(script)],
+        "eager",
+        _config(script, "--attn-implementation", "eager"),
+    )
+    assert given.kind == "command-line" and given.option == "--attn-implementation"
+    assert given.value == "eager"
+    # the origin line is still where the program passes the value on
+    assert "attn_implementation=args.attn_implementation" in given.code
+    # the option's literal default, which a patch may change
+    assert given.option_default["value"] == "'eager'"
+    assert given.option_default["line"] == 12
+    defaulted = find_attribute_origin(
+        "attn_implementation", [str(script)], "eager", _config(script, "--steps", "2")
+    )
+    assert defaulted.value == "eager" and "default" in defaulted.note
+    # not a program run: the walk stops at the expression, as before
+    plain = find_attribute_origin("attn_implementation", [str(script)], None, {})
+    assert plain.kind == "api-argument" and plain.value == "args.attn_implementation"
+
+
+def _finding() -> Finding:
+    f = Finding(1, "a", "waste", Region(), Region(), 1.0, 0.1, 0.0)
+    code = "return model(x)"
+    f.divergence = Divergence(
+        level="kernel",
+        op_a=3,
+        op_b=3,
+        a=PathElement("args", op="aten::convolution", diff={"input_strides": "[..]"}),
+        b=PathElement("args", op="aten::convolution", diff={"input_strides": "[...]"}),
+        site_a=PathElement("frame", file="a.py", line=24, function="main", code=code),
+    )
+    return f
+
+
+def test_a_fix_that_changes_nothing_becomes_no_mechanical_fix():
+    f = _finding()
+    x = _FixInput(f, None, {}, None, None, "code")  # type: ignore[arg-type]
+    fix = Fix(
+        summary="Replace a.py:24 with the efficient side's code (b.py:24).",
+        patch="--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-    return model(x)\n+    return model(x)\n",
+        file="a.py",
+        old_text="    return model(x)\n",
+        new_text="    return model(x)\n",
+    )
+    out = refuse_noop(fix, x)
+    assert out.patch is None and out.file is None
+    assert out.summary.startswith("No mechanical fix")
+    assert "aten::convolution with input_strides" in out.summary  # where the sides differ
+    assert noop_reason({"fix": out.to_json()}) == ""
+    # a real change is left alone
+    real = Fix(
+        summary="In a.py:3 change X from 1 to 2 (the value ...).", old_text="1", new_text="2"
+    )
+    assert refuse_noop(real, x) is real and real.summary.startswith("In a.py:3")
+
+
+def test_noop_check_reads_what_a_user_reads(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\ny = model(x)\n")
+    (tmp_path / "b.py").write_text("x = 1\ny = model(x)\n")
+    same = {
+        "summary": "Replace a.py:2 with the efficient side's code (b.py:2).",
+        "base_dir": str(tmp_path),
+    }
+    assert "same code" in noop_reason({"fix": same})
+    (tmp_path / "b.py").write_text("x = 1\ny = model(x.contiguous())\n")
+    assert noop_reason({"fix": same}) == ""
+    to_itself = "In t.py:49 change attn_implementation from args.a to args.a (the value the efficient run used)."
+    assert "itself" in noop_reason({"fix": {"summary": to_itself}})
+    env_same = "Run with OMP_WAIT_POLICY=PASSIVE as the efficient run did (it was PASSIVE)."
+    assert "already used" in noop_reason({"fix": {"summary": env_same}})
+    env = "Run with OMP_WAIT_POLICY=PASSIVE as the efficient run did (it was ACTIVE)."
+    assert noop_reason({"fix": {"summary": env}}) == ""
+
+
+def test_patch_of_the_default_applies_with_git(tmp_path):
+    """The option's default, patched where the wasteful run relied on it."""
+    from magneton.diagnose.dataflow import Origin
+    from magneton.diagnose.fixes import _run_with_fix
+
+    script = _program(tmp_path, "eager")
+    ow = find_attribute_origin("attn_implementation", [str(script)], "eager", _config(script))
+    oe = Origin(kind="command-line", variable="attn_implementation", value="sdpa", option=ow.option)
+    f = _finding()
+
+    side = SimpleNamespace(run=SimpleNamespace(script=str(script)))  # what the fix reads
+    x = _FixInput(f, None, {"a": ow, "b": oe}, RunPair(side, side), None, "command-line")  # type: ignore[arg-type]
+    fix = Fix()
+    _run_with_fix(x, fix, "")
+    assert "Run with `--attn-implementation sdpa`" in fix.summary and fix.patch
+    assert noop_reason({"fix": fix.to_json()}) == ""
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "fix.patch").write_text(fix.patch)
+    subprocess.run(["git", "apply", "fix.patch"], cwd=tmp_path, check=True)
+    assert "default='sdpa'" in script.read_text()
+    # the default already is the efficient value (the wasteful run gave eager on its
+    # command line): no patch, only the command line to change
+    ow = find_attribute_origin(
+        "attn_implementation",
+        [str(script)],
+        "eager",
+        _config(script, "--attn-implementation", "eager"),
+    )
+    x.origins["a"] = ow
+    fix = Fix()
+    _run_with_fix(x, fix, "")
+    assert fix.patch is None and "used `--attn-implementation eager`" in fix.summary
+    assert json.loads(json.dumps(fix.to_json()))["patch"] is None

@@ -1,0 +1,124 @@
+"""Kernel-argument divergence: the same operators reached the same way, one operand's
+recorded property differs; the walk back through the recorded dataflow, then into
+setup() (examples/cases/channels_last_setup, and small recorded graphs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from fixcheck import assert_no_noop_fix
+
+from magneton.diagnose.argflow import observed, trace_both, trace_property
+from magneton.diagnose.divergence import layout, operand_property
+from magneton.graphdb.model import OpRecord, Profile, RunInfo, TensorRecord
+
+CASE = Path(__file__).resolve().parents[1] / "examples" / "cases" / "channels_last_setup"
+
+NCHW = ([8, 64, 32, 32], [65536, 1024, 32, 1])
+NHWC = ([8, 64, 32, 32], [65536, 1, 2048, 64])
+W_NCHW = ([64, 3, 3, 3], [27, 9, 3, 1])
+W_NHWC = ([64, 3, 3, 3], [27, 1, 9, 3])
+
+
+def _t(idx: int, shape_stride, producer: int = -1, kind: str = "activation", name: str = ""):
+    shape, stride = shape_stride
+    row_major = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        row_major[d] = row_major[d + 1] * shape[d + 1]
+    contiguous = stride == row_major
+    return TensorRecord(
+        idx, producer=producer, kind=kind, name=name, shape=shape, stride=stride,
+        contiguous=contiguous, dtype="torch.float32",
+    )  # fmt: skip
+
+
+def _conv_relu_mean(weight_layout, act_layout) -> Profile:
+    """x, weight -> convolution -> relu -> mean: the graph a conv net records."""
+    tensors = [
+        _t(0, ([8, 3, 32, 32], [3072, 1024, 32, 1]), kind="input", name="args[0]"),
+        _t(1, weight_layout, kind="param", name="0.weight"),
+        _t(2, act_layout, producer=0),
+        _t(3, act_layout, producer=1),
+        _t(4, ([8, 64, 1, 1], [64, 1, 1, 1]), producer=2),
+    ]
+    ops = [
+        OpRecord(0, "aten::convolution", inputs=[0, 1], outputs=[2]),
+        OpRecord(1, "aten::relu", inputs=[2], outputs=[3]),
+        OpRecord(2, "aten::mean", inputs=[3], outputs=[4]),
+    ]
+    return Profile(run=RunInfo(name="x"), ops=ops, tensors=tensors)
+
+
+def test_layout_names_the_memory_format():
+    assert layout(_t(0, NCHW)) == (0, 1, 2, 3)
+    assert layout(_t(0, NHWC)) == (0, 2, 3, 1)
+    assert layout(_t(0, W_NHWC)) == layout(_t(0, NHWC))
+
+
+def test_operand_property_and_the_walk_back_to_the_parameter():
+    pa = _conv_relu_mean(W_NCHW, NCHW)
+    pb = _conv_relu_mean(W_NHWC, NHWC)
+    prop = operand_property(pa.ops[2], pa, pb.ops[2], pb)
+    assert prop is not None and (prop.name, prop.operand) == ("strides", 0)
+    assert prop.values == {"a": NCHW[1], "b": NHWC[1]}
+    trace_both(prop, 2, 2, pa, pb)
+    # relu and the conv pass the layout on; the conv's output takes its weight's layout
+    assert prop.set_by["b"] == {
+        "tensor": 1, "kind": "param", "name": "0.weight", "op": None, "hops": 2
+    }  # fmt: skip
+    assert observed(prop, "b", pb) == "channels_last"
+    assert observed(prop, "a", pa) == "contiguous_format"
+    # a conversion inside the region is where the walk stops
+    pc = _conv_relu_mean(W_NCHW, NCHW)
+    pc.tensors[3] = _t(3, NHWC, producer=1)  # relu's output only: relu set the layout
+    assert trace_property(pc, 2, 0, "strides")["name"] == "aten::relu"
+    # same shapes, dtypes and layouts: no property differs
+    assert operand_property(pa.ops[2], pa, pa.ops[2], pa) is None
+
+
+def magneton(*args: str) -> str:
+    env = dict(os.environ, KINETO_LOG_LEVEL="5")
+    res = subprocess.run(
+        [sys.executable, "-m", "magneton", *args], capture_output=True, text=True, env=env
+    )
+    assert res.returncode == 0, f"magneton {' '.join(args)} failed:\n{res.stderr[-2000:]}"
+    return res.stdout
+
+
+def test_memory_format_set_in_setup_is_found_and_the_patch_applies(tmp_path):
+    work = tmp_path / "case"
+    shutil.copytree(CASE, work)
+    db = str(tmp_path / "db")
+    for side in ("a", "b"):
+        magneton("record", str(work / f"{side}.py"), "--db", db, "--run", side, "--repeat", "10")
+    findings = json.loads(magneton("diff", "--db", db, "a", "b", "--json"))["findings"]
+    assert_no_noop_fix(findings)
+    mf = [f for f in findings if (f.get("root_cause") or {}).get("variable") == "memory_format"]
+    assert mf, [(f.get("divergence"), f.get("root_cause")) for f in findings]
+    f = mf[0]
+    div, rc = f["divergence"], f["root_cause"]
+    assert div["kind"] == "args" and div["property"]["name"] == "strides"
+    assert div["property"]["set_by"]["b"]["kind"] == "param"
+    assert f["wasteful"] == "a" and rc["kind"] == "api-argument"
+    assert rc["values"] == {"a": "torch.contiguous_format", "b": "torch.channels_last"}
+    assert (
+        rc["origins"]["b"]["code"].strip() == "model = model.to(memory_format=torch.channels_last)"
+    )
+    assert (os.path.basename(rc["file"]), rc["code"].strip()) == (
+        "a.py",
+        "model = make_model().eval()",
+    )
+    patch = tmp_path / "fix.patch"
+    magneton("export-patch", "--db", db, "a", "b", "--finding", str(f["id"]), "-o", str(patch))
+    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+    subprocess.run(["git", "apply", str(patch)], cwd=work, check=True)
+    patched = (work / "a.py").read_text()
+    assert (
+        "    model = make_model().eval()\n    model = model.to(memory_format=torch.channels_last)\n"
+        in patched
+    )
