@@ -48,8 +48,19 @@ WORK_ONLY = {"addmm"}
 
 def record(script: Path, db: Path, run: str) -> None:
     extra = ["--power", "model:work-only"] if script.parent.name in WORK_ONLY else []
+    expect = tomllib.loads((script.parent / "expect.toml").read_text())
+    repeat = str(max(3, int(expect.get("min_repeat", 0))))  # as `magneton eval` does
     magneton(
-        "record", str(script), "--db", str(db), "--run", run, "--replace", "--repeat", "3", *extra
+        "record",
+        str(script),
+        "--db",
+        str(db),
+        "--run",
+        run,
+        "--replace",
+        "--repeat",
+        repeat,
+        *extra,
     )
 
 

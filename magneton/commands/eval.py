@@ -12,7 +12,8 @@ expect.toml keys: `finding` (bool: must a finding cover `region_ops`?), `region_
 (operator names or APIs; the relevant finding's regions contain one of them),
 `wasteful` ("a", "b" or "either"), `category`, `kind` (root-cause kind), `variable`,
 `file` (basename of the origin), `line_contains` (text of the origin line), `rule`,
-`divergence_level`, `patch` (bool: a patch is expected).
+`divergence_level`, `patch` (bool: a patch is expected), `min_repeat` (timed calls to
+record at least: for a case whose difference is a small share of the run on a CPU).
 """
 
 from __future__ import annotations
@@ -208,6 +209,8 @@ def eval_case(case: Path, db_dir: str, repeat: int, rerun: bool) -> CaseResult:
     res = CaseResult(case=case.name, diagnosed=False, expect=expect)
     db_path = os.path.join(db_dir, case.name)
     t0 = time.perf_counter()
+    # a case whose difference is small on a CPU asks for more timed calls (`min_repeat`)
+    repeat = max(repeat, int(expect.get("min_repeat", 0)))
     for side in ("a", "b"):
         record(case / f"{side}.py", db_path, side, repeat)
     t1 = time.perf_counter()
