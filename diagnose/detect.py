@@ -55,7 +55,7 @@ from collections import defaultdict
 import numpy as np
 from scipy import stats
 
-from magneton.graphdb.model import Finding, MagnetonError, Profile, Region, SavingInterval
+from magneton.graphdb.model import Finding, MagnetonError, OpRecord, Profile, Region, SavingInterval
 
 from .equivalence import Signature, signature
 from .match import MatchResult, RegionPair
@@ -159,27 +159,43 @@ def saving_interval(
 
 def same_work(pa: Profile, pb: Profile, rp: RegionPair) -> bool:
     """Whether both sides of a matched pair did the same work the same way: operators,
-    input shapes and dtypes, and (where recorded) kernels, in order."""
+    input shapes, dtypes, contiguity and scalar arguments, and (where recorded) dispatch
+    chains and kernels, in order. On a CPU no kernels are recorded: without the dispatch
+    chains a convolution reaching `mkldnn_convolution` on one side and `slow_conv2d` on
+    the other counted as "identical work", and its real 1.5x difference was taken for
+    drift between the recordings, hiding the finding it is."""
     if len(rp.a.ops) != len(rp.b.ops) or not rp.a.ops:
         return False
-    for i, j in zip(rp.a.ops, rp.b.ops, strict=True):
-        oa, ob = pa.ops[i], pb.ops[j]
-        if (oa.name, oa.input_shapes, oa.input_dtypes) != (
-            ob.name,
-            ob.input_shapes,
-            ob.input_dtypes,
-        ):
-            return False
-        ka = [pa.kernels[k].name for k in oa.kernels if 0 <= k < len(pa.kernels)]
-        kb = [pb.kernels[k].name for k in ob.kernels if 0 <= k < len(pb.kernels)]
-        if ka and kb and ka != kb:
-            return False
-    return True
+    return all(
+        _same_op(pa, pb, pa.ops[i], pb.ops[j]) for i, j in zip(rp.a.ops, rp.b.ops, strict=True)
+    )
+
+
+def _same_op(pa: Profile, pb: Profile, oa: OpRecord, ob: OpRecord) -> bool:
+    def key(o: OpRecord) -> tuple:
+        return (o.name, o.input_shapes, o.input_dtypes, o.input_contiguous, o.scalar_args)
+
+    if key(oa) != key(ob):
+        return False
+    if oa.call_paths and ob.call_paths and oa.call_paths != ob.call_paths:
+        return False
+    ka = [pa.kernels[k].name for k in oa.kernels if 0 <= k < len(pa.kernels)]
+    kb = [pb.kernels[k].name for k in ob.kernels if 0 <= k < len(pb.kernels)]
+    return not (ka and kb and ka != kb)
+
+
+# Prior for the between-runs noise and how much identical work (as a share of the runs'
+# energy) weighs as much as the prior. A few tiny identical regions are weak evidence: one
+# relu after a slow convolution measured 1.7x its counterpart after a fast one (cache
+# state), and taken alone as "the drift" it hid the convolution's real 1.5x.
+PRIOR_BETWEEN_LOG_SD = 0.05
+PRIOR_WEIGHT = 0.25
 
 
 def between_runs_log_sd(pa: Profile, pb: Profile, pairs: list[RegionPair]) -> float:
-    """Energy-weighted RMS of ln(E_a / E_b) over the pairs that did the same work: how much
-    identical work differed between these two recordings (0 with no such pair)."""
+    """How much identical work differed between these two recordings, in log units: the
+    energy-weighted mean square of ln(E_a / E_b) over the pairs that did the same work,
+    shrunk towards `PRIOR_BETWEEN_LOG_SD` in proportion to the energy share it rests on."""
     num = den = 0.0
     for rp in pairs:
         if not same_work(pa, pb, rp):
@@ -191,7 +207,8 @@ def between_runs_log_sd(pa: Profile, pb: Profile, pairs: list[RegionPair]) -> fl
         w = 0.5 * (ea / max(run_energy_j(pa), 1e-300) + eb / max(run_energy_j(pb), 1e-300))
         num += w * np.log(ea / eb) ** 2
         den += w
-    return float(np.sqrt(num / den)) if den > 0 else 0.0
+    num += PRIOR_WEIGHT * PRIOR_BETWEEN_LOG_SD**2
+    return float(np.sqrt(num / (den + PRIOR_WEIGHT)))
 
 
 def confident(ratio_low: float, threshold: float) -> bool:
