@@ -83,11 +83,21 @@ def test_identical_work_measures_the_noise_between_recordings():
     pb = prof([1.1, 1.1, 1.0], [f32, f32, ["torch.float64"]])  # op 2 is other work
     pairs = [RegionPair(a=Region(ops=[i]), b=Region(ops=[i])) for i in range(3)]
     sd = between_runs_log_sd(pa, pb, pairs)
-    assert sd == pytest.approx(np.log(1.1), rel=1e-9)  # op 2's 5x is not noise
+    # op 2's 5x is not noise; the identical pairs' 10% is shrunk towards the prior by the
+    # energy share they rest on
+    from magneton.diagnose.detect import PRIOR_BETWEEN_LOG_SD, PRIOR_WEIGHT
+
+    share = 0.5 * (2.0 / 7.0 + 2.2 / 3.2)
+    expect = (share * np.log(1.1) ** 2 + PRIOR_WEIGHT * PRIOR_BETWEEN_LOG_SD**2) / (
+        share + PRIOR_WEIGHT
+    )
+    assert sd == pytest.approx(np.sqrt(expect), rel=1e-9)
+    assert PRIOR_BETWEEN_LOG_SD < sd < np.log(1.1)
     # a 15% difference in a region is within a 10% drift between recordings
     rng = np.random.default_rng(0)
     w, e = samples(rng, 1.15, 0.02, 12), samples(rng, 1.0, 0.02, 12)
     assert confident(saving_interval(w, e)[1], 0.10)
+    assert not confident(saving_interval(w, e, between_runs_log_sd=np.log(1.1))[1], 0.10)
     assert not confident(saving_interval(w, e, between_runs_log_sd=sd)[1], 0.10)
     # a 3x difference stays a finding
     assert confident(saving_interval(3 * w, e, between_runs_log_sd=sd)[1], 0.10)
