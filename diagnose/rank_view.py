@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rich.markup import escape
+
 from magneton.graphdb.wording import energy_wording
 
 if TYPE_CHECKING:
@@ -38,7 +40,7 @@ def print_rank_report(rep: RankReport, console: Any = None) -> None:
         return "" if x is None else f"{x * 1e3:.1f}"
 
     # two narrow tables rather than one of 14 columns: both fit an 80-column terminal
-    t = Table(title=f"ranks of '{rep.name}': time and energy per entry call")
+    t = Table(title=f"ranks of '{escape(rep.name)}': time and energy per entry call")
     for col in ("rank", "status", "ms", "J", "busy ms", "blocked ms", "tail ms", "tail J"):
         t.add_column(col, justify="left" if col == "status" else "right")
     c = Table(title="collectives per entry call")
@@ -80,4 +82,4 @@ def print_rank_report(rep: RankReport, console: Any = None) -> None:
         "rest blocked; peer wait = part of it until the last peer arrived (estimated)"
     )
     for n in rep.notes:
-        console.print(f"note: {n}")
+        console.print(f"note: {escape(n)}")

@@ -14,6 +14,8 @@ import csv
 import json
 import sys
 
+from rich.markup import escape
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -171,14 +173,17 @@ def _print(profile, rows, tree, args) -> None:
     if not console.is_terminal:
         console = Console(width=max(console.width, 120))  # a pipe: no wrapping of names
     title = {"op": "operator", "module": "module", "kernel": "kernel"}[args.by]
-    table = Table(title=f"run '{r.name}': energy by {title} (per entry call)", box=box.SIMPLE_HEAD)
+    # run and operator names are user text: `bert[fp64]` must not be read as markup
+    table = Table(
+        title=f"run '{escape(r.name)}': energy by {title} (per entry call)", box=box.SIMPLE_HEAD
+    )
     table.add_column(title, overflow="fold", min_width=12)
     for col in ("calls", "time (s)", "energy (J)", "J/call", "avg W", "share"):
         table.add_column(col, justify="right")
     table.add_column("method")
     for row in rows:
         table.add_row(
-            row.name,
+            escape(row.name),
             str(row.calls),
             _fmt(row.time_s),
             _fmt(row.energy_j),
@@ -241,8 +246,9 @@ def _print(profile, rows, tree, args) -> None:
             if n.children and n.self_energy_j > 0.005 * n.energy_j
             else ""
         )
-        return f"[bold]{name}[/]{times} {_fmt(n.energy_j)} J ({100 * n.share:.1f}%{own})" + (
-            f" [dim]{n.type}[/]" if n.type and n.path else ""
+        return (
+            f"[bold]{escape(name)}[/]{times} {_fmt(n.energy_j)} J ({100 * n.share:.1f}%{own})"
+            + (f" [dim]{escape(n.type)}[/]" if n.type and n.path else "")
         )
 
     root = Tree(label(tree))
