@@ -185,21 +185,46 @@ def _same_op(pa: Profile, pb: Profile, oa: OpRecord, ob: OpRecord) -> bool:
 
 
 # Prior for the between-runs noise and how much identical work (as a share of the runs'
-# energy) weighs as much as the prior. A few tiny identical regions are weak evidence: one
-# relu after a slow convolution measured 1.7x its counterpart after a fast one (cache
-# state), and taken alone as "the drift" it hid the convolution's real 1.5x.
+# energy) weighs as much as the prior. A few tiny identical regions are weak evidence.
 PRIOR_BETWEEN_LOG_SD = 0.05
 PRIOR_WEIGHT = 0.25
 
 
+def witnesses(pa: Profile, pb: Profile, pairs: list[RegionPair]) -> list[RegionPair]:
+    """The pairs that are an A/A experiment: same work the same way (`same_work`), on
+    inputs that came from sources or from other such pairs on both sides. A region fed by
+    work that differed is not one: a relu after a slow convolution measured 1.7-2x its
+    counterpart after mkldnn's in every recording (the input's cache and allocation
+    state), and taken as "the drift between the recordings" it hid the convolution's
+    real 1.45x."""
+    same = [same_work(pa, pb, rp) for rp in pairs]
+    owner_a = {o: k for k, rp in enumerate(pairs) for o in rp.a.ops}
+    owner_b = {o: k for k, rp in enumerate(pairs) for o in rp.b.ops}
+
+    def clean_inputs(p: Profile, ops: list[int], owner: dict[int, int], k: int) -> bool:
+        for o in ops:
+            for t in p.ops[o].inputs:
+                src = p.tensors[t].producer if 0 <= t < len(p.tensors) else -1
+                j = owner.get(src)
+                if src >= 0 and j != k and (j is None or not same[j]):
+                    return False
+        return True
+
+    return [
+        rp
+        for k, rp in enumerate(pairs)
+        if same[k]
+        and clean_inputs(pa, rp.a.ops, owner_a, k)
+        and clean_inputs(pb, rp.b.ops, owner_b, k)
+    ]
+
+
 def between_runs_log_sd(pa: Profile, pb: Profile, pairs: list[RegionPair]) -> float:
     """How much identical work differed between these two recordings, in log units: the
-    energy-weighted mean square of ln(E_a / E_b) over the pairs that did the same work,
-    shrunk towards `PRIOR_BETWEEN_LOG_SD` in proportion to the energy share it rests on."""
+    energy-weighted mean square of ln(E_a / E_b) over the `witnesses`, shrunk towards
+    `PRIOR_BETWEEN_LOG_SD` in proportion to the energy share it rests on."""
     num = den = 0.0
-    for rp in pairs:
-        if not same_work(pa, pb, rp):
-            continue
+    for rp in witnesses(pa, pb, pairs):
         ea = sum(pa.ops[o].energy_j for o in rp.a.ops)
         eb = sum(pb.ops[o].energy_j for o in rp.b.ops)
         if ea <= 0 or eb <= 0:
