@@ -64,9 +64,15 @@ def record(script: Path, db: Path, run: str) -> None:
     )
 
 
-@pytest.fixture(
-    scope="module", params=sorted(p.name for p in CASES.iterdir() if (p / "a.py").is_file())
-)
+def _in_suite(case: Path) -> bool:
+    """Cases run here unless their expect.toml says `ci = false` (and why): a case whose
+    faster side flips between recordings on a 2-core VM is covered by its own test."""
+    return (case / "a.py").is_file() and tomllib.loads((case / "expect.toml").read_text()).get(
+        "ci", True
+    )
+
+
+@pytest.fixture(scope="module", params=sorted(p.name for p in CASES.iterdir() if _in_suite(p)))
 def case(request, tmp_path_factory):
     name = request.param
     work = tmp_path_factory.mktemp(name)
