@@ -48,7 +48,19 @@ def db(tmp_path_factory):
     script = d / "mlp.py"
     script.write_text(SCRIPT)
     for name in ("a1", "a2"):
-        run("record", str(script), "--db", str(d / "db"), "--run", name, "--power", "model")
+        # --repeat 10: the per-op price is each op's cheapest iteration, steadier over more
+        run(
+            "record",
+            str(script),
+            "--db",
+            str(d / "db"),
+            "--run",
+            name,
+            "--power",
+            "model",
+            "--repeat",
+            "10",
+        )
     return d / "db"
 
 
