@@ -32,6 +32,7 @@ from magneton.diagnose.source import (  # noqa: F401  (re-exported)
     source_index,
     user_files,
 )
+from magneton.graphdb.model import OriginInfo
 from magneton.knowledge.base import Knob
 
 # --------------------------------------------------------------------------------------
@@ -84,25 +85,21 @@ class Origin:
     option_default: dict | None = None
     note: str = ""
 
-    def to_json(self) -> dict:
-        d = {
-            "kind": self.kind,
-            "variable": self.variable,
-            "file": self.file,
-            "line": self.line,
-            "code": self.code,
-            "value": self.value,
-            "library_default": self.library_default,
-        }
-        if self.env_var:
-            d["env_var"] = self.env_var
-        if self.assigned_to:
-            d["assigned_to"] = self.assigned_to
-        if self.option:
-            d["option"] = self.option
-        if self.note:
-            d["note"] = self.note
-        return d
+    def info(self) -> OriginInfo:
+        """The part a finding's root cause carries (no spans, no patch anchors)."""
+        return OriginInfo(
+            kind=self.kind,
+            variable=self.variable,
+            file=self.file,
+            line=self.line,
+            code=self.code,
+            value=self.value,
+            library_default=self.library_default,
+            env_var=self.env_var,
+            assigned_to=self.assigned_to,
+            option=self.option,
+            note=self.note,
+        )
 
 
 @dataclass

@@ -61,7 +61,6 @@ from magneton.graphdb.model import (
     Finding,
     Fix,
     FlowHop,
-    OriginInfo,
     PathElement,
     Profile,
     RootCause,
@@ -248,23 +247,6 @@ def _explaining_rules(
     return keep
 
 
-def origin_info(o: Origin) -> OriginInfo:
-    """The part of an origin a finding's root cause carries (no spans)."""
-    return OriginInfo(
-        kind=o.kind,
-        variable=o.variable,
-        file=o.file,
-        line=o.line,
-        code=o.code,
-        value=o.value,
-        library_default=o.library_default,
-        env_var=o.env_var,
-        assigned_to=o.assigned_to,
-        option=o.option,
-        note=o.note,
-    )
-
-
 def _root_cause(
     kind: str,
     kv: KeyVariable | None,
@@ -283,7 +265,7 @@ def _root_cause(
         line=ow.line if ow else None,
         code=ow.code if ow else None,
         library_default=bool(ow.library_default) if ow else False,
-        origins={s: (origin_info(o) if o else None) for s, o in origins.items()},
+        origins={s: (o.info() if o else None) for s, o in origins.items()},
         key_variable=kv.info() if kv else None,
         data_flow=[FlowHop(**h.to_json()) for h in flow.hops] if flow else [],
         rule=best.ref() if best else None,
