@@ -45,7 +45,6 @@ import runpy
 import socket
 import sys
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -551,7 +550,7 @@ def record_program(spec: ProgramSpec, *, db: Any, run: str, options: Any = None)
         RecordOptions,
         _opened,
         _record_failure,
-        _user_location,
+        _workload_raised,
         check_run_name,
         save,
     )
@@ -603,15 +602,7 @@ def record_program(spec: ProgramSpec, *, db: Any, run: str, options: Any = None)
         ) from None
     except Exception as e:
         rec.abort()
-        if os.environ.get("MAGNETON_DEBUG"):
-            traceback.print_exc()
-        msg = " ".join(str(e).split()) or "(no message)"
-        info.error = f"{type(e).__name__}{_user_location(e, spec.script)}: {msg}"
-        raise MagnetonError(
-            f"{os.path.basename(spec.script)} raised {info.error}; "
-            f"{_record_failure(info, db, opts.replace)} (MAGNETON_DEBUG=1 shows the traceback)",
-            exit_code=1,
-        ) from None
+        raise _workload_raised(e, spec.script, info, db, opts.replace) from None
     finally:
         rec.uninstall()
     save(rec.profile, db, replace=opts.replace)

@@ -642,18 +642,24 @@ def record_script(
             f"{info.error}; {_record_failure(info, db, opts.replace)}", exit_code=1
         ) from None
     except Exception as e:
-        if os.environ.get("MAGNETON_DEBUG"):
-            traceback.print_exc()
-        where = _user_location(e, script)
-        msg = " ".join(str(e).split()) or "(no message)"
-        info.error = f"{type(e).__name__}{where}: {msg}"
-        raise MagnetonError(
-            f"{os.path.basename(script)} raised {info.error}; "
-            f"{_record_failure(info, db, opts.replace)} (MAGNETON_DEBUG=1 shows the traceback)",
-            exit_code=1,
-        ) from None
+        raise _workload_raised(e, script, info, db, opts.replace) from None
     finally:
         sys.argv = old_argv
+
+
+def _workload_raised(
+    e: Exception, script: str, info: RunInfo, db: Any, replace: bool
+) -> MagnetonError:
+    """The one-line error for a workload that raised, after marking its run failed."""
+    if os.environ.get("MAGNETON_DEBUG"):
+        traceback.print_exc()
+    msg = " ".join(str(e).split()) or "(no message)"
+    info.error = f"{type(e).__name__}{_user_location(e, script)}: {msg}"
+    return MagnetonError(
+        f"{os.path.basename(script)} raised {info.error}; "
+        f"{_record_failure(info, db, replace)} (MAGNETON_DEBUG=1 shows the traceback)",
+        exit_code=1,
+    )
 
 
 def _record_failure(info: RunInfo, db: Any, replace: bool) -> str:
