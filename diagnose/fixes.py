@@ -16,14 +16,17 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from magneton.diagnose.argport import argument_port, node_code, port_arguments
 from magneton.diagnose.dataflow import Origin, Span, is_user_file
 from magneton.diagnose.fix import (
+    Block,
     add_keyword,
     extend_to_end,
     make_patch,
     port_statements,
     replace_value,
     statement_block,
+    unportable,
 )
 from magneton.diagnose.keyvar import KeyVariable
 from magneton.graphdb.model import Finding, Fix, Profile
@@ -333,6 +336,8 @@ def _code_fix(x: _FixInput, fix: Fix) -> None:
     if bw is None or be is None:
         fix.summary = "Use the efficient side's implementation of this region."
         return
+    if _argument_fix(x, fix, bw, be):
+        return
     port = port_statements(bw, be)
     if port.text is None:
         # the matcher may cut one computation into several findings, so the region's
@@ -371,6 +376,42 @@ def _code_fix(x: _FixInput, fix: Fix) -> None:
         + (f"; {port.reason}" if port.reason else "")
         + "."
     )
+
+
+def _argument_fix(x: _FixInput, fix: Fix, bw: Block, be: Block) -> bool:
+    """The two sides make the same call and differ only in its arguments: patch the
+    wasteful call with the efficient side's arguments (argport.py), keeping the rest of
+    the wasteful statement as written. Tried on the region's statements, then on them
+    extended to the end of their block (as the statement port is); False when no single
+    call's arguments are the whole difference, or the efficient arguments read a name
+    the wasteful side lacks or defines differently."""
+    pw, pe, base = x.pw, x.pe, x.base
+    for w, e in (
+        (bw, be),
+        (extend_to_end(bw), extend_to_end(be)),
+        (extend_to_end(bw, whole=True), extend_to_end(be, whole=True)),
+    ):
+        diff = argument_port(w.statements, e.statements)
+        if diff is None or unportable(w, e):
+            continue
+        span = w.idx.span(diff.wasteful)
+        patched = port_arguments(w.idx.text, span, diff.efficient)
+        p = make_patch(pw.run.script, base, patched)
+        if p is None:
+            continue
+        fix.patch = p.diff()
+        fix.file = _rel(pw.run.script, base)
+        fix.old_text = node_code(diff.wasteful)
+        fix.new_text = node_code(diff.efficient)
+        fix.snippet = node_code(diff.efficient).strip()
+        eline = e.idx.span(diff.efficient).line
+        fix.summary = (
+            f"In {_rel(pw.run.script, base)}:{span.line} call {diff.callee} with the "
+            f"efficient side's arguments ({os.path.basename(pe.run.script)}:{eline}): "
+            f"{diff.summary()}."
+        )
+        return True
+    return False
 
 
 def insert_statement(file: str, after_line: int, statement: str) -> str:
