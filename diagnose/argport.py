@@ -21,13 +21,15 @@ caller falls back to porting the efficient side's statements.
 from __future__ import annotations
 
 import ast
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from magneton.diagnose.source import Span
+from magneton.diagnose.fix import Block
+from magneton.diagnose.source import Span, source_index
 
 _EMPTY = cst.Module(body=[])
 
@@ -243,3 +245,32 @@ def port_arguments(text: str, call_span: Span, efficient: cst.Call) -> str | Non
     t = _PortAt(call_span, efficient)
     new = MetadataWrapper(cst.parse_module(text)).visit(t)
     return new.code if t.done else None
+
+
+def counterpart_block(wasteful: Block, file: str) -> Block | None:
+    """The statements of the efficient script `file` that stand where the wasteful block
+    stands: in the function of the same name, the statements the two function bodies'
+    alignment (difflib over the statements' `ast` dumps) pairs with the block one for
+    one. This is the efficient side's code when it recorded nothing there: a call that
+    did no work (`x.to(torch.float32)` on a float32 tensor returns it as it is) issues
+    no operator, so no frame points at it. None for a block nested in a compound
+    statement or a function name the file does not define exactly once."""
+    idx = source_index(file)
+    if idx is None or wasteful.body is not wasteful.fn.body:
+        return None
+    name = wasteful.fn.name.value
+    fns = [f for f in idx.nodes_of(cst.FunctionDef) if f.name.value == name]
+    if len(fns) != 1 or not isinstance(fns[0].body, cst.IndentedBlock):
+        return None
+    fn = fns[0]
+    sw = [_shape(st) for st in wasteful.body.body]
+    se = [_shape(st) for st in fn.body.body]
+    ops = difflib.SequenceMatcher(a=sw, b=se, autojunk=False).get_opcodes()
+    for tag, i1, i2, j1, j2 in ops:
+        if not (i1 <= wasteful.start and wasteful.end <= i2):
+            continue
+        if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
+            start = j1 + wasteful.start - i1
+            return Block(idx, fn, fn.body, start, start + wasteful.end - wasteful.start)
+        return None
+    return None

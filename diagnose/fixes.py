@@ -16,7 +16,12 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from magneton.diagnose.argport import argument_port, node_code, port_arguments
+from magneton.diagnose.argport import (
+    argument_port,
+    counterpart_block,
+    node_code,
+    port_arguments,
+)
 from magneton.diagnose.dataflow import Origin, Span, is_user_file
 from magneton.diagnose.fix import (
     Block,
@@ -333,6 +338,10 @@ def _code_fix(x: _FixInput, fix: Fix) -> None:
     lines_e = user_lines(pe, f.region_b.ops if x.w == "a" else f.region_a.ops)
     bw = statement_block(pw.run.script, lines_w) if lines_w else None
     be = statement_block(pe.run.script, lines_e) if lines_e else None
+    if bw is not None and be is None:
+        # the efficient side recorded nothing here (the wasteful side's extra work has
+        # no counterpart): its statements are the ones standing in the same place
+        be = counterpart_block(bw, pe.run.script)
     if bw is None or be is None:
         fix.summary = "Use the efficient side's implementation of this region."
         return
@@ -381,16 +390,24 @@ def _code_fix(x: _FixInput, fix: Fix) -> None:
 def _argument_fix(x: _FixInput, fix: Fix, bw: Block, be: Block) -> bool:
     """The two sides make the same call and differ only in its arguments: patch the
     wasteful call with the efficient side's arguments (argport.py), keeping the rest of
-    the wasteful statement as written. Tried on the region's statements, then on them
+    the wasteful statement as written. Tried on the region's statements, the efficient
+    statements standing in the wasteful ones' place, then the region's statements
     extended to the end of their block (as the statement port is); False when no single
     call's arguments are the whole difference, or the efficient arguments read a name
     the wasteful side lacks or defines differently."""
     pw, pe, base = x.pw, x.pe, x.base
-    for w, e in (
+    pairs = [
         (bw, be),
         (extend_to_end(bw), extend_to_end(be)),
         (extend_to_end(bw, whole=True), extend_to_end(be, whole=True)),
-    ):
+    ]
+    # the region's statements on the efficient side can be other ones than the wasteful
+    # side's (its twin operator sits on a later line when the call there did no work):
+    # also try the statements standing in the wasteful block's place
+    there = counterpart_block(bw, pe.run.script)
+    if there is not None:
+        pairs.insert(1, (bw, there))
+    for w, e in pairs:
         diff = argument_port(w.statements, e.statements)
         if diff is None or unportable(w, e):
             continue
