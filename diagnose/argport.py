@@ -196,6 +196,7 @@ def merge_args(w: cst.Call, e: cst.Call) -> list[cst.Arg]:
     trailing comma stays if the wasteful call had one."""
     pw, kw = _positional(w.args), _keywords(w.args)
     out: list[cst.Arg] = []
+    ours: list[bool] = []  # the node is the wasteful side's (keeps its own separator)
     pos = 0
     for b in e.args:
         if b.keyword is None:
@@ -209,19 +210,28 @@ def merge_args(w: cst.Call, e: cst.Call) -> list[cst.Arg]:
             out.append(a)
         else:
             out.append(a.with_changes(value=b.value, star=b.star))
-    sep = next(
-        (a.comma for a in w.args if isinstance(a.comma, cst.Comma)),
-        cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
-    )
+        ours.append(a is not None)
+    sep = _separator(w)
     # a trailing comma (a call written one argument per line) stays
     last = w.args[-1].comma if w.args else cst.MaybeSentinel.DEFAULT
     for i, a in enumerate(out):
-        if i < len(out) - 1:
-            if not isinstance(a.comma, cst.Comma):
-                out[i] = a.with_changes(comma=sep)
-        else:
+        if i == len(out) - 1:
             out[i] = a.with_changes(comma=last)
+        elif not (ours[i] and isinstance(a.comma, cst.Comma)):
+            out[i] = a.with_changes(comma=sep)
     return out
+
+
+def _separator(w: cst.Call) -> cst.Comma:
+    """The wasteful call's argument separator, without the comment it may carry (a new
+    argument must not inherit `# zero border` from the argument it follows)."""
+    comma = next((a.comma for a in w.args[:-1] if isinstance(a.comma, cst.Comma)), None)
+    if comma is None:
+        return cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    ws = comma.whitespace_after
+    if isinstance(ws, cst.ParenthesizedWhitespace):
+        ws = ws.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[])
+    return comma.with_changes(whitespace_after=ws)
 
 
 class _PortAt(cst.CSTTransformer):
