@@ -254,6 +254,8 @@ def _setting_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
             f"In {where} change {name} from {ow.value} to {new_code} "
             f"(the value the efficient run used)."
         )
+    elif ow.library_default and _origin_argument_fix(x, fix):
+        pass  # the wasteful statement makes the efficient side's call without the keyword
     elif ow.library_default and ow.insert and "statement" in ow.insert:
         # never set on this side: add the efficient side's setting statement
         ins = ow.insert
@@ -387,7 +389,24 @@ def _code_fix(x: _FixInput, fix: Fix) -> None:
     )
 
 
-def _argument_fix(x: _FixInput, fix: Fix, bw: Block, be: Block) -> bool:
+def _origin_argument_fix(x: _FixInput, fix: Fix) -> bool:
+    """A setting the wasteful side leaves at its default, where the two origins'
+    statements are the same call but for its arguments (`images.contiguous()` vs
+    `images.contiguous(memory_format=torch.channels_last)`): give the wasteful call the
+    efficient arguments. Adding the efficient statement after the wasteful one instead
+    would keep the default's work and undo it on the next line (a copy to NCHW, then
+    one back to channels-last)."""
+    ow, oe, script = x.origins.get(x.w), x.origins.get(x.e), x.pw.run.script
+    if ow is None or oe is None or not (ow.file and ow.line and oe.file and oe.line):
+        return False
+    if not script or os.path.realpath(ow.file) != os.path.realpath(script):
+        return False  # only the recorded script is known unchanged since recording
+    bw = statement_block(ow.file, [ow.line])
+    be = statement_block(oe.file, [oe.line])
+    return bw is not None and be is not None and _argument_fix(x, fix, bw, be, snippet=False)
+
+
+def _argument_fix(x: _FixInput, fix: Fix, bw: Block, be: Block, snippet: bool = True) -> bool:
     """The two sides make the same call and differ only in its arguments: patch the
     wasteful call with the efficient side's arguments (argport.py), keeping the rest of
     the wasteful statement as written. Tried on the region's statements, the efficient
@@ -420,7 +439,8 @@ def _argument_fix(x: _FixInput, fix: Fix, bw: Block, be: Block) -> bool:
         fix.file = _rel(pw.run.script, base)
         fix.old_text = node_code(diff.wasteful)
         fix.new_text = node_code(diff.efficient)
-        fix.snippet = node_code(diff.efficient).strip()
+        if snippet:
+            fix.snippet = node_code(diff.efficient).strip()
         eline = e.idx.span(diff.efficient).line
         fix.summary = (
             f"In {_rel(pw.run.script, base)}:{span.line} call {diff.callee} with the "

@@ -73,10 +73,16 @@ def test_redundant_copy_gets_an_argument_port_that_applies(tmp_path, case, old_c
         and (f.get("fix") or {}).get("patch")
     ]
     assert mine, [(f.get("root_cause"), f.get("fix")) for f in findings]
-    f = mine[0]
-    assert f["wasteful"] == "a" and f["category"] == "redundant"
+    # every finding rooted at the copy's line (contiguous_copy has a second one: the
+    # scaling reads the other layout, followed back to the same call's memory_format)
+    # ports the argument rather than adding a statement that would copy back
+    for g in mine:
+        assert f"+    {new_call}\n" in g["fix"]["patch"], g["fix"]
+        assert "with the efficient side's arguments" in g["fix"]["summary"]
+        assert g["root_cause"]["origins"]["b"]["code"] == new_call  # b's own statement
+    f = next(g for g in mine if g["category"] == "redundant")
+    assert f["wasteful"] == "a" and f["root_cause"]["kind"] == "code"
     assert os.path.basename(f["root_cause"]["file"]) == "a.py"
-    assert "with the efficient side's arguments" in f["fix"]["summary"]
     patch = tmp_path / "fix.patch"
     magneton("export-patch", "--db", db, "a", "b", "--finding", str(f["id"]), "-o", str(patch))
     before = run_script(work / "a.py")
