@@ -176,10 +176,12 @@ def argument_port(
     want = [_shape(s) for s in efficient]
     if [_shape(s) for s in wasteful] == want:
         return None  # nothing differs: no port (and never a no-op one)
-    e_calls = _calls(efficient)
+    # callees parsed once: a whole function body holds many calls on each side
+    e_calls = [(c, _shape(c.func)) for c in _calls(efficient)]
     for cw in _calls(wasteful):
-        for ce in e_calls:
-            diff = compare_calls(cw, ce)
+        callee = _shape(cw.func)
+        for ce, e_callee in e_calls:
+            diff = compare_calls(cw, ce) if e_callee == callee else None
             if diff is None:
                 continue
             swap = _SwapNode(cw, cw.with_changes(args=ce.args))

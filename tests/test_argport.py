@@ -184,3 +184,68 @@ def test_counterpart_block_is_the_statement_in_the_same_place(tmp_path):
     assert there is not None and there.code().strip() == "x = x.to(torch.float32)"
     d = argument_port(bw.statements, there.statements)
     assert d is not None and d.summary() == "drop `copy=True`"
+
+
+def _setting_fix_of(tmp_path, a: str, b: str, line_a: int, line_b: int, statement: str):
+    """fixes._setting_fix for a setting the wasteful side (a) leaves at its default."""
+    from types import SimpleNamespace
+
+    from magneton.diagnose.dataflow import Origin
+    from magneton.diagnose.fixes import RunPair, _FixInput, _setting_fix
+    from magneton.graphdb.model import Finding, Fix, Region
+
+    (tmp_path / "a.py").write_text(a)
+    (tmp_path / "b.py").write_text(b)
+    fa, fb = str(tmp_path / "a.py"), str(tmp_path / "b.py")
+    ow = Origin(
+        kind="api-argument",
+        variable="memory_format",
+        file=fa,
+        line=line_a,
+        value="torch.contiguous_format",
+        library_default=True,
+        insert={"file": fa, "line": line_a, "end_line": line_a, "statement": statement},
+    )
+    oe = Origin(
+        kind="api-argument",
+        variable="memory_format",
+        file=fb,
+        line=line_b,
+        value="torch.channels_last",
+    )
+    f = Finding(1, "a", "waste", Region(), Region(), 1.0, 0.1, 0.0)
+    sides = [SimpleNamespace(run=SimpleNamespace(script=s)) for s in (fa, fb)]
+    x = _FixInput(f, None, {"a": ow, "b": oe}, RunPair(*sides), None, "api-argument")  # type: ignore[arg-type]
+    fix = Fix(base_dir=str(tmp_path))
+    _setting_fix(x, fix, "")
+    return fix
+
+
+def test_default_left_at_the_same_call_gets_the_argument_not_a_second_statement(tmp_path):
+    a = "def main(images):\n    images = images.contiguous()\n    return images * 2.0\n"
+    b = (
+        "def main(images):\n    images = images.contiguous(memory_format=torch.channels_last)\n"
+        "    return images * 2.0\n"
+    )
+    stmt = "images = images.contiguous(memory_format=torch.channels_last)"
+    fix = _setting_fix_of(tmp_path, a, b, 2, 2, stmt)
+    assert "with the efficient side's arguments" in fix.summary and fix.patch
+    assert "-    images = images.contiguous()\n+    images = images.contiguous(memory_format" in (
+        fix.patch
+    )
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "fix.patch").write_text(fix.patch)
+    subprocess.run(["git", "apply", "fix.patch"], cwd=tmp_path, check=True)
+    assert (tmp_path / "a.py").read_text() == b
+
+
+def test_default_set_by_another_statement_is_still_inserted(tmp_path):
+    a = "def setup():\n    model = make_model()\n    return model\n"
+    b = (
+        "def setup():\n    model = make_model()\n"
+        "    model = model.to(memory_format=torch.channels_last)\n    return model\n"
+    )
+    stmt = "model = model.to(memory_format=torch.channels_last)"
+    fix = _setting_fix_of(tmp_path, a, b, 2, 3, stmt)
+    assert f"add `{stmt}` after line 2" in fix.summary
+    assert f"+    {stmt}\n" in fix.patch and "-    model = make_model()" not in fix.patch
