@@ -5,7 +5,11 @@ By root-cause kind: a config value, API argument or global flag gets its literal
 replaced by the efficient run's (or the keyword the library defaults added where the
 script builds the object); an environment variable the efficient run's value; different
 code the efficient side's statements ported to the wasteful call site (fix.py says when
-that is sound). Nothing is patched when the wasteful script changed since it was
+that is sound). When the two sides' code is the same call with other arguments — in the
+region's statements, or at the two origins of a setting the wasteful side left at its
+default — only those arguments are carried over (argport.py): the user's statement keeps
+its form, and a default is replaced where it is used instead of undone by one more
+statement after it. Nothing is patched when the wasteful script changed since it was
 recorded: a patch made against other text would not apply, or worse, apply wrongly.
 """
 

@@ -1,7 +1,8 @@
 """End to end through the CLI, per case of examples/cases: record both scripts, `magneton
 diff --json`, check the diagnosis against the case's expect.toml; for the three
-misconfiguration cases export the patch, apply it to a copy of a.py, re-record, and check
-that the energy gap the finding measured closes.
+misconfiguration cases and the two argument ports (pad_copy, contiguous_copy) export the
+patch, apply it to a copy of a.py, re-record, and check that the energy gap the finding
+measured closes.
 
 Each case is copied to a temp directory first, so patches never touch the repository.
 Energy here is *estimated* by the recorder's model backend (its figures move with
@@ -27,7 +28,7 @@ from magneton.commands.export_patch import find_finding
 from magneton.graphdb import open_db
 
 CASES = Path(__file__).resolve().parents[1] / "examples" / "cases"
-PATCHED_CASES = ("gelu_backend", "attn_impl", "mkldnn_conv")
+PATCHED_CASES = ("gelu_backend", "attn_impl", "mkldnn_conv", "pad_copy", "contiguous_copy")
 
 
 def magneton(*args: str, check_rc: bool = True) -> subprocess.CompletedProcess:
@@ -144,9 +145,14 @@ def test_patch_closes_the_gap(case):
     )
     patched = (d / "a.py").read_text()
     assert patched != original
-    # exactly one line changed: the origin line
+    # exactly one line changed: the origin line (for a code fix, the root line itself)
     changed = [ln for ln in patched.splitlines() if ln not in original.splitlines()]
-    assert len(changed) == 1 and f.root_cause.variable.split(".")[-1] in changed[0]
+    assert len(changed) == 1
+    if f.root_cause.kind == "code":
+        lines = patched.splitlines()
+        assert lines[f.root_cause.line - 1] == changed[0]
+    else:
+        assert f.root_cause.variable.split(".")[-1] in changed[0]
     record(d / "a.py", db, "patched")
     after = json.loads(magneton("diff", "--db", str(db), "patched", "b", "--json").stdout)
     with open_db(db) as handle:
