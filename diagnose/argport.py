@@ -43,7 +43,8 @@ def _shape(node: cst.CSTNode) -> str:
     code = node_code(node).strip()
     try:
         if isinstance(node, cst.BaseExpression):
-            return ast.dump(ast.parse(code, mode="eval"))
+            # in parentheses: an argument may span lines inside its call's parentheses
+            return ast.dump(ast.parse(f"({code}\n)", mode="eval"))
         return ast.dump(ast.parse(code))
     except SyntaxError:  # a fragment ast cannot read alone: compare its text
         return " ".join(code.split())

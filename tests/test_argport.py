@@ -249,3 +249,8 @@ def test_default_set_by_another_statement_is_still_inserted(tmp_path):
     fix = _setting_fix_of(tmp_path, a, b, 2, 3, stmt)
     assert f"add `{stmt}` after line 2" in fix.summary
     assert f"+    {stmt}\n" in fix.patch and "-    model = make_model()" not in fix.patch
+
+
+def test_an_argument_spanning_lines_compares_as_python():
+    d = compare_calls(call("f(a +\n  b, k=1)"), call("f(a + b, k=2)"))
+    assert d is not None and [c.name for c in d.changes] == ["k"]
