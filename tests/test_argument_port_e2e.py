@@ -45,8 +45,8 @@ def run_script(path: Path):
     [
         (
             "pad_copy",
-            "return F.conv2d(F.pad(x, (1, 1, 1, 1)), weight, groups=CHANNELS)",
-            "return F.conv2d(x, weight, padding=1, groups=CHANNELS)",
+            "return F.conv2d(F.pad(x, (1, 1, 1, 1)), weight, stride=2, groups=CHANNELS)",
+            "return F.conv2d(x, weight, stride=2, padding=1, groups=CHANNELS)",
         ),
         (
             "contiguous_copy",

@@ -1,6 +1,8 @@
-"""Depthwise 3x3 smoothing of a feature map (the spatial mixing step of a MobileNet-style
-block), with "same" padding written by hand: F.pad builds a zero-padded copy of the whole
-activation, then the convolution runs unpadded on the copy.
+"""Depthwise 3x3 downsampling of a feature map (the stride-2 spatial step of a
+MobileNet-style block), with the padding written by hand: F.pad builds a zero-padded
+copy of the whole activation, then the convolution runs unpadded on the copy. With
+stride 2 the convolution computes a quarter as many outputs as the copy writes
+elements, so the copy is a large share of the step's work.
 
 Pair: b.py makes the same F.conv2d call and passes `padding=1` instead, so the
 convolution pads inside its kernel and no padded copy is written. Same result, bit for
@@ -23,4 +25,4 @@ def setup():
 
 @torch.no_grad()
 def main(x, weight):
-    return F.conv2d(F.pad(x, (1, 1, 1, 1)), weight, groups=CHANNELS)
+    return F.conv2d(F.pad(x, (1, 1, 1, 1)), weight, stride=2, groups=CHANNELS)

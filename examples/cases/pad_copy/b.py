@@ -1,6 +1,6 @@
-"""Depthwise 3x3 smoothing of a feature map (the spatial mixing step of a MobileNet-style
-block): the convolution pads inside its kernel (`padding=1`), so no padded copy of the
-activation is written.
+"""Depthwise 3x3 downsampling of a feature map (the stride-2 spatial step of a
+MobileNet-style block): the convolution pads inside its kernel (`padding=1`), so no
+padded copy of the activation is written.
 
 Pair: a.py pads with F.pad first. See a.py for the expected diagnosis.
 """
@@ -20,4 +20,4 @@ def setup():
 
 @torch.no_grad()
 def main(x, weight):
-    return F.conv2d(x, weight, padding=1, groups=CHANNELS)
+    return F.conv2d(x, weight, stride=2, padding=1, groups=CHANNELS)
