@@ -13,6 +13,13 @@ one line, its softmax at another) and one edit fixes both. Without a traced orig
 key and such findings group only with those diverging at the same place and kind. Noise
 never groups with a real finding.
 
+Interpreter time (diagnose/interpreter.py) joins the region whose operators it led to:
+when most of the ops that the wasteful side's Python ran before are in one real region
+finding of the same wasteful side, the Python is part of that region's implementation
+(gelu_new's eight small ops each pay an interpreter round trip), and one change fixes
+both. The region finding leads its group, since it carries the diagnosis and the patch.
+Otherwise interpreter time is a cause of its own.
+
 `cause_key` is the one place that decides what "the same cause" means; `magneton diff`
 prints one row per group (its JSON lists the groups beside the per-region findings).
 """
@@ -72,16 +79,36 @@ class CauseGroup:
         }
 
 
+def _wasteful_ops(f: Finding) -> set[int]:
+    return set(f.region_a.ops if f.wasteful == "a" else f.region_b.ops)
+
+
+def region_of_interpreter(f: Finding, findings: list[Finding]) -> Finding | None:
+    """The real region finding whose operators most of interpreter finding `f`'s time
+    led to (on its wasteful side), or None."""
+    ops = _wasteful_ops(f)
+    best, shared = None, 0
+    for r in findings:
+        if r.kind == "interpreter" or r.verdict == "noise" or r.wasteful != f.wasteful:
+            continue
+        n = len(ops & _wasteful_ops(r))
+        if n > shared:
+            best, shared = r, n
+    return best if ops and 2 * shared >= len(ops) else None
+
+
 def group_by_cause(findings: list[Finding]) -> list[CauseGroup]:
     """Groups of findings with one cause, ranked by summed saving (largest first)."""
     groups: dict[tuple, CauseGroup] = {}
     for f in findings:
-        g = groups.setdefault(cause_key(f), CauseGroup())
+        owner = region_of_interpreter(f, findings) if f.kind == "interpreter" else None
+        g = groups.setdefault(cause_key(owner or f), CauseGroup())
         g.findings.append(f)
         g.saving_j += f.saving_j
         g.saving_share += f.saving_share
     for g in groups.values():
-        g.findings.sort(key=lambda f: (-f.saving_j, f.id))
+        # a region leads: it carries the diagnosis (interpreter time has none)
+        g.findings.sort(key=lambda f: (f.kind == "interpreter", -f.saving_j, f.id))
     # noise last whatever its size, as `diff` lists findings
     return sorted(
         groups.values(), key=lambda g: (g.lead.verdict == "noise", -g.saving_j, g.lead.id)
