@@ -37,10 +37,23 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from magneton.graphdb.model import Finding, Fix, OpRecord, Profile, Region, RootCause, RunEnergy
+from magneton.graphdb.model import (
+    Finding,
+    Fix,
+    OpRecord,
+    Profile,
+    Region,
+    RootCause,
+    RunEnergy,
+    SavingInterval,
+)
+
+if TYPE_CHECKING:
+    from .match import RegionPair
 
 SCRIPT_FILE = "<script>"  # the file key of a run's own script, whatever it is called
 ROOT_KEY = ("<entry>", "")  # a place no shared frame encloses
@@ -178,7 +191,9 @@ def places(p: Profile, other: Profile) -> dict[tuple[str, str], Place]:
     return out
 
 
-def interpreter_findings(pa: Profile, pb: Profile, pairs: list, threshold: float) -> list[Finding]:
+def interpreter_findings(
+    pa: Profile, pb: Profile, pairs: list[RegionPair], threshold: float
+) -> list[Finding]:
     """Findings for the places whose interpreter energy differs confidently (ids 0; the
     caller numbers them with the operator findings). `pairs`: the matched region pairs,
     whose identical work calibrates the noise between the two recordings."""
@@ -211,7 +226,19 @@ def interpreter_findings(pa: Profile, pb: Profile, pairs: list, threshold: float
     return out
 
 
-def _finding(pa: Profile, pb: Profile, a: Place, b: Place, wasteful: str, saving: float, interval):
+def _modules(p: Profile, ops: list[int]) -> list[str]:
+    return list(dict.fromkeys(p.ops[o].module for o in ops if p.ops[o].module))
+
+
+def _finding(
+    pa: Profile,
+    pb: Profile,
+    a: Place,
+    b: Place,
+    wasteful: str,
+    saving: float,
+    interval: SavingInterval | None,
+) -> Finding:
     from .detect import run_energy_j
 
     e_run_w = run_energy_j(pa if wasteful == "a" else pb)
@@ -235,8 +262,8 @@ def _finding(pa: Profile, pb: Profile, a: Place, b: Place, wasteful: str, saving
         output_rel_diff=0.0,
         ops_a=[pa.ops[o].name for o in sorted(a.ops)],
         ops_b=[pb.ops[o].name for o in sorted(b.ops)],
-        modules_a=list(dict.fromkeys(pa.ops[o].module for o in sorted(a.ops) if pa.ops[o].module)),
-        modules_b=list(dict.fromkeys(pb.ops[o].module for o in sorted(b.ops) if pb.ops[o].module)),
+        modules_a=_modules(pa, sorted(a.ops)),
+        modules_b=_modules(pb, sorted(b.ops)),
         interval=interval,
         kind="interpreter",
         frames_a=a.top_frames(),
