@@ -13,12 +13,13 @@ one line, its softmax at another) and one edit fixes both. Without a traced orig
 key and such findings group only with those diverging at the same place and kind. Noise
 never groups with a real finding.
 
-Interpreter time (diagnose/interpreter.py) joins the region whose operators it led to:
-when most of the ops that the wasteful side's Python ran before are in one real region
-finding of the same wasteful side, the Python is part of that region's implementation
-(gelu_new's eight small ops each pay an interpreter round trip), and one change fixes
-both. The region finding leads its group, since it carries the diagnosis and the patch.
-Otherwise interpreter time is a cause of its own.
+Interpreter time (diagnose/interpreter.py) joins a real region finding of the same
+wasteful side when its Python is part of that region's implementation: most of the ops
+it led to are in the region (gelu_new's eight small ops each pay an interpreter round
+trip), or it ran mostly in the function where the region's call path diverges (eager
+attention's Python in `eager_attention_forward`, which a changed `attn_implementation`
+replaces). One change fixes both. The region finding leads its group, since it carries
+the diagnosis and the patch. Otherwise interpreter time is a cause of its own.
 
 `cause_key` is the one place that decides what "the same cause" means; `magneton diff`
 prints one row per group (its JSON lists the groups beside the per-region findings).
@@ -26,6 +27,7 @@ prints one row per group (its JSON lists the groups beside the per-region findin
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from magneton.graphdb.model import Finding
@@ -83,18 +85,43 @@ def _wasteful_ops(f: Finding) -> set[int]:
     return set(f.region_a.ops if f.wasteful == "a" else f.region_b.ops)
 
 
+def _diverging_function(r: Finding) -> tuple[str, str] | None:
+    """(file basename, function) where a region's wasteful side leaves the other's path."""
+    div = r.divergence
+    el = None if div is None else (div.a if r.wasteful == "a" else div.b)
+    if el is None or el.kind != "frame" or not el.function:
+        return None
+    return (os.path.basename(el.file or ""), el.function)
+
+
+def _lead_function(f: Finding) -> tuple[str, str] | None:
+    """(file basename, function) of the frame that ran most of `f`'s wasteful Python."""
+    frames = f.frames_a if f.wasteful == "a" else f.frames_b
+    if not frames or " " not in frames[0]:
+        return None
+    where, function = frames[0].split(" ", 1)
+    return (where.rsplit(":", 1)[0], function)
+
+
 def region_of_interpreter(f: Finding, findings: list[Finding]) -> Finding | None:
-    """The real region finding whose operators most of interpreter finding `f`'s time
-    led to (on its wasteful side), or None."""
+    """The real region finding (same wasteful side) that interpreter finding `f`'s Python
+    belongs to: the one holding most of the ops it led to, else one whose call path
+    diverges in the function that ran most of it; None when neither."""
+    regions = [
+        r
+        for r in findings
+        if r.kind != "interpreter" and r.verdict != "noise" and r.wasteful == f.wasteful
+    ]
     ops = _wasteful_ops(f)
     best, shared = None, 0
-    for r in findings:
-        if r.kind == "interpreter" or r.verdict == "noise" or r.wasteful != f.wasteful:
-            continue
+    for r in regions:
         n = len(ops & _wasteful_ops(r))
         if n > shared:
             best, shared = r, n
-    return best if ops and 2 * shared >= len(ops) else None
+    if ops and 2 * shared >= len(ops):
+        return best
+    lead = _lead_function(f)
+    return next((r for r in regions if lead and _diverging_function(r) == lead), None)
 
 
 def group_by_cause(findings: list[Finding]) -> list[CauseGroup]:

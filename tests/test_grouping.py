@@ -101,3 +101,21 @@ def test_interpreter_time_never_joins_noise():
     python = interpreter_finding(1, 3.0, [10, 11])
     groups = group_by_cause([python, noise])
     assert [[f.id for f in g.findings] for g in groups] == [[1], [2]]
+
+
+def test_interpreter_time_joins_the_region_diverging_in_the_function_that_ran_it():
+    """Eager attention's Python runs in `eager_attention_forward` before ops that mostly
+    match unflagged regions; the attention finding's path diverges in that function."""
+    attn = finding(2, 1.0, ATTN, site=("/hf/modeling_gpt2.py", 40))
+    attn.divergence.a = PathElement(
+        "frame", file="/hf/modeling_gpt2.py", line=58, function="eager_attention_forward"
+    )
+    python = interpreter_finding(1, 0.8, [50, 51, 52])
+    python.frames_a = [
+        "modeling_gpt2.py:69 eager_attention_forward",
+        "modeling_gpt2.py:307 forward",
+    ]
+    elsewhere = interpreter_finding(3, 0.5, [60])
+    elsewhere.frames_a = ["modeling_gpt2.py:307 forward"]
+    groups = group_by_cause([python, attn, elsewhere])
+    assert [[f.id for f in g.findings] for g in groups] == [[2, 1], [3]]

@@ -131,6 +131,12 @@ def print_diagnosis(result: DiffResult, groups: list[CauseGroup] | None = None) 
         if f.verdict == "noise":
             continue
         lines = describe_interpreter(f) if f.kind == "interpreter" else describe_finding(f)
+        # interpreter time that joined a region's cause is still named (grouping.py)
+        lines += [
+            f"#{x.id} " + describe_interpreter(x)[0]
+            for x in g.findings[1:]
+            if x.kind == "interpreter"
+        ]
         for i, line in enumerate(lines):
             print((f"#{_ids(g)} " if i == 0 else "   ") + line)
     if noise:
