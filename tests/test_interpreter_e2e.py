@@ -11,11 +11,12 @@ import io
 import json
 
 import pytest
+from rich.console import Console
 
 from magneton.cli import main as cli
 from magneton.tui.app import MagnetonApp
 from magneton.tui.data import Store
-from magneton.tui.screens import EnergyScreen, FindingsScreen
+from magneton.tui.screens import EnergyScreen, FindingScreen, FindingsScreen
 
 SCRIPT_A = """import torch
 
@@ -135,6 +136,12 @@ def test_report_shows_the_loop_as_a_python_row(db):
     assert py[0]["name"] == f"python: a.py:{LOOP_LINE} mask_loop", py
 
 
+def rendered(renderable) -> str:
+    console = Console(width=200, record=True, color_system=None, file=io.StringIO())
+    console.print(renderable)
+    return " ".join(console.export_text().split())
+
+
 def test_tui_lists_the_interpreter_finding_and_the_python_rows(db):
     store = Store(db)
     app = MagnetonApp(store, store.check(), "a", "b", diagnose=False)
@@ -151,9 +158,19 @@ def test_tui_lists_the_interpreter_finding_and_the_python_rows(db):
             if table.row_count:
                 break
             await pilot.pause(0.1)
-        py = [r for r in rows() if r[-1] == "python"]
+        py = [k for k, r in enumerate(rows()) if r[-1] == "python"]
         assert len(py) == 1, rows()
-        assert py[0][3].startswith(f"python: a.py:{LOOP_LINE} mask_loop"), py
+        assert rows()[py[0]][3].startswith(f"python: a.py:{LOOP_LINE} mask_loop"), rows()
+        table.move_cursor(row=py[0])
+        await pilot.press("enter")  # its detail: what ran, and why there is no patch
+        detail = app.screen
+        assert isinstance(detail, FindingScreen)
+        summary = " ".join(str(detail.query_one("#finding-summary").content).split())
+        assert f"interpreter time between operators, a: python: a.py:{LOOP_LINE}" in summary
+        cause = rendered(detail.query_one("#rootcause").content)
+        assert "mask_vectorized" in cause, cause
+        await pilot.press("escape")
+        assert app.screen is screen
         await pilot.press("v")
         energy = app.screen
         assert isinstance(energy, EnergyScreen)

@@ -439,7 +439,11 @@ def _cause_head(f: Finding, rc: RootCause, run_a: str, run_b: str) -> Text:
     t.append("\n")
     if rc.error:
         t.append(f"diagnosis failed: {rc.error}\n", style="bold red")
+    if rc.note:  # e.g. what an interpreter finding's Python was, and why no patch
+        t.append(rc.note + "\n", style="italic")
     values = {k: v for k, v in rc.values.items() if v is not None}
+    if f.kind == "interpreter":
+        return t  # no variable to look for: interpreter time has no kernel path
     if rc.variable is None and not values:
         t.append("no variable found that decides this difference\n", style="yellow")
     else:
