@@ -5,8 +5,8 @@ with loading, diagnosis and storing).
 Operators are matched and compared on their own energy; where a run kept the interpreter
 time between operators apart, that time is compared per Python function
 (diagnose/interpreter.py) and its findings are ranked with the operators' by saving.
-Left in the operators, a mask built in a Python loop made the `add` after it a 17x
-"trade-off" and pointed at the wrong side.
+Left in the operators, a mask built in a Python loop made the `add` after it look 17x
+costlier (a "trade-off") than `full triu add`: an operator finding for what was Python.
 
 Outcomes that are not findings are reported in `DiffResult.message`, never as an empty
 table or an exception: a diff that legitimately finds nothing comparable is an answer
