@@ -344,6 +344,8 @@ class Diagnoser:
         site would multiply that by the number of distinct sites.) `progress(done,
         total)` is called after each diagnosed finding.
         """
+        # interpreter findings come explained (no kernel path to trace; interpreter.py)
+        findings = [f for f in findings if f.kind != "interpreter"]
         t0 = time.perf_counter()
         plans: dict[tuple, tuple[SitePlan | KeyVariable, dict[str, SideInfo]]] = {}
         for f in findings:

@@ -252,6 +252,14 @@ class Finding:
     # which ranks of a multi-rank job the finding concerns (job diffs only); its keys
     # travel inside the JSON "divergence" object
     job: JobInfo | None = None
+    # "region": matched operators differ; "interpreter": the Python that ran between
+    # operators at one place differs (diagnose/interpreter.py). Its regions hold the ops
+    # that Python led to, with the interpreter's energy and time only
+    kind: str = "region"
+    # interpreter findings: the frames that ran on each side ("a.py:12 build_mask"),
+    # largest share first
+    frames_a: list[str] = field(default_factory=list)
+    frames_b: list[str] = field(default_factory=list)
 
     def divergence_json(self) -> dict | None:
         """The JSON "divergence": the divergence point plus the job keys, if any."""
@@ -285,6 +293,8 @@ class Finding:
         return {
             "interval": None if self.interval is None else self.interval.to_json(),
             "id": self.id,
+            "kind": self.kind,
+            "frames": {"a": self.frames_a, "b": self.frames_b},
             "wasteful": self.wasteful,
             "verdict": self.verdict,
             "energy_j": {"a": self.region_a.energy_j, "b": self.region_b.energy_j},
@@ -514,6 +524,7 @@ _RUN_ENERGY_KEYS = (
     "energy.clock",
     "energy.samples_j",
     "energy.interp_j",
+    "energy.interp_samples_j",
     "energy.spread",
 )
 
@@ -546,7 +557,9 @@ class RunEnergy:
     `op_samples_j[k][i]` is operator i's energy in timed iteration k: the per-iteration
     record that gives every region an uncertainty (diagnose/detect.py). `interp_j[i]` is
     the part of op i's energy spent in the interpreter before it was called (Python
-    between aten operators), shown by `report` as rows of kind "python".
+    between aten operators), shown by `report` as rows of kind "python";
+    `interp_samples_j[k][i]` is that share in timed iteration k (what gives a difference
+    in interpreter time its uncertainty in `diff`).
     """
 
     note: str = ""
@@ -554,6 +567,7 @@ class RunEnergy:
     span_s: float = 0.0  # mean iteration span (seconds charged per call)
     charged_s: list[float] = field(default_factory=list)  # per op: own + interpreter time
     interp_j: list[float] = field(default_factory=list)  # per op: interpreter share
+    interp_samples_j: list[list[float]] = field(default_factory=list)  # [iteration][op]
     op_samples_j: list[list[float]] = field(default_factory=list)  # [iteration][op]
     spread: EnergySpread = field(default_factory=EnergySpread)
     model: dict | None = None  # the energy model's coefficients when "estimated"
@@ -578,6 +592,8 @@ class RunEnergy:
             out["energy.charged_s"] = json.dumps(compact(self.charged_s))
         if self.interp_j:
             out["energy.interp_j"] = json.dumps(compact(self.interp_j))
+        if self.interp_samples_j:
+            out["energy.interp_samples_j"] = json.dumps([compact(r) for r in self.interp_samples_j])
         if self.op_samples_j:
             out["energy.samples_j"] = json.dumps([compact(r) for r in self.op_samples_j])
         if self.spread.iterations:
@@ -605,6 +621,7 @@ class RunEnergy:
         for key, attr in (
             ("energy.charged_s", "charged_s"),
             ("energy.interp_j", "interp_j"),
+            ("energy.interp_samples_j", "interp_samples_j"),
             ("energy.samples_j", "op_samples_j"),
             ("energy.lsq", "lsq"),
             ("energy.replay", "replay"),

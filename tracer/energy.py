@@ -361,6 +361,8 @@ class Attribution:
     # every region an uncertainty); shape (iterations, ops), empty when unknown
     samples_j: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     interp_j: np.ndarray | None = None  # per op: interpreter share of energy_j
+    # per timed iteration, per op: the interpreter's share in that iteration
+    interp_samples_j: np.ndarray | None = None
 
 
 def attribute_traces(
@@ -509,6 +511,7 @@ def attribute_cpu_time(
         iterations=int(cpu_ns.shape[0]),
         samples_j=samples,
         interp_j=interp,
+        interp_samples_j=p_static_w * gap,
     )
 
 
@@ -963,6 +966,11 @@ class EnergySession:
         # per-op seconds charged (own window + share of the gaps), for average power
         e.charged_s = [float(x) for x in att.charged_s]
         e.interp_j = [] if att.interp_j is None else [float(x) for x in att.interp_j]
+        e.interp_samples_j = (
+            []
+            if att.interp_samples_j is None
+            else [[float(x) for x in row] for row in att.interp_samples_j]
+        )
         e.op_samples_j = [[float(x) for x in row] for row in att.samples_j]
         e.spread = spread_of(att.samples_j, self.timing)
         if self.kind == "model":

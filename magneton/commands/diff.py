@@ -121,6 +121,7 @@ def print_diagnosis(result: DiffResult, groups: list[CauseGroup] | None = None) 
     regions is diagnosed once); findings judged noise share one line (they all say the
     same thing, and on a busy machine there can be many)."""
     from magneton.diagnose.grouping import group_by_cause
+    from magneton.diagnose.interpreter import describe_interpreter
     from magneton.diagnose.rootcause import describe_finding
 
     groups = group_by_cause(result.findings) if groups is None else groups
@@ -129,7 +130,14 @@ def print_diagnosis(result: DiffResult, groups: list[CauseGroup] | None = None) 
         f = g.lead
         if f.verdict == "noise":
             continue
-        for i, line in enumerate(describe_finding(f)):
+        lines = describe_interpreter(f) if f.kind == "interpreter" else describe_finding(f)
+        # interpreter time that joined a region's cause is still named (grouping.py)
+        lines += [
+            f"#{x.id} " + describe_interpreter(x)[0]
+            for x in g.findings[1:]
+            if x.kind == "interpreter"
+        ]
+        for i, line in enumerate(lines):
             print((f"#{_ids(g)} " if i == 0 else "   ") + line)
     if noise:
         ids = ", ".join(f"#{f.id}" for f in noise)
@@ -166,6 +174,16 @@ def abbreviate(ops: list[str], occurrences: int = 1, limit: int = 6) -> str:
     if occurrences > 1:
         text += f" ×{occurrences}"
     return text
+
+
+def _side_text(f: Finding, side: str) -> str:
+    """A finding's side in the table: its operators, or for interpreter time the Python
+    frames that ran (`python: a.py:12 build_mask`)."""
+    if f.kind == "interpreter":
+        from magneton.diagnose.interpreter import place_text
+
+        return place_text(f, side)
+    return abbreviate(f.ops_a if side == "a" else f.ops_b, f.occurrences)
 
 
 def _interval(g: CauseGroup) -> str:
@@ -230,8 +248,8 @@ def print_result(result: DiffResult, groups: list[CauseGroup] | None = None) -> 
         table.add_row(
             _ids(g),
             verdict,
-            escape(abbreviate(f.ops_a, f.occurrences) + mark_a),
-            escape(abbreviate(f.ops_b, f.occurrences) + mark_b),
+            escape(_side_text(f, "a") + mark_a),
+            escape(_side_text(f, "b") + mark_b),
             f"{sum(x.region_a.energy_j for x in g.findings):.3g}",
             f"{sum(x.region_b.energy_j for x in g.findings):.3g}",
             f"{sum(x.region_a.time_s for x in g.findings) * 1e3:.3g}",
@@ -243,4 +261,9 @@ def print_result(result: DiffResult, groups: list[CauseGroup] | None = None) -> 
     console.print(
         "◀ = the side that spends more; ops = the largest region of the cause; saving = its "
         "share of that run's energy, summed over the cause's regions, with its 95% interval"
+        + (
+            "; python: = interpreter time between operators, by the function that ran it"
+            if any(f.kind == "interpreter" for f in result.findings)
+            else ""
+        )
     )
