@@ -102,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         if result.match_note:
             print(result.match_note)
+        if result.confirm_note:
+            print(result.confirm_note)
         print_result(result, groups)
         print_diagnosis(result, groups)
     if args.fail_on == "waste":
@@ -178,6 +180,18 @@ def _interval(g: CauseGroup) -> str:
     return f" [{lo:.3g}, {hi:.3g}] J at {ivs[0].confidence:.0%}"
 
 
+def confirmation(g: CauseGroup) -> str:
+    """Whether interleaved re-measurement confirmed the cause's regions
+    (diagnose/confirm.py): "yes (N rounds)", "no" (the note above the table says why),
+    or "-" when no region has an interval to confirm."""
+    ivs = [f.interval for f in g.findings if f.interval is not None]
+    if not ivs:
+        return "-"
+    if all(iv.confirmed for iv in ivs):
+        return f"yes ({min(iv.rounds for iv in ivs)} rounds)"
+    return "no"
+
+
 def print_result(result: DiffResult, groups: list[CauseGroup] | None = None) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -221,6 +235,7 @@ def print_result(result: DiffResult, groups: list[CauseGroup] | None = None) -> 
     table.add_column("ms b", justify="right")
     table.add_column("where", justify="right")
     table.add_column("saving", justify="right")
+    table.add_column("confirmed")
     styles = {"waste": "[red]waste[/]", "trade-off": "[yellow]trade-off[/]"}
     for g in groups:
         f = g.lead
@@ -238,9 +253,12 @@ def print_result(result: DiffResult, groups: list[CauseGroup] | None = None) -> 
             f"{sum(x.region_b.time_s for x in g.findings) * 1e3:.3g}",
             f"in {g.places} place{'s' if g.places != 1 else ''}",
             f"{g.saving_share:.1%} of {f.wasteful}" + _interval(g),
+            confirmation(g),
         )
     console.print(table)
     console.print(
         "◀ = the side that spends more; ops = the largest region of the cause; saving = its "
-        "share of that run's energy, summed over the cause's regions, with its 95% interval"
+        "share of that run's energy, summed over the cause's regions, with its 95% interval; "
+        "confirmed = both sides re-measured in alternating rounds (A B, B A, ...) and the "
+        "saving held (paired t on the rounds' log ratios, 95%)"
     )
