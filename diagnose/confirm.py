@@ -16,8 +16,9 @@ seconds apart, so drift and load hit both sides alike and cancel in the ratio.
 The test is a paired t on those per-round log ratios, one-sided at the detection's
 confidence (95%); a candidate is kept only when the lower bound of its saving still
 reaches the threshold. Its energies, times, saving and interval are then the confirmed
-ones (each operator priced on its cheapest round, as the recording prices its cheapest
-iteration), and the verdict rules (waste vs trade-off) are applied to those.
+ones (geometric means over the rounds, so the energy ratio is the paired test's own and
+the saving lies in its interval; the recording's "cheapest iteration" rule would give a
+point outside it), and the verdict rules (waste vs trade-off) are applied to those.
 
 Rounds are adaptive like the timing pass: at least `MIN_ROUNDS`, then until every
 candidate is decided (confirmed, or its upper bound cannot reach the threshold) or its
@@ -102,8 +103,9 @@ def cannot_reach(ratio_high: float, threshold: float) -> bool:
 
 def unconfirmable(p: Profile) -> str:
     """Why run `p` cannot be re-measured in a warm worker ('' when it can)."""
-    from magneton.tracer.config import sha256_file
     from magneton.tracer.program import program_config
+
+    from .fixes import script_unchanged
 
     name = p.run.name
     if program_config(p.config):
@@ -115,7 +117,7 @@ def unconfirmable(p: Profile) -> str:
         return f"'{name}' was recorded from Python, with no script to re-run"
     if not os.path.isfile(p.run.script):
         return f"the script of '{name}' is gone ({p.run.script})"
-    if p.run.script_sha256 and sha256_file(p.run.script) != p.run.script_sha256:
+    if not script_unchanged(p):
         return f"{os.path.basename(p.run.script)} changed since '{name}' was recorded"
     if p.run.energy_method != "estimated" or not p.energy.model:
         return f"'{name}' was measured by {p.run.power_source or 'a sensor'} (re-measurement prices the energy model only)"
@@ -259,6 +261,20 @@ class Rounds:
             np.stack(cpu) if cpu and all(c is not None for c in cpu) else None,
         )
 
+    def own_s(self, side: str) -> np.ndarray:
+        """(rounds, ops) seconds of each op's own window, on the clock that priced it."""
+        n = self.n
+        cpu = self.cpu[side][:n]
+        w = np.stack(cpu) if cpu and all(c is not None for c in cpu) else None
+        if w is None:
+            w = np.stack(self.wall[side][:n])
+        return np.maximum(0, w[:, :, 1] - w[:, :, 0]) / 1e9
+
+
+def _geomean(x: np.ndarray) -> float:
+    x = x[x > 0]
+    return float(np.exp(np.log(x).mean())) if len(x) else 0.0
+
 
 def _region_j(att, ops: list[int]) -> np.ndarray:
     return att.samples_j[:, ops].sum(axis=1)
@@ -307,13 +323,17 @@ def interleave(
     return rounds, att
 
 
-def _confirmed(f: Finding, iv: tuple[float, float, float], att: dict, n: int) -> Finding | None:
+def _confirmed(
+    f: Finding, iv: tuple[float, float, float], att: dict, rounds: Rounds
+) -> Finding | None:
     """`f` with its confirmed energies, times, saving, interval and verdict; None when the
-    rounds' own estimates do not show the saving."""
-    ea = float(att["a"].energy_j[f.region_a.ops].sum())
-    eb = float(att["b"].energy_j[f.region_b.ops].sum())
-    ta = float(att["a"].own_s[f.region_a.ops].sum())
-    tb = float(att["b"].own_s[f.region_b.ops].sum())
+    rounds do not show the saving. Energies and times are geometric means over the rounds
+    of the same pricing, so the energy ratio is the paired test's and lies in its
+    interval, and the saving in the saving's."""
+    ea = _geomean(_region_j(att["a"], f.region_a.ops))
+    eb = _geomean(_region_j(att["b"], f.region_b.ops))
+    ta = _geomean(rounds.own_s("a")[:, f.region_a.ops].sum(axis=1))
+    tb = _geomean(rounds.own_s("b")[:, f.region_b.ops].sum(axis=1))
     e_w, e_eff = (ea, eb) if f.wasteful == "a" else (eb, ea)
     t_w, t_eff = (ta, tb) if f.wasteful == "a" else (tb, ta)
     if e_w <= e_eff:
@@ -322,7 +342,7 @@ def _confirmed(f: Finding, iv: tuple[float, float, float], att: dict, n: int) ->
     f.region_a.energy_j, f.region_b.energy_j = ea, eb
     f.region_a.time_s, f.region_b.time_s = ta, tb
     f.saving_j = e_w - e_eff
-    run_j = float(att[f.wasteful].run_energy_j)
+    run_j = _geomean(att[f.wasteful].samples_j.sum(axis=1))
     f.saving_share = f.saving_j / run_j if run_j > 0 else 0.0
     f.verdict = verdict_of(t_w, t_eff, f.occurrences, f.output_rel_diff)
     f.interval = SavingInterval(
@@ -332,11 +352,11 @@ def _confirmed(f: Finding, iv: tuple[float, float, float], att: dict, n: int) ->
         saving_j_low=e_w * (1.0 - 1.0 / low) if low > 0 else 0.0,
         saving_j_high=e_w * (1.0 - 1.0 / high) if high > 0 else 0.0,
         confidence=CONFIDENCE,
-        iterations_a=n,
-        iterations_b=n,
+        iterations_a=rounds.n,
+        iterations_b=rounds.n,
         test=TEST,
         confirmed=True,
-        rounds=n,
+        rounds=rounds.n,
     )
     return f
 
@@ -391,7 +411,7 @@ def confirm_findings(
     kept = []
     for f, iv in zip(findings, _intervals(findings, att), strict=True):
         if iv is not None and confident(iv[1], threshold):
-            g = _confirmed(f, iv, att, n)
+            g = _confirmed(f, iv, att, rounds)
             if g is not None:
                 kept.append(g)
     secs = time.monotonic() - t0

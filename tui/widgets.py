@@ -46,6 +46,7 @@ from .data import (
     fmt_pct,
     fmt_ratio,
     fmt_s,
+    interval_text,
     ops_summary,
     ratio,
     short_op,
@@ -140,6 +141,10 @@ def finding_summary(result: DiffResult, f: Finding) -> Text:
         t.append(f"  [{f.category}]", style="bold cyan")
     if f.output_rel_diff:
         t.append(f"  outputs differ by {f.output_rel_diff:.2g} (relative)", style="dim")
+    iv = interval_text(f)
+    if iv:
+        t.append("\n")
+        t.append(iv, style="green" if f.interval.confirmed else "yellow")
     return t
 
 
