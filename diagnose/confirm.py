@@ -151,6 +151,7 @@ class Worker:
             "warmup": max(1, p.run.warmup),
             "sync": p.run.device == "cuda",
             "cpu_clock": p.energy.clock == "process-cpu",
+            "parent": os.getpid(),
         }
         spec_path = os.path.join(tmp, f"{side}.spec.json")
         with open(spec_path, "w") as fh:

@@ -145,7 +145,10 @@ def test_runs_that_cannot_be_held_warm_say_why():
 # composite tanh-GELU (eight element-wise kernels) vs the fused aten::gelu: about 2x
 GELU = """
 import os
+import time
 import torch
+
+CALLS = [0]
 
 def setup():
     if os.environ.get("MAGNETON_TEST_BREAK"):
@@ -154,6 +157,9 @@ def setup():
     return (torch.randn(128, 1024),)
 
 def main(x):
+    CALLS[0] += 1
+    if os.environ.get("MAGNETON_TEST_HANG") and CALLS[0] > 2:  # after the warm-up calls
+        time.sleep(600)
     return {expr}
 """
 COMPOSITE = "0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * torch.pow(x, 3.0))))"
@@ -233,3 +239,25 @@ def test_addmm_negative_control_has_no_finding(tmp_path):
     res = json.loads(cli_out("diff", "--db", db, "a", "b", "--json"))
     assert res["matched_pairs"] > 0
     assert res["findings"] == [], [(f["ops"], f["interval"]) for f in res["findings"]]
+
+
+def test_a_worker_that_hangs_is_killed_and_the_finding_unconfirmed(gelu_db, monkeypatch):
+    import magneton.diagnose.confirm as confirm
+    from magneton.diagnose.pipeline import run_diff
+    from magneton.graphdb import open_db
+
+    spawned = []
+    real_init = confirm.Worker.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        spawned.append(self.proc)
+
+    monkeypatch.setattr(confirm.Worker, "__init__", init)
+    monkeypatch.setattr(confirm, "ROUND_TIMEOUT_MIN_S", 2.0)
+    monkeypatch.setenv("MAGNETON_TEST_HANG", "1")  # the first round sleeps for 10 min
+    with open_db(gelu_db, read_only=True) as db:
+        out = run_diff(db, "composite", "fused", diagnose=False)
+    iv = out.result.findings[0].interval
+    assert not iv.confirmed and "did not answer within 2 s" in iv.unconfirmed
+    assert len(spawned) == 2 and all(p.poll() is not None for p in spawned)  # none left

@@ -21,6 +21,9 @@ Choices, and the failure each prevents:
 * **End of the command pipe ends the worker.** If the parent dies (Ctrl-C, the TUI
   terminating its diff child) the pipe closes and the worker exits after its round
   instead of idling forever with a model in memory.
+* **It dies with its parent.** A worker in the middle of a long round does not read
+  its pipe; on Linux it asks the kernel for SIGTERM when the diff process goes away
+  (`PR_SET_PDEATHSIG`), so even a SIGKILLed diff leaves no worker behind.
 * **A failure is an answer, not a crash.** Whatever the script raises (at import, in
   `setup()`, in a round) is sent as `{"error": ...}`; the parent then marks the findings
   unconfirmed with that reason.
@@ -28,6 +31,7 @@ Choices, and the failure each prevents:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -74,8 +78,21 @@ def _round(call: Any, sync: bool, cpu_clock: bool) -> dict:
     }
 
 
+def _die_with_parent(parent_pid: int) -> None:
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        pr_set_pdeathsig = 1
+        with contextlib.suppress(Exception):  # best effort: the pipe's EOF still ends us
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+    if parent_pid and os.getppid() != parent_pid:  # the parent died before prctl
+        sys.exit(1)
+
+
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
+    _die_with_parent(int(spec.get("parent", 0)))
     commands = os.fdopen(int(argv[1]), "r")
     answers = os.fdopen(int(argv[2]), "w")
     try:

@@ -7,6 +7,10 @@ finds nothing comparable prints its message and exits 0 (see diagnose/diff.py). 
 may also name multi-rank jobs (runs `A/rank0`, ...); the pipeline (diagnose/pipeline.py)
 compares those rank by rank.
 
+Before anything is reported, candidates are confirmed by re-measuring both scripts in
+alternating rounds (diagnose/confirm.py); the table's `confirmed` column and a line above
+it say what that found, and `--no-rerun` turns it off with the diagnosis re-runs.
+
 CI gate: with `--fail-on waste` the command exits 3 (`EXIT_WASTE`) after printing its
 output when at least one finding has verdict "waste" (findings judged noise, and
 trade-offs, never fail it) and saves at least `--fail-on-share` of the wasteful run's
