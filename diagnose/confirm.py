@@ -397,6 +397,7 @@ def confirm_findings(
                     workers[side] = Worker(side, profiles[side], tmp)
                 for w in workers.values():
                     w.read(STARTUP_TIMEOUT_S)
+                t_ready = time.monotonic()
                 rounds, att = interleave(workers, findings, profiles, threshold)
             finally:
                 for w in workers.values():
@@ -415,9 +416,9 @@ def confirm_findings(
             g = _confirmed(f, iv, att, rounds)
             if g is not None:
                 kept.append(g)
-    secs = time.monotonic() - t0
     note = (
-        f"interleaved re-measurement ({n} rounds per side, {secs:.0f} s): "
+        f"interleaved re-measurement ({n} rounds per side in {time.monotonic() - t_ready:.1f} s, "
+        f"after {t_ready - t0:.0f} s loading both scripts): "
         f"{len(kept)} of {len(findings)} candidate(s) confirmed at {CONFIDENCE:.0%}"
     )
     return ranked(kept), note
