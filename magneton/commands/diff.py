@@ -264,5 +264,6 @@ def print_result(result: DiffResult, groups: list[CauseGroup] | None = None) -> 
         "◀ = the side that spends more; ops = the largest region of the cause; saving = its "
         "share of that run's energy, summed over the cause's regions, with its 95% interval; "
         "confirmed = both sides re-measured in alternating rounds (A B, B A, ...) and the "
-        "saving held (paired t on the rounds' log ratios, 95%)"
+        "saving held (paired t on the rounds' log ratios, 95%); its J and ms are then the "
+        "re-measured ones"
     )
