@@ -138,6 +138,33 @@ def test_runs_that_cannot_be_held_warm_say_why():
     assert kept == [f] and "program run" in f.interval.unconfirmed
 
 
+def test_verdict_rules_apply_to_the_confirmed_estimates():
+    """A candidate that detection called a trade-off (its recording made the efficient
+    side look slower) is waste when the interleaved rounds show it is not slower."""
+    from magneton.diagnose.confirm import Rounds, _confirmed
+
+    rng = np.random.default_rng(0)
+    rounds = Rounds()
+    for _ in range(8):
+        for side, cost_ms in (("a", 2.0), ("b", 1.0)):
+            drift = np.exp(rng.normal(0.0, 0.2))
+            own_ns = int(cost_ms * 1e6 * drift * np.exp(rng.normal(0.0, 0.02)))
+            cpu = np.array([[0, own_ns]], dtype=np.int64)
+            rounds.wall[side].append(cpu)
+            rounds.cpu[side].append(cpu)
+    profiles = {"a": _profile(), "b": _profile()}
+    att = {s: rounds.priced(s, profiles[s]) for s in ("a", "b")}
+    f = _finding()
+    f.verdict = "trade-off"
+    f.region_a.time_s, f.region_b.time_s = 0.001, 0.003  # as the noisy recording saw them
+    iv = paired_interval(att["a"].samples_j[:, 0], att["b"].samples_j[:, 0])
+    g = _confirmed(f, iv, att, rounds)
+    assert g.verdict == "waste" and g.interval.confirmed and g.interval.rounds == 8
+    assert g.region_b.time_s < g.region_a.time_s
+    assert g.interval.saving_j_low <= g.saving_j <= g.interval.saving_j_high
+    assert g.interval.ratio == pytest.approx(g.region_a.energy_j / g.region_b.energy_j)
+
+
 # --------------------------------------------------------------------------------------
 # End to end: a real pair through the CLI
 # --------------------------------------------------------------------------------------
