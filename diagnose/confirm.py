@@ -33,19 +33,23 @@ a model build each time); a script missing or changed since it was recorded; a r
 measured by a power sensor (the re-measurement prices the energy model only); a worker
 that raised, timed out or ran other operators than the recording. Runs priced on FLOPs and
 bytes alone (a model with no static power) have nothing to re-measure. A worker can never
-hang the diff: every wait has a deadline, Ctrl-C and errors kill both workers, and their
-directory is removed.
+hang the diff: every wait has a deadline, Ctrl-C, SIGTERM and errors stop both workers
+and remove their directory, and a worker whose diff died (even SIGKILLed) ends itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -362,6 +366,29 @@ def _confirmed(
     return f
 
 
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """While workers run, SIGTERM (the TUI ending its diff child, a CI cancel) exits
+    through the `finally` blocks that stop the workers and remove their directory,
+    instead of killing the process where it stands. Only from the main thread, and only
+    where nobody else handles SIGTERM."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def unwind(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def mark_unconfirmed(findings: list[Finding], why: str) -> None:
     for f in findings:
         if f.interval is not None:
@@ -391,7 +418,7 @@ def confirm_findings(
     t0 = time.monotonic()
     workers: dict[str, Worker] = {}
     try:
-        with tempfile.TemporaryDirectory(prefix="magneton-confirm-") as tmp:
+        with _sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="magneton-confirm-") as tmp:
             try:
                 for side in ("a", "b"):
                     workers[side] = Worker(side, profiles[side], tmp)
