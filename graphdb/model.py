@@ -320,6 +320,9 @@ class DiffResult:
     # how the runs were matched when not by value (diagnose/pathmatch.py), "" = by value;
     # printed by `magneton diff`, not part of to_json (findings' divergence says it)
     match_note: str = ""
+    # what interleaved confirmation did (diagnose/confirm.py), printed by `magneton diff`;
+    # each finding's interval says whether it was confirmed
+    confirm_note: str = ""
 
     def ordered(self) -> list[Finding]:
         """Findings to act on first (by id = largest saving), then those judged noise:
@@ -653,6 +656,12 @@ class SavingInterval:
     iterations_b: int
     between_runs_log_sd: float = 0.0  # noise between the recordings, from identical work
     test: str = "welch-t on log energies + between-runs variance from identical work"
+    # interleaved confirmation (diagnose/confirm.py): True when both sides were re-measured
+    # in alternating rounds and the interval above is the paired test's; `rounds` per side;
+    # `unconfirmed` says why not ("" when confirmed)
+    confirmed: bool = False
+    rounds: int = 0
+    unconfirmed: str = ""
 
     def to_json(self) -> dict:
         return dict(self.__dict__)

@@ -46,6 +46,7 @@ from .data import (
     fmt_pct,
     fmt_ratio,
     fmt_s,
+    interval_text,
     ops_summary,
     ratio,
     short_op,
@@ -154,6 +155,10 @@ def finding_summary(result: DiffResult, f: Finding) -> Text:
     if f.kind == "interpreter":
         t.append("\ninterpreter time between operators, ", style="bold yellow")
         t.append(f"a: {side_summary(f, 'a')}; b: {side_summary(f, 'b')}")
+    iv = interval_text(f)
+    if iv:
+        t.append("\n")
+        t.append(iv, style="green" if f.interval.confirmed else "yellow")
     return t
 
 
