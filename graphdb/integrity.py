@@ -92,13 +92,13 @@ def _file_sha256(file: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def seal(file: Path) -> None:
-    """Record the file's hash after a clean close (best effort: a read-only directory
-    only means the next open probes again)."""
+def seal(file: Path, digest: str | None = None) -> None:
+    """Record the file's hash (`digest`, or the file's now) after a clean close or probe
+    (best effort: a read-only directory only means the next open probes again)."""
     target = seal_file(file)
     tmp = target.with_name(target.name + ".tmp")
     try:
-        tmp.write_text(_file_sha256(file) + "\n")
+        tmp.write_text((digest or _file_sha256(file)) + "\n")
         os.replace(tmp, target)
     except OSError:
         tmp.unlink(missing_ok=True)
@@ -113,12 +113,20 @@ def unseal(file: Path) -> None:
 
 
 def sealed(file: Path) -> bool:
-    """The file is byte for byte what a clean writer left."""
+    """The file is byte for byte what a clean writer (or a clean probe) left."""
+    return _seal_state(file)[0]
+
+
+def _seal_state(file: Path) -> tuple[bool, str]:
+    """(the file matches its seal, the file's hash now; '' when unreadable)."""
     try:
-        want = seal_file(file).read_text().strip()
-        return bool(want) and _file_sha256(file) == want
+        now = _file_sha256(file)
     except OSError:
-        return False
+        return False, ""
+    try:
+        return seal_file(file).read_text().strip() == now, now
+    except OSError:
+        return False, now
 
 
 # --------------------------------------------------------------------------------------
@@ -130,11 +138,15 @@ def check_before_open(file: Path) -> dict[str, str]:
     """Damaged runs of an existing DB file ({} when none), or MagnetonError when
     reading it is unsafe. Sealed files open at the cost of one hash; others are read
     completely in a child process first (see the module docstring)."""
-    if os.environ.get(_PROBE_ENV) or not file.is_file() or sealed(file):
+    if os.environ.get(_PROBE_ENV) or not file.is_file():
+        return {}
+    ok, before = _seal_state(file)
+    if ok:
         return {}
     found = _run_probe(file)
-    if not found:
-        seal(file)
+    # seal only the bytes the probe read: a writer may have changed them meanwhile
+    if not found and before and _file_sha256(file) == before:
+        seal(file, before)
     return found
 
 
