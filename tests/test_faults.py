@@ -510,14 +510,16 @@ def test_damaged_pages_are_one_line_or_correct_data(tiny_db: Path, tmp_path: Pat
         b = pdb.load_profile("b")
     times = _places(pristine / "profile.kuzu", [struct.pack("<d", o.time_s) for o in b.ops])
     names = _places(pristine / "profile.kuzu", [o.name.encode() for o in b.ops])
-    assert times and names, "run b's rows are not where this test looks for them"
+    catalog = _places(pristine / "profile.kuzu", [b"Operator"])  # the tables' definitions
+    assert times and names and catalog, "the rows are not where this test looks for them"
     db, trace = tmp_path / "db", tmp_path / "trace.json"
     shutil.copytree(pristine, db)
     want = _outcome(db, trace)
     assert [rc for rc, _, _ in want] == [0] * 5, want
-    # seed 0: on one of b's time_s values, 1: on an operator name; 2, 3: in their pages
     detected = 0
-    for seed, places in enumerate((times, names, times, names)):
+    # seed 0: on one of b's time_s values, 1: on an operator name; 2, 3: in their pages;
+    # 4: in the catalog (in-process, Kùzu raised std::bad_alloc or crashed reading it)
+    for seed, places in enumerate((times, names, times, names, catalog)):
         shutil.rmtree(db)
         shutil.copytree(pristine, db)
         _damage(db / "profile.kuzu", places, seed, on_value=seed < 2)
