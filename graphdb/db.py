@@ -31,6 +31,10 @@ stored). Choices and the failures they prevent:
   writable (`DBNotWritable`), out of disk (checked before writing, `check_space`), a
   commit cut in its checkpoint (`.shadow`, finished by `_finish_commit`), and a run whose
   numbers or references are implausible on load (`_check_plausible`: damaged pages).
+- Damage (graphdb/integrity.py): each Run stores a checksum of its rows, verified by
+  every `load_profile`; a file that is not byte for byte what a writer's clean close left
+  (`profile.kuzu.sha256`) is read completely in a child process before Kùzu opens it
+  here, since a damaged page can crash Kùzu (segfault, abort) where nothing can catch it.
 - A replace (`save_profile(replace=True)`) and every delete rewrite the DB into a fresh
   file renamed over the old one, so a crash leaves the old DB; a plain save that is
   killed leaves a "loading" run that the next writable open removes (`remove_ghosts`).
