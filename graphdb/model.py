@@ -20,7 +20,7 @@ from typing import Any
 # Re-exported: the operator vocabularies live in `vocab.py`; much code imports this one here.
 from .vocab import BOOKKEEPING_OPS  # noqa: F401
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # How an energy figure was obtained. Every energy number shown to a user carries one.
 ENERGY_METHODS = ("measured", "replayed", "solved", "estimated")
