@@ -50,7 +50,6 @@ import re
 import shutil
 import threading
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -672,6 +671,31 @@ def _profile_tables(p: Profile) -> list[tuple[S.Table, pa.Table]]:
     return out_tables
 
 
+def _run_row(run: RunInfo, status: str, op_count: int) -> dict[str, Any]:
+    """The Run node's properties of `run` (RunInfo plus its status and size)."""
+    row = {f.name: getattr(run, f.name) for f in fields(RunInfo)}
+    row["status"] = status
+    row["op_count"] = op_count
+    return row
+
+
+def _run_table(run: RunInfo, status: str, op_count: int) -> pa.Table:
+    row = _run_row(run, status, op_count)
+    target = S.arrow_schema(S.RUN)
+    return pa.Table.from_pydict({f.name: [row.get(f.name)] for f in target}, schema=target)
+
+
+def _copy_statement(table: str, data: pa.Table) -> tuple[str, dict]:
+    return f"COPY {table} FROM $rows", {"rows": data}
+
+
+def _create_statement(spec: S.Table, data: pa.Table) -> tuple[str, dict]:
+    """A few node rows by one `UNWIND ... CREATE`: 5-15 ms where a COPY costs 40-60 ms
+    however small (measured for frames, kernels, config entries, power series)."""
+    props = ", ".join(f"{c.name}: CAST(r.{c.name} AS {c.type})" for c in spec.columns)
+    return f"UNWIND $rows AS r CREATE (:{spec.name} {{{props}}})", {"rows": data.to_pylist()}
+
+
 class ProfileDB:
     """One open Magneton DB. Use as a context manager or call `close()`."""
 
@@ -813,28 +837,28 @@ class ProfileDB:
         return data.num_rows
 
     def _copy(self, table: str, data: pa.Table, conn: kuzu.Connection | None = None) -> None:
-        cypher, params = f"COPY {table} FROM $rows", {"rows": data}
-        self._execute(cypher, params) if conn is None else conn.execute(cypher, params)
+        (self._execute if conn is None else conn.execute)(*_copy_statement(table, data))
 
-    def _create_rows(
-        self, spec: S.NodeTable, data: pa.Table, conn: kuzu.Connection | None = None
-    ) -> None:
-        """A few node rows by one `UNWIND ... CREATE`: 5-15 ms where a COPY costs 40-60
-        ms however small (measured for frames, kernels, config entries, power series)."""
-        props = ", ".join(f"{c.name}: CAST(r.{c.name} AS {c.type})" for c in spec.columns)
-        cypher = f"UNWIND $rows AS r CREATE (:{spec.name} {{{props}}})"
-        params = {"rows": data.to_pylist()}
-        self._execute(cypher, params) if conn is None else conn.execute(cypher, params)
+    def _create_rows(self, spec: S.NodeTable, data: pa.Table) -> None:
+        self._execute(*_create_statement(spec, data))
 
     def _load_tables(
         self, tables: list[tuple[S.Table, pa.Table]], conn: kuzu.Connection | None = None
     ) -> None:
-        """Write one run's tables (from `_profile_tables`), here or through `conn`."""
+        """Write tables (a run's, from `_profile_tables`, or a rebuild's), here or
+        through `conn` (the fresh file of `_rebuild`)."""
         for spec, data in tables:
-            if isinstance(spec, S.NodeTable) and 0 < data.num_rows <= _SMALL_ROWS:
-                self._create_rows(spec, data, conn)
-            elif data.num_rows:
-                self._copy(spec.name, data, conn)
+            if not data.num_rows:
+                continue
+            small = isinstance(spec, S.NodeTable) and data.num_rows <= _SMALL_ROWS
+            if conn is not None:
+                conn.execute(
+                    *(_create_statement(spec, data) if small else _copy_statement(spec.name, data))
+                )
+            elif small:
+                self._create_rows(spec, data)
+            else:
+                self._copy(spec.name, data)
 
     # ---- runs ------------------------------------------------------------------------
 
@@ -959,11 +983,15 @@ class ProfileDB:
         nodes: dict[str, str],
         rels: dict[str, str],
         params: dict,
-        then: Callable[[kuzu.Connection], None] | None = None,
+        add: list[tuple[S.Table, pa.Table]] | None = None,
     ) -> None:
-        """Write the DB without the deleted rows into a fresh file, run `then` on it (a
-        replacing run's load), and swap it in with one rename: a crash or an error
-        before the rename leaves the old DB exactly as it was."""
+        """Write the DB without the deleted rows, plus the rows of `add` (a replacing
+        run's tables), into a fresh file and swap it in with one rename: a crash or an
+        error before the rename leaves the old DB exactly as it was.
+
+        Each table's kept and added rows go in with ONE bulk write into the empty table
+        of the fresh file (a second COPY of the added rows into the then non-empty table
+        cost about one more save: Kùzu charges a COPY by what the table already holds)."""
         tables = self._table_names()
         unknown = sorted(tables - {t.name for t in S.all_tables()})
         if unknown:
@@ -971,6 +999,15 @@ class ProfileDB:
                 f"cannot delete from {self.file}: it has tables this magneton does not know "
                 f"({', '.join(unknown)}); use the magneton version that wrote them"
             )
+        added = {spec.name: data for spec, data in add or []}
+        ordered = sorted(S.all_tables(), key=lambda t: isinstance(t, S.RelTable))
+        merged: list[tuple[S.Table, pa.Table]] = []
+        for spec in ordered:  # nodes before the rels that point at them
+            parts = [self._kept_rows(spec, nodes, rels, params)] if spec.name in tables else []
+            if spec.name in added:
+                parts.append(added[spec.name])
+            if parts:
+                merged.append((spec, pa.concat_tables(parts).combine_chunks()))
         tmp = self.file.with_name(self.file.name + ".rebuild")
         for stale in (tmp, tmp.with_name(tmp.name + ".wal")):
             stale.unlink(missing_ok=True)
@@ -981,14 +1018,7 @@ class ProfileDB:
             for stmt in S.ddl():
                 new.execute(stmt)
             new.execute("COMMIT")
-            ordered = sorted(S.all_tables(), key=lambda t: isinstance(t, S.RelTable))
-            for spec in ordered:  # nodes before the rels that point at them
-                if spec.name in tables:
-                    rows = self._kept_rows(spec, nodes, rels, params)
-                    if rows.num_rows:
-                        new.execute(f"COPY {spec.name} FROM $rows", {"rows": rows})
-            if then is not None:
-                then(new)
+            self._load_tables(merged, new)
             new.close()
         except BaseException:
             new_db.close()
@@ -1043,21 +1073,12 @@ class ProfileDB:
                 )
             self.delete_run(name)
 
-    def _insert_run(
-        self, run: RunInfo, status: str, op_count: int, conn: kuzu.Connection | None = None
-    ) -> None:
+    def _insert_run(self, run: RunInfo, status: str, op_count: int) -> None:
         # one row: a parameterized CREATE costs ~10 ms where a COPY costs ~100 ms
-        row = {f.name: getattr(run, f.name) for f in fields(RunInfo)}
-        row["status"] = status
-        row["op_count"] = op_count
+        row = _run_row(run, status, op_count)
         cols = [c.name for c in S.RUN.columns]
         props = ", ".join(f"{c}: $p_{c}" for c in cols)
-        cypher = f"CREATE (:Run {{{props}}})"
-        params = {f"p_{c}": row.get(c) for c in cols}
-        if conn is None:
-            self._execute(cypher, params)
-        else:
-            conn.execute(cypher, params)
+        self._execute(f"CREATE (:Run {{{props}}})", {f"p_{c}": row.get(c) for c in cols})
 
     def save_failed_run(self, run: RunInfo, replace: bool = False) -> None:
         """Store only the Run node, status "failed", for a script that raised or was
@@ -1099,12 +1120,8 @@ class ProfileDB:
     ) -> None:
         run = profile.run.name
         if rewrite:
-
-            def load_new(conn: kuzu.Connection) -> None:
-                self._insert_run(profile.run, status, len(profile.ops), conn)
-                self._load_tables(tables, conn)
-
-            self._rebuild(*self._run_rows(run), then=load_new)
+            run_row = (S.RUN, _run_table(profile.run, status, len(profile.ops)))
+            self._rebuild(*self._run_rows(run), add=[run_row, *tables])
             return
         self._claim_name(run, replace)
         self._insert_run(profile.run, "loading", len(profile.ops))
