@@ -449,6 +449,71 @@ def test_kuzu_delete_regression_sequence(dbdir: Path) -> None:
             assert same(db.load_profile(name), without_windows(p)), name
 
 
+def _rel_counts(db) -> dict[str, int]:
+    return {
+        t.name: db.query(f"MATCH ()-[r:{t.name}]->() RETURN count(r)").rows[0][0]
+        for t in S.all_tables()
+        if isinstance(t, S.RelTable)
+    }
+
+
+def _expected_rels(live: dict[str, Profile]) -> dict[str, int]:
+    ops = [o for p in live.values() for o in p.ops]
+    produced = {(name, t.idx) for name, p in live.items() for t in p.tensors if t.producer >= 0}
+    flows = sum((name, i) in produced for name, p in live.items() for o in p.ops for i in o.inputs)
+    mods = [m for p in live.values() for m in p.modules]
+    return {
+        "FLOWS": flows,
+        "INPUT": sum(len(o.inputs) for o in ops),
+        "IN_MODULE": sum(o.module_idx >= 0 for o in ops),
+        "CHILD_OF": sum(m.parent >= 0 for m in mods),
+        "CALLED_FROM": sum(len(o.frames) for o in ops),
+        "LAUNCHED": sum(len(o.kernels) for o in ops),
+    }
+
+
+def test_replace_and_rm_leave_every_other_run_exact(dbdir: Path) -> None:
+    """A seeded random sequence of saves, replaces and removals over four run names,
+    each in its own open (as separate commands are): after every step each remaining
+    run reads back exactly as saved and every rel table holds exactly the live runs'
+    rels; at the end the same holds after a read-only reopen. (In-place deletion in
+    Kùzu 0.11.3 loses other runs' rels: graphdb/kuzu_defects.py.)"""
+    rng = random.Random(7)
+    live: dict[str, Profile] = {}
+    for step in range(8):
+        name = rng.choice("abcd")
+        with open_db(dbdir) as db:
+            if name in live and rng.random() < 0.4:
+                db.delete_run(name)
+                del live[name]
+            else:
+                p = synthetic_profile(name, n_ops=rng.randrange(20, 160), seed=step)
+                db.save_profile(p, replace=True)
+                live[name] = without_windows(p)
+            assert sorted(r.name for r in db.list_runs()) == sorted(live), step
+            for other, p in live.items():
+                assert same(db.load_profile(other), p), (step, other)
+            counts = _rel_counts(db)
+            assert {k: counts[k] for k in _expected_rels(live)} == _expected_rels(live), step
+    with open_db(dbdir, read_only=True) as db:
+        for other, p in live.items():
+            assert same(db.load_profile(other), p), other
+        counts = _rel_counts(db)
+        assert {k: counts[k] for k in _expected_rels(live)} == _expected_rels(live)
+
+
+def test_engine_still_loses_rels_when_deleting_in_place() -> None:
+    """Why deleting rewrites the DB: in Kùzu 0.11.3 deleting one run's rels (here by
+    their source end, then CHECKPOINT, then the nodes) drops every forward rel of a run
+    nothing touched. If this fails after an engine upgrade, the defect is gone and
+    `ProfileDB.delete_where` may delete in place (re-check all forms with
+    `python -m magneton.graphdb.kuzu_defects --trials 20`)."""
+    from magneton.graphdb import kuzu_defects
+
+    loss = kuzu_defects.run_steps(kuzu_defects.SHORTEST, "src")
+    assert loss is not None and loss.expected == {"r": 4935} and loss.forward == {}
+
+
 def test_invalid_profile_is_refused_before_writing(dbdir: Path) -> None:
     _earlier(dbdir)
     bad = synthetic_profile("bad", n_ops=30)
