@@ -14,10 +14,12 @@ stored). Choices and the failures they prevent:
   on an exception the partial run is removed.
 - Kùzu 0.11.3 defects this module steers around (each reproduced while building it):
   its float compression zeroed some DOUBLE[] elements written by a later COPY
-  (databases are opened with compression=False); `DETACH DELETE` followed by a
-  checkpoint or COPY lost rels of *other* runs, so deleting rewrites the DB without the
-  deleted rows (`delete_where`); a ROLLBACK of a transaction holding a rel COPY dropped
-  existing rels, so loads are not wrapped in a transaction.
+  (databases are opened with compression=False); deleting rels in place — `DETACH
+  DELETE`, or `DELETE` of the rels by either end, with or without a CHECKPOINT — lost
+  rels of *other* runs (graphdb/kuzu_defects.py reproduces it), and a node that a
+  forward-only rel table points at cannot be deleted at all, so deleting rewrites the
+  DB without the deleted rows (`delete_where`); a ROLLBACK of a transaction holding a
+  rel COPY dropped existing rels, so loads are not wrapped in a transaction.
 - Opening checks the `Meta` table: a DB of another schema version, a Kùzu DB that
   Magneton did not write, a corrupt file and a DB locked by another process each give
   one `MagnetonError` line instead of a Kùzu traceback or a misread graph.
@@ -32,8 +34,10 @@ stored). Choices and the failures they prevent:
   commit cut in its checkpoint (`.shadow`, finished by `_finish_commit`), and a run whose
   numbers or references are implausible on load (`_check_plausible`: damaged pages).
 - A replace (`save_profile(replace=True)`) and every delete rewrite the DB into a fresh
-  file renamed over the old one, so a crash leaves the old DB; a plain save that is
-  killed leaves a "loading" run that the next writable open removes (`remove_ghosts`).
+  file renamed over the old one, so a crash leaves the old DB; a replacing run's rows go
+  into that file with the kept rows, one bulk write per table (a second COPY into the
+  then non-empty tables cost about one more save). A plain save that is killed leaves a
+  "loading" run that the next writable open removes (`remove_ghosts`).
 - Kùzu's file lock is per process, so two `kuzu.Database` objects of one process can
   both write the same file; a registry of open paths refuses that here.
 """
