@@ -700,6 +700,23 @@ def _create_statement(spec: S.Table, data: pa.Table) -> tuple[str, dict]:
     return f"UNWIND $rows AS r CREATE (:{spec.name} {{{props}}})", {"rows": data.to_pylist()}
 
 
+def _rows_table(spec: S.Table, rows: list[dict] | pa.Table) -> pa.Table:
+    """`bulk_insert`'s rows as a COPY-ready Arrow table of `spec` (property order, its
+    types, missing properties null)."""
+    target = S.arrow_schema(spec)
+    if isinstance(rows, pa.Table):
+        cols = {}
+        for f in target:
+            if f.name in rows.column_names:
+                cols[f.name] = rows.column(f.name).cast(f.type)
+            else:
+                cols[f.name] = pa.nulls(rows.num_rows, f.type)
+        return pa.Table.from_pydict(cols, schema=target)
+    return pa.Table.from_pydict(
+        {f.name: [r.get(f.name) for r in rows] for f in target}, schema=target
+    )
+
+
 class ProfileDB:
     """One open Magneton DB. Use as a context manager or call `close()`."""
 
@@ -822,20 +839,7 @@ class ProfileDB:
         are put in the table's property order and cast to its types.
         """
         self._writable()
-        spec = S.table(table)
-        target = S.arrow_schema(spec)
-        if isinstance(rows, pa.Table):
-            cols = {}
-            for f in target:
-                if f.name in rows.column_names:
-                    cols[f.name] = rows.column(f.name).cast(f.type)
-                else:
-                    cols[f.name] = pa.nulls(rows.num_rows, f.type)
-            data = pa.Table.from_pydict(cols, schema=target)
-        else:
-            data = pa.Table.from_pydict(
-                {f.name: [r.get(f.name) for r in rows] for f in target}, schema=target
-            )
+        data = _rows_table(S.table(table), rows)
         if data.num_rows:
             self._copy(table, data)
         return data.num_rows
@@ -945,13 +949,18 @@ class ProfileDB:
         nodes: dict[str, str] | None = None,
         rels: dict[str, str] | None = None,
         params: dict | None = None,
+        add: list[tuple[str, list[dict] | pa.Table]] | None = None,
     ) -> int:
-        """Delete rows matching Cypher predicates — the only safe way to delete here.
+        """Delete rows matching Cypher predicates — the only safe way to delete here —
+        and then insert the rows of `add` (table name, rows as for `bulk_insert`; nodes
+        before the rels that point at them).
 
         `nodes` maps a node table to a predicate over `{v}` (e.g.
         `{"Diff": "{v}.run_a = $a AND {v}.run_b = $b"}`); matching nodes go with all
         their rels. `rels` maps a rel table to a predicate over `{v}` (the rel); matching
         rels go. Returns the number of node and rel rows deleted (0: nothing rewritten).
+        When something is deleted, the added rows go into the rewritten file with the
+        kept ones (one bulk write per table, not a rewrite and then a COPY per table).
 
         Why not `DETACH DELETE`: in Kùzu 0.11.3, deleting rels and then checkpointing or
         COPYing into the same rel table loses rels of *other* nodes (seen: every IN_MODULE
@@ -964,6 +973,7 @@ class ProfileDB:
         nodes, rels, params = nodes or {}, rels or {}, params or {}
         for t in (*nodes, *rels):
             S.table(t)  # KeyError for a typo, before anything happens
+        added = [(S.table(t), _rows_table(S.table(t), rows)) for t, rows in add or []]
         tables = self._table_names()
         dropped = 0
         for spec in S.all_tables():
@@ -972,8 +982,12 @@ class ProfileDB:
                 dropped += self._count(spec, f"coalesce({pred.format(v='x')}, false)", params)
         # rels hanging on deleted nodes are deleted with them, nothing else to count
         if dropped:
-            check_space(self.file, rewrite=True)
-            self._rebuild(nodes, rels, params)
+            check_space(self.file, sum(t.nbytes for _, t in added), rewrite=True)
+            self._rebuild(nodes, rels, params, add=added)
+        else:
+            for spec, data in added:
+                if data.num_rows:
+                    self._copy(spec.name, data)
         return dropped
 
     def _count(self, spec: S.Table, cond: str, params: dict) -> int:
@@ -1003,13 +1017,14 @@ class ProfileDB:
                 f"cannot delete from {self.file}: it has tables this magneton does not know "
                 f"({', '.join(unknown)}); use the magneton version that wrote them"
             )
-        added = {spec.name: data for spec, data in add or []}
+        added: dict[str, list[pa.Table]] = {}
+        for spec, data in add or []:
+            added.setdefault(spec.name, []).append(data)
         ordered = sorted(S.all_tables(), key=lambda t: isinstance(t, S.RelTable))
         merged: list[tuple[S.Table, pa.Table]] = []
         for spec in ordered:  # nodes before the rels that point at them
             parts = [self._kept_rows(spec, nodes, rels, params)] if spec.name in tables else []
-            if spec.name in added:
-                parts.append(added[spec.name])
+            parts += added.get(spec.name, [])
             if parts:
                 merged.append((spec, pa.concat_tables(parts).combine_chunks()))
         tmp = self.file.with_name(self.file.name + ".rebuild")

@@ -892,6 +892,59 @@ def test_extension_tables_are_created_and_bulk_loaded(dbdir: Path, monkeypatch) 
         assert same(db.load_profile("b"), without_windows(synthetic_profile("b", 5, seed=2)))
 
 
+def test_restoring_a_diff_replaces_its_rows_and_explanations_in_one_rewrite(
+    dbdir: Path, monkeypatch
+) -> None:
+    """`matches.delete_diff(..., add=...)`: the pair's old Diff rows and EXPLAINS rels
+    go, the new rows come in (with the rewrite, or by COPY when nothing was stored),
+    and another pair's rows and every run stay."""
+    from magneton.graphdb.matches import delete_diff
+
+    a, b = synthetic_profile("a", n_ops=20, seed=1), synthetic_profile("b", n_ops=20, seed=2)
+    with open_db(dbdir) as db:
+        db.save_profile(a)
+        db.save_profile(b)
+        db.bulk_insert("Rule", [{"id": "r1"}])
+
+    def rows(pair: tuple[str, str], ops: list[int], note: str) -> list:
+        x, y = pair
+        uid = f"{x}|{y}"
+        diff = {"uid": uid, "run_a": x, "run_b": y, "message": note}
+        region = {"uid": f"{uid}|0", "run_a": x, "run_b": y, "region": 0}
+        return [
+            ("Diff", [diff]),
+            ("MatchedRegion", [region]),
+            ("IN_REGION", [{"from": f"{x}/{i}", "to": f"{uid}|0", "side": "a"} for i in ops]),
+            ("EXPLAINS", [{"from": "r1", "to": f"{x}/{i}", "run_a": x, "run_b": y} for i in ops]),
+        ]
+
+    rebuilds = []
+    real_rebuild = dbmod.ProfileDB._rebuild
+    monkeypatch.setattr(
+        dbmod.ProfileDB,
+        "_rebuild",
+        lambda self, *a, **k: rebuilds.append(1) or real_rebuild(self, *a, **k),
+    )
+    explains = "MATCH (:Rule)-[e:EXPLAINS]->(o:Operator) RETURN e.run_a, e.run_b, o.idx ORDER BY e.run_a, o.idx"
+    with open_db(dbdir) as db:
+        delete_diff(db, "a", "b", add=rows(("a", "b"), [1, 2], "first"))  # nothing stored yet
+        delete_diff(db, "b", "a", add=rows(("b", "a"), [5], "other pair"))
+        assert rebuilds == []
+        delete_diff(db, "a", "b", add=rows(("a", "b"), [3], "second"))  # replaces in one rewrite
+        assert rebuilds == [1]
+        assert db.query("MATCH (d:Diff) RETURN d.uid, d.message ORDER BY d.uid").rows == [
+            ["a|b", "second"],
+            ["b|a", "other pair"],
+        ]
+        assert db.query(explains).rows == [["a", "b", 3], ["b", "a", 5]]
+        assert db.query(
+            "MATCH (o:Operator)-[:IN_REGION]->(m:MatchedRegion) RETURN m.uid, o.run, o.idx ORDER BY m.uid"
+        ).rows == [["a|b|0", "a", 3], ["b|a|0", "b", 5]]
+    with open_db(dbdir, read_only=True) as db:
+        assert same(db.load_profile("a"), without_windows(a))
+        assert same(db.load_profile("b"), without_windows(b))
+
+
 def test_read_only_db_refuses_saves(shared: dict) -> None:
     with open_db(shared["dir"], read_only=True) as db:
         with pytest.raises(MagnetonError, match="read-only"):
