@@ -54,6 +54,7 @@ import re
 import shutil
 import threading
 import weakref
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -851,7 +852,7 @@ class ProfileDB:
         self._execute(*_create_statement(spec, data))
 
     def _load_tables(
-        self, tables: list[tuple[S.Table, pa.Table]], conn: kuzu.Connection | None = None
+        self, tables: Iterable[tuple[S.Table, pa.Table]], conn: kuzu.Connection | None = None
     ) -> None:
         """Write tables (a run's, from `_profile_tables`, or a rebuild's), here or
         through `conn` (the fresh file of `_rebuild`)."""
@@ -1021,12 +1022,17 @@ class ProfileDB:
         for spec, data in add or []:
             added.setdefault(spec.name, []).append(data)
         ordered = sorted(S.all_tables(), key=lambda t: isinstance(t, S.RelTable))
-        merged: list[tuple[S.Table, pa.Table]] = []
-        for spec in ordered:  # nodes before the rels that point at them
-            parts = [self._kept_rows(spec, nodes, rels, params)] if spec.name in tables else []
-            parts += added.get(spec.name, [])
-            if parts:
-                merged.append((spec, pa.concat_tables(parts).combine_chunks()))
+
+        def merged() -> Iterator[tuple[S.Table, pa.Table]]:
+            # one table at a time, read and then written: the kept rows of the whole DB
+            # are never all in memory at once
+            for spec in ordered:  # nodes before the rels that point at them
+                parts = added.get(spec.name, [])
+                if spec.name in tables:
+                    parts = [self._kept_rows(spec, nodes, rels, params), *parts]
+                if parts:
+                    yield spec, pa.concat_tables(parts).combine_chunks()
+
         tmp = self.file.with_name(self.file.name + ".rebuild")
         for stale in (tmp, tmp.with_name(tmp.name + ".wal")):
             stale.unlink(missing_ok=True)
@@ -1037,7 +1043,7 @@ class ProfileDB:
             for stmt in S.ddl():
                 new.execute(stmt)
             new.execute("COMMIT")
-            self._load_tables(merged, new)
+            self._load_tables(merged(), new)
             new.close()
         except BaseException:
             new_db.close()
