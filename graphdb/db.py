@@ -963,9 +963,11 @@ class ProfileDB:
         When something is deleted, the added rows go into the rewritten file with the
         kept ones (one bulk write per table, not a rewrite and then a COPY per table).
 
-        Why not `DETACH DELETE`: in Kùzu 0.11.3, deleting rels and then checkpointing or
-        COPYing into the same rel table loses rels of *other* nodes (seen: every IN_MODULE
-        rel of two untouched runs gone after deleting a third run) and leaves "has
+        Why not `DELETE` in place: in Kùzu 0.11.3 every form tried (`DETACH DELETE` of the
+        nodes; `DELETE` of the rels selected by either end, with or without a CHECKPOINT,
+        then of the nodes) loses rels of *other* nodes (seen: every IN_MODULE rel of two
+        untouched runs gone after deleting a third run; `python -m
+        magneton.graphdb.kuzu_defects` reproduces it on two plain tables) and leaves "has
         connected edges" ghosts. This rewrites the DB without the deleted rows, in bulk,
         into a fresh file swapped in atomically (a crash leaves the old DB intact).
         Cost: about one bulk load of everything that stays.
