@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['children_cpu_s']:.2f}",
             "✓" if r["within_budget"] else "✗",
         )
-    Console().print(table)
+    Console(width=200).print(table)
     by_case: dict[str, dict[str, dict]] = {}
     for r in rows:
         by_case.setdefault(r["case"], {})[r["mode"]] = r
