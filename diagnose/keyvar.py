@@ -13,9 +13,12 @@ Paper §4.3 (FindKeyVar). Two situations:
   watched expressions in the frame's locals — the branch conditions' operands (parsed
   with libcst) and the call target at the deviation line. The first branch taken
   differently, or else the call target whose value differs, is the key variable. Each
-  re-run is a subprocess: scripts set global flags at import (`torch.backends.mkldnn.
-  enabled = False`) and must not leak them into Magneton or into each other; the two
-  sides run in parallel.
+  side runs in a process of its own: scripts set global flags at import (`torch.backends.
+  mkldnn.enabled = False`) and must not leak them into Magneton or into each other. The
+  processes are forks of one warm worker (tracer/warm.py) that imported the libraries
+  both scripts import once — two cold imports of transformers were over 90% of the
+  re-run — started as soon as the first Python deviation site is found; the two sides run
+  in parallel.
 * **Native divergence** — inside C++ dispatch (`aten::_convolution` → `mkldnn_convolution`
   vs `thnn_conv2d`) or the same kernels with other arguments. No Python line decides it;
   the knowledge rules name the knobs that steer that dispatch, and the knob whose value
@@ -61,7 +64,7 @@ RERUN_TIMEOUT_S = 240.0
 
 
 # --------------------------------------------------------------------------------------
-# Re-run worker (runs in a subprocess: python -m magneton.diagnose.keyvar SPEC OUT)
+# Re-run of one side (a job of tracer/warm.py's worker, in a child process)
 # --------------------------------------------------------------------------------------
 
 # Frames that are call plumbing, skipped when recording who called a watched function.

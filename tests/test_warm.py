@@ -4,7 +4,9 @@ and close() leave no process and no temporary directory behind."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -150,3 +152,46 @@ def test_without_fork_jobs_run_in_fresh_interpreters(sides):
     assert not stats.forking and stats.imported == []
     assert r.ok, r.error
     assert (r.value["name"], r.value["cwd"], r.value["ppid"]) == ("b", str(sides["b"]), zygote)
+
+
+CALLER = """
+import json, sys, time
+from pathlib import Path
+from magneton.tracer.warm import WarmWorker
+
+script, cwd, pid_file = sys.argv[1:4]
+with WarmWorker([script], tmp_prefix="magneton-rerun-") as w:
+    job = w.submit("probe:sleep_forever", pid_file, cwd=cwd)
+    while not Path(pid_file).exists() or not Path(pid_file).read_text():
+        time.sleep(0.1)
+    print(json.dumps({"tmp": w.tmp, "zygote": w.proc.pid}), flush=True)
+    w.result(job, timeout_s=600)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
+def test_caller_interrupted_or_killed_leaves_nothing_behind(sides, tmp_path, signum):
+    """Ctrl-C in the caller closes the worker; a caller killed outright is noticed by the
+    zygote (its command pipe closes), which removes the files and kills its group."""
+    pid_file = tmp_path / "pid"
+    caller = subprocess.Popen(
+        [sys.executable, "-c", CALLER, str(sides["a"] / "train.py"), str(sides["a"]), pid_file],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        info = json.loads(caller.stdout.readline())
+        child = int(pid_file.read_text())
+        caller.send_signal(signum)
+        assert caller.wait(timeout=600) != 0
+    finally:
+        caller.kill()
+        caller.wait()
+    for pid in (child, info["zygote"]):
+        for _ in range(6000):  # a hang guard: the zygote reacts to the closed pipe
+            if not _alive(pid):
+                break
+            time.sleep(0.1)
+        assert not _alive(pid)
+    assert not Path(info["tmp"]).exists()

@@ -15,7 +15,13 @@ each child starts with the libraries already in `sys.modules` and runs one funct
 `submit` returns at once (the zygote may still be importing: jobs queue), so a caller
 can start the worker before its own preparation and overlap the two. A job is
 `"module:function"` called with one JSON value; it returns a JSON value (`JobResult.value`)
-or raises (`JobResult.error`, one line). Jobs run in parallel.
+or raises (`JobResult.error`, one line). The function's module must be importable in the
+child: a package module (name it in `preload` too, so the zygote imports it once) or a
+module in the job's `cwd`. Jobs run in parallel; a caller that times its jobs (an A/B
+re-measurement) waits for each result before submitting the next, and can interleave
+sides in one worker when both were recorded in the same environment. `JobResult.seconds`
+and `cpu_s` are the child's own, from the fork; `WarmWorker.ready()` gives the zygote's
+import time (`WorkerStats`).
 
 What the zygote imports, and why the children are as good as fresh processes:
 
@@ -51,7 +57,8 @@ What the zygote imports, and why the children are as good as fresh processes:
 Cleanup: the zygote is the leader of its own process group and every child stays in it,
 so `close()` (also on Ctrl-C in the caller and on timeouts, through the context manager)
 kills the whole group with SIGKILL and removes the worker's temporary directory; if the
-caller dies, the zygote sees its command pipe close and kills its group itself. Children
+caller dies (even by SIGKILL), the zygote sees its command pipe close, removes the
+directory and kills its group itself. Children
 run with stdout on /dev/null and stderr in a file, whose last line explains a crash.
 """
 
@@ -448,22 +455,33 @@ def _zygote(config_path: str) -> int:
         report.flush()
 
     send({"ready": stats.__dict__})
-    children: dict[int, tuple[int, int]] = {}  # job id -> (pid, pidfd)
+    # job id -> (pid, pidfd): an exited child makes its pidfd readable (Linux >= 5.3);
+    # without pidfds the loop polls every 50 ms instead
+    children: dict[int, tuple[int, int]] = {}
+    pidfds = hasattr(os, "pidfd_open")
     stdin = sys.stdin.buffer.raw
     buf = b""
     while True:
-        fds = [stdin.fileno(), *(fd for _, fd in children.values())]
-        readable, _, _ = select.select(fds, [], [])
+        fds = [stdin.fileno(), *(fd for _, fd in children.values() if fd >= 0)]
+        readable, _, _ = select.select(fds, [], [], None if pidfds else 0.05)
         for jid, (pid, fd) in list(children.items()):
-            if fd in readable:
-                _, status = os.waitpid(pid, 0)
+            if fd >= 0 and fd not in readable:
+                continue
+            done, status = os.waitpid(pid, 0 if fd >= 0 else os.WNOHANG)
+            if done == 0:
+                continue
+            if fd >= 0:
                 os.close(fd)
-                del children[jid]
-                send({"id": jid, "exit": os.waitstatus_to_exitcode(status)})
+            del children[jid]
+            send({"id": jid, "exit": os.waitstatus_to_exitcode(status)})
         if stdin.fileno() not in readable:
             continue
         chunk = os.read(stdin.fileno(), 65536)
-        if not chunk:  # the caller is gone: take every child with us
+        if not chunk:  # the caller is gone: take every child and the files with us
+            for pid, _ in children.values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)  # no child writes once the files go
+            shutil.rmtree(config["tmp"], ignore_errors=True)
             os.killpg(0, signal.SIGKILL)
             return 0
         buf += chunk
@@ -476,7 +494,7 @@ def _zygote(config_path: str) -> int:
                         os.kill(children[msg["kill"]][0], signal.SIGKILL)
                 continue
             pid = _start(config, stats, msg)
-            children[msg["id"]] = (pid, os.pidfd_open(pid))
+            children[msg["id"]] = (pid, os.pidfd_open(pid) if pidfds else -1)
 
 
 def _job_main(tmp: str, jid: str, target: str) -> int:
