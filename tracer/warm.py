@@ -196,17 +196,21 @@ class WarmWorker:
             "fork": FORK if fork is None else fork,
         }
         cfg = os.path.join(self.tmp, "zygote.json")
-        Path(cfg).write_text(json.dumps(config))
-        self._err = open(os.path.join(self.tmp, "zygote.err"), "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "magneton.tracer.warm", "--zygote", cfg],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._err,
-            env=zenv,
-            cwd=self.tmp,  # nothing of the scripts' folders is importable there
-            start_new_session=True,  # its own process group: close() kills all of it
-        )
+        try:
+            Path(cfg).write_text(json.dumps(config))
+            self._err = open(os.path.join(self.tmp, "zygote.err"), "wb")  # noqa: SIM115
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "magneton.tracer.warm", "--zygote", cfg],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._err,
+                env=zenv,
+                cwd=self.tmp,  # nothing of the scripts' folders is importable there
+                start_new_session=True,  # its own process group: close() kills all of it
+            )
+        except BaseException:  # no process to clean up after: only the directory
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
         self.stats: WorkerStats | None = None
         self._next = 0
         self._done: dict[int, dict] = {}
