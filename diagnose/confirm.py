@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import select
 import signal
@@ -84,6 +85,8 @@ def paired_interval(
     mean of the per-round ratios and its one-sided bounds at `confidence` (Student's t on
     the per-round log ratios, n - 1 degrees of freedom). None below two usable rounds."""
     w, e = np.asarray(wasteful_j, float), np.asarray(efficient_j, float)
+    if not (e > 0).any():
+        return _efficient_side_idle(w)
     ok = (w > 0) & (e > 0)
     d = np.log(w[ok]) - np.log(e[ok])
     n = len(d)
@@ -93,6 +96,25 @@ def paired_interval(
     se = float(d.std(ddof=1)) / np.sqrt(n)
     q = float(stats.t.ppf(confidence, n - 1))
     return float(np.exp(mean)), float(np.exp(mean - q * se)), float(np.exp(mean + q * se))
+
+
+def _efficient_side_idle(w: np.ndarray) -> tuple[float, float, float] | None:
+    """The efficient side spends nothing here (it runs no operator in the region: a copy
+    it avoids), so the ratio is unbounded as soon as the wasteful side spent energy in
+    every round; None (no evidence) when it did not. The saving's bounds then come from
+    the wasteful side's rounds alone (`wasteful_bounds_j`)."""
+    pos = w[w > 0]
+    if len(pos) < 2 or len(pos) < len(w):
+        return None
+    return math.inf, math.inf, math.inf
+
+
+def wasteful_bounds_j(w: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """One-sided bounds at `confidence` of the geometric-mean energy of the rounds."""
+    d = np.log(w[w > 0])
+    se = float(d.std(ddof=1)) / np.sqrt(len(d))
+    q = float(stats.t.ppf(confidence, len(d) - 1))
+    return float(np.exp(d.mean() - q * se)), float(np.exp(d.mean() + q * se))
 
 
 def cannot_reach(ratio_high: float, threshold: float) -> bool:
@@ -305,8 +327,9 @@ def _decided(iv: tuple[float, float, float] | None, threshold: float) -> bool:
     if iv is None:
         return False
     _, low, high = iv
-    narrow = 0.5 * (np.log(high) - np.log(low)) <= NARROW_LOG
-    return confident(low, threshold) or cannot_reach(high, threshold) or narrow
+    if confident(low, threshold) or cannot_reach(high, threshold):
+        return True
+    return 0.5 * (np.log(high) - np.log(low)) <= NARROW_LOG
 
 
 def interleave(
@@ -361,12 +384,18 @@ def _confirmed(
     f.saving_j = e_w - e_eff
     run_j = _geomean(att[f.wasteful].samples_j.sum(axis=1))
     f.saving_share = f.saving_j / run_j if run_j > 0 else 0.0
+    if e_eff > 0:
+        saving_low = e_w * (1.0 - 1.0 / low) if low > 0 else 0.0
+        saving_high = e_w * (1.0 - 1.0 / high) if high > 0 else 0.0
+    else:  # all of the wasteful side's energy is the saving (_efficient_side_idle)
+        w_rounds = _region_j(att[f.wasteful], getattr(f, f"region_{f.wasteful}").ops, f.kind)
+        saving_low, saving_high = wasteful_bounds_j(w_rounds)
     f.interval = SavingInterval(
         ratio=ratio,
         ratio_low=low,
         ratio_high=high,
-        saving_j_low=e_w * (1.0 - 1.0 / low) if low > 0 else 0.0,
-        saving_j_high=e_w * (1.0 - 1.0 / high) if high > 0 else 0.0,
+        saving_j_low=saving_low,
+        saving_j_high=saving_high,
         confidence=CONFIDENCE,
         iterations_a=rounds.n,
         iterations_b=rounds.n,

@@ -210,7 +210,7 @@ def finding_from_record(d: dict) -> Finding:
     plain = {f.name for f in dataclasses.fields(Finding)} - {"job", "interval", *DIAGNOSIS_FIELDS}
     f = Finding(**{k: v for k, v in d.items() if k in plain})
     if d.get("interval"):
-        f.interval = SavingInterval(**d["interval"])
+        f.interval = SavingInterval.from_json(d["interval"])
     f.set_diagnosis_json(d)
     return f
 

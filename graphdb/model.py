@@ -14,6 +14,7 @@ so attribution never has to reconcile two clocks.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -664,7 +665,17 @@ class SavingInterval:
     unconfirmed: str = ""
 
     def to_json(self) -> dict:
-        return dict(self.__dict__)
+        # an unbounded ratio (the efficient side spends nothing in the region) is null:
+        # JSON has no infinity, and `--json` must parse with any strict reader
+        return {
+            k: (None if isinstance(v, float) and math.isinf(v) else v)
+            for k, v in self.__dict__.items()
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> SavingInterval:
+        ratios = ("ratio", "ratio_low", "ratio_high")
+        return cls(**{k: (math.inf if k in ratios and v is None else v) for k, v in d.items()})
 
 
 # --- Typed metadata as stored config rows ---

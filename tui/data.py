@@ -185,7 +185,12 @@ def interval_text(f: Finding) -> str:
         return ""
     text = (
         f"saving {fmt_j(iv.saving_j_low)} to {fmt_j(iv.saving_j_high)} per call at "
-        f"{iv.confidence:.0%} (ratio {iv.ratio_low:.2f}–{iv.ratio_high:.2f}×)"
+        f"{iv.confidence:.0%} "
+        + (
+            f"(ratio {iv.ratio_low:.2f}–{iv.ratio_high:.2f}×)"
+            if math.isfinite(iv.ratio_high)
+            else "(the efficient side runs no operator here)"
+        )
     )
     if iv.confirmed:
         return f"{text}, confirmed: {iv.rounds} interleaved rounds per side ({iv.test})"
