@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 WORKLOADS = Path(__file__).parent / "workloads"
 
 
-def record_once(db: Path, script: Path, run: str, *extra: str, env: dict | None = None) -> None:
+def record_once(db: Path, script: Path, run: str, *extra: str) -> None:
     """`magneton record SCRIPT --db DB --run RUN EXTRA` in a subprocess; fails the
     fixture that asked with the recorder's own message."""
     proc = subprocess.run(
@@ -20,7 +19,6 @@ def record_once(db: Path, script: Path, run: str, *extra: str, env: dict | None 
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, **(env or {})},
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
