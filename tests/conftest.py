@@ -1,48 +1,92 @@
-"""Fixtures shared across test files, and cleanup of what tests leave under /tmp.
+"""Fixtures shared across test files, and what keeps the suite from leaving files behind.
 
-`tiny_db` is one recording made once per session for tests that only read it (a real
-`magneton record` subprocess; about 10 s each time a test made its own). Tests that
-change a DB must make their own.
+Recordings cost seconds of CPU each (a `magneton record` subprocess imports torch, some
+also transformers), so a recording that several tests only read is made once per session
+here. A test that changes a DB works on its own copy (`copy_db`): copying a closed Kùzu
+directory is a file copy, a re-recording is a whole torch process.
+
+Temporary files: every test's children (diagnosis re-runs, the TUI's job logs, `magneton
+eval`'s scratch cases) write under the session's own TMPDIR inside pytest's base temp
+directory, removed at the end of the session; so nothing accumulates under /tmp, and a
+cleanup never touches another session's files. Passing tests' `tmp_path`s go at once
+(pyproject: `tmp_path_retention_policy = "failed"`).
 """
 
 from __future__ import annotations
 
-import glob
+import contextlib
+import gc
+import io
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from recordings import WORKLOADS, record_once
 
-WORKLOADS = Path(__file__).parent / "workloads"
-_RERUN_GLOB = os.path.join(tempfile.gettempdir(), "magneton-rerun-*")
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """TMPDIR for this session and its subprocesses, removed when the session ends (what
+    a killed child leaves, e.g. a diagnosis re-run's `magneton-rerun-*` directory or the
+    TUI's job log, otherwise stays in /tmp for good)."""
+    d = tmp_path_factory.mktemp("tmpdir")
+    old_env, old_cached = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = str(d)
+    tempfile.tempdir = str(d)
+    try:
+        yield d
+    finally:
+        tempfile.tempdir = old_cached
+        if old_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old_env
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
 def tiny_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A DB holding run 'a' of workloads/tiny.py (5 operators). Read it, never write."""
+    """A DB holding run 'a' of workloads/tiny.py (5 operators). Read it, never write:
+    a test that writes takes `copy_db(tiny_db, tmp_path / "db")`."""
     db = tmp_path_factory.mktemp("shared") / "tiny"
-    proc = subprocess.run(
-        [sys.executable, "-m", "magneton", "record", str(WORKLOADS / "tiny.py")]
-        + ["--db", str(db), "--run", "a", "--repeat", "1", "-q"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
+    record_once(db, WORKLOADS / "tiny.py", "a", "--repeat", "1")
     return db
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    session.config._magneton_rerun_dirs = set(glob.glob(_RERUN_GLOB))  # type: ignore[attr-defined]
+@pytest.fixture(scope="session")
+def gpt2_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Runs 'gelu_new' and 'gelu_fused' of workloads/gpt2_small.py (HF's Python gelu_new
+    chain vs the fused gelu_pytorch_tanh), `--power model --repeat 2`, with call paths.
+    Read it, never write (test_record.py adds its runs to a copy).
+
+    Recorded through the CLI entry point in this process: a subprocess per recording
+    would import transformers again (~6 s of CPU each).
+    """
+    from magneton.cli import main as cli
+
+    db = tmp_path_factory.mktemp("shared") / "gpt2"
+    for act, run in (("gelu_new", "gelu_new"), ("gelu_pytorch_tanh", "gelu_fused")):
+        out, err = io.StringIO(), io.StringIO()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("MAGNETON_TEST_ACT", act)  # read when record imports the script
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                rc = cli(
+                    ["record", str(WORKLOADS / "gpt2_small.py"), "--db", str(db), "--run", run]
+                    + ["--power", "model", "--repeat", "2", "-q"]
+                )
+        assert rc == 0, err.getvalue()
+        assert f"recorded run '{run}'" in out.getvalue()
+    return db
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Remove the `magneton-rerun-*` directories the diagnosis re-runs made during this
-    session (they are never removed otherwise; ~1 GB after a full run)."""
-    before = getattr(session.config, "_magneton_rerun_dirs", set())
-    for d in set(glob.glob(_RERUN_GLOB)) - before:
-        shutil.rmtree(d, ignore_errors=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what the imports made (torch, transformers, hypothesis, the test modules) out
+    of the cyclic GC's reach. The recorder runs a full collection before each timing pass
+    (tracer/timing.py) so that none trips inside it; in this process, which records
+    hundreds of times over a session, each such collection otherwise walks some 400,000
+    long-lived objects again (~40% of test_matching's time)."""
+    gc.collect()
+    gc.freeze()

@@ -41,33 +41,9 @@ def magneton(*args: str, env: dict | None = None, check: bool = True):
 
 
 @pytest.fixture(scope="module")
-def db(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("energy") / "db"
-    old = os.environ.get("MAGNETON_TEST_ACT")
-    try:
-        for act, run in (("gelu_new", "gelu_new"), ("gelu_pytorch_tanh", "gelu_fused")):
-            os.environ["MAGNETON_TEST_ACT"] = act  # read when record imports the script
-            rc, out, err = cli(
-                "record",
-                str(WORKLOADS / "gpt2_small.py"),
-                "--db",
-                str(d),
-                "--run",
-                run,
-                "--power",
-                "model",
-                "--repeat",
-                "2",
-                "--no-call-paths",
-            )
-            assert rc == 0, err
-            assert f"recorded run '{run}'" in out
-    finally:
-        if old is None:
-            os.environ.pop("MAGNETON_TEST_ACT", None)
-        else:
-            os.environ["MAGNETON_TEST_ACT"] = old
-    return d
+def db(gpt2_db: Path) -> Path:
+    """The session's two GPT-2 runs, gelu_new and gelu_fused (conftest.py); read only."""
+    return gpt2_db
 
 
 def cli(*args: str) -> tuple[int, str, str]:

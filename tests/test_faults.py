@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from recordings import copy_db
 
 WORKLOADS = Path(__file__).parent / "workloads"
 
@@ -62,13 +63,10 @@ def one_line(proc: subprocess.CompletedProcess) -> str:
 
 
 @pytest.fixture
-def good_db(tmp_path: Path) -> Path:
-    """A DB holding one complete run 'a' of tiny.py (5 operators)."""
-    db = tmp_path / "db"
-    proc = record(db, "tiny.py", "a")
-    assert proc.returncode == 0, proc.stderr
-    assert runs(db)["a"]["op_count"] == 5
-    return db
+def good_db(tiny_db: Path, tmp_path: Path) -> Path:
+    """A DB holding one complete run 'a' of tiny.py (5 operators): this test's own copy
+    of the session's recording, which each test here changes."""
+    return copy_db(tiny_db, tmp_path / "db")
 
 
 def _start_slow(db: Path, run: str, tmp_path: Path, *extra: str) -> subprocess.Popen:
@@ -249,28 +247,37 @@ def test_kill_mid_load_leaves_a_ghost_that_the_next_write_removes(good_db: Path,
     assert set(runs(good_db)) == {"a"} and _operator_counts(good_db) == {"a": 5}
 
 
-def test_rm_checks_every_name_before_removing(good_db: Path) -> None:
-    assert record(good_db, "tiny.py", "b").returncode == 0
-    bad = magneton("rm", "--db", str(good_db), "b", "nope")
+def test_rm_checks_every_name_before_removing(named_runs, tmp_path: Path) -> None:
+    db = copy_db(named_runs[0], tmp_path / "db")
+    bad = magneton("rm", "--db", str(db), "bert[fp64]", "nope")
     assert bad.returncode != 0 and "nothing removed" in one_line(bad)
-    assert set(runs(good_db)) == {"a", "b"}
-    ok = magneton("rm", "--db", str(good_db), "b")
-    assert ok.returncode == 0 and set(runs(good_db)) == {"a"}
-    assert _operator_counts(good_db) == {"a": 5}
+    assert set(runs(db)) == {"a", "[/]", "bert[fp64]"}
+    ok = magneton("rm", "--db", str(db), "bert[fp64]")
+    assert ok.returncode == 0 and set(runs(db)) == {"a", "[/]"}
+    assert _operator_counts(db) == {"a": 5, "[/]": 5}
 
 
-# ---- item 9: user text is printed as is, never read as rich markup ----------------------
+# ---- items 9 and 15: user text is printed as is; progress on a terminal, quiet with -q ---
 
 
-def test_run_names_with_brackets_are_listed_as_typed(good_db: Path) -> None:
-    for name in ("[/]", "bert[fp64]"):
-        assert record(good_db, "tiny.py", name).returncode == 0
-    proc = magneton("runs", "--db", str(good_db), env={"COLUMNS": "300"})
+@pytest.fixture(scope="module")
+def named_runs(tiny_db: Path, tmp_path_factory) -> tuple[Path, dict]:
+    """A copy of tiny_db plus two runs whose names are rich markup, each recorded as on a
+    terminal: '[/]' with the progress display (2 warmup calls), 'bert[fp64]' with -q.
+    Tests read the recorders' output and the DB; `rm` works on its own copy."""
+    db = copy_db(tiny_db, tmp_path_factory.mktemp("named") / "db")
+    tty = {"FORCE_COLOR": "1"}  # rich draws its live display as on a terminal
+    shown = record(db, "tiny.py", "[/]", "--warmup", "2", env=tty)
+    quiet = record(db, "tiny.py", "bert[fp64]", "-q", env=tty)
+    return db, {"shown": shown, "quiet": quiet}
+
+
+def test_run_names_with_brackets_are_listed_as_typed(named_runs) -> None:
+    db, made = named_runs
+    assert made["shown"].returncode == 0 and made["quiet"].returncode == 0
+    proc = magneton("runs", "--db", str(db), env={"COLUMNS": "300"})
     assert proc.returncode == 0, proc.stderr  # `[/]` crashed the table before
     assert "bert[fp64]" in proc.stdout and "[/]" in proc.stdout
-
-
-# ---- item 15: progress on a terminal, quiet with -q ------------------------------------
 
 
 def _screen(stderr: str) -> str:
@@ -280,15 +287,13 @@ def _screen(stderr: str) -> str:
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stderr).replace("\r", "\n")
 
 
-def test_record_shows_phases_and_iterations_unless_quiet(tmp_path: Path) -> None:
-    tty = {"FORCE_COLOR": "1"}  # rich draws its live display as on a terminal
-    shown = record(tmp_path / "db", "tiny.py", "a", "--warmup", "2", env=tty)
+def test_record_shows_phases_and_iterations_unless_quiet(named_runs) -> None:
+    shown, quiet = named_runs[1]["shown"], named_runs[1]["quiet"]
     assert shown.returncode == 0, shown.stderr
     screen = _screen(shown.stderr)
     for phase in ("setup()", "warmup", "structure pass", "timing pass", "writing to the DB"):
         assert f"record: {phase}" in screen, screen
     assert "2/2" in screen  # the warmup's iterations counted
-    quiet = record(tmp_path / "db", "tiny.py", "b", "-q", env=tty)
     assert quiet.returncode == 0 and "record:" not in quiet.stderr
 
 

@@ -1,7 +1,8 @@
 """Recording real workloads through the CLI, then checking the graph facts users rely on.
 
-Every recording here is a subprocess `magneton record ...`, as a user would type it:
-module-level flags such as `torch.backends.mkldnn.enabled` must not leak between runs.
+Every recording made here is a subprocess `magneton record ...`, as a user would type it:
+module-level flags such as `torch.backends.mkldnn.enabled` must not leak between runs. The
+GPT-2 run read here is the session's shared recording (conftest.py `gpt2_db`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from recordings import copy_db
 
 WORKLOADS = Path(__file__).parent / "workloads"
 
@@ -36,11 +38,10 @@ def query(db: Path, cypher: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def db(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("rec") / "db"
-    magneton(
-        "record", str(WORKLOADS / "gpt2_small.py"), "--db", str(d), "--run", "gpt2", "--repeat", "2"
-    )
+def db(gpt2_db, tmp_path_factory) -> Path:
+    """The session's GPT-2 runs (conftest.py; 'gelu_new' is the one read here) and two
+    convnet runs, mkldnn on and off; tests below add runs, so this is a copy."""
+    d = copy_db(gpt2_db, tmp_path_factory.mktemp("rec") / "db")
     for flag, run in (("1", "conv_mkldnn"), ("0", "conv_thnn")):
         magneton(
             "record",
@@ -57,17 +58,17 @@ def db(tmp_path_factory) -> Path:
 def test_runs_listed_with_counts(db):
     out = json.loads(magneton("runs", "--db", str(db), "--json").stdout)
     runs = {r["name"]: r for r in out}
-    assert set(runs) == {"gpt2", "conv_mkldnn", "conv_thnn"}
+    assert set(runs) == {"gelu_new", "gelu_fused", "conv_mkldnn", "conv_thnn"}
     assert all(r["status"] == "ok" for r in runs.values())
     # 2 conv + relu + view + add_ + sum
     assert runs["conv_mkldnn"]["op_count"] == 6
-    assert runs["gpt2"]["op_count"] > 50
+    assert runs["gelu_new"]["op_count"] > 50
 
 
 def test_gelu_ops_run_in_mlp_act_module_and_reach_script_line(db):
     rows = query(
         db,
-        "MATCH (o:Operator {run: 'gpt2'})-[:IN_MODULE]->(m:Module {name: 'h.0.mlp.act'}) "
+        "MATCH (o:Operator {run: 'gelu_new'})-[:IN_MODULE]->(m:Module {name: 'h.0.mlp.act'}) "
         "RETURN o.name AS name, o.idx AS idx ORDER BY idx",
     )
     names = [r["name"] for r in rows]
@@ -76,7 +77,7 @@ def test_gelu_ops_run_in_mlp_act_module_and_reach_script_line(db):
     tanh_idx = next(r["idx"] for r in rows if r["name"] == "aten::tanh")
     frames = query(
         db,
-        f"MATCH (o:Operator {{run: 'gpt2', idx: {tanh_idx}}})-[c:CALLED_FROM]->(f:Frame) "
+        f"MATCH (o:Operator {{run: 'gelu_new', idx: {tanh_idx}}})-[c:CALLED_FROM]->(f:Frame) "
         "RETURN f.file AS file, f.line AS line, f.function AS fn ORDER BY c.depth",
     )
     # the stack starts at the script's entry line and ends inside transformers' activation
@@ -90,14 +91,14 @@ def test_dataflow_connects_inputs_to_output(db):
     # the token ids feed the embedding, and a FLOWS path leads from it to the final op
     first = query(
         db,
-        "MATCH (t:Tensor {run: 'gpt2', kind: 'input'})-[:INPUT]->(o:Operator) "
+        "MATCH (t:Tensor {run: 'gelu_new', kind: 'input'})-[:INPUT]->(o:Operator) "
         "RETURN o.idx AS idx, o.name AS name",
     )
     assert first  # GPT-2 first reshapes the ids (aten::view), then embeds them
-    last = query(db, "MATCH (o:Operator {run: 'gpt2'}) RETURN max(o.idx) AS idx")[0]["idx"]
+    last = query(db, "MATCH (o:Operator {run: 'gelu_new'}) RETURN max(o.idx) AS idx")[0]["idx"]
     edges = query(
         db,
-        "MATCH (a:Operator {run: 'gpt2'})-[:FLOWS]->(b:Operator) RETURN a.idx AS a, b.idx AS b",
+        "MATCH (a:Operator {run: 'gelu_new'})-[:FLOWS]->(b:Operator) RETURN a.idx AS a, b.idx AS b",
     )
     succ: dict[int, set[int]] = {}
     for e in edges:
@@ -111,13 +112,15 @@ def test_dataflow_connects_inputs_to_output(db):
     assert last in seen
     names = {
         r["idx"]: r["name"]
-        for r in query(db, "MATCH (o:Operator {run: 'gpt2'}) RETURN o.idx AS idx, o.name AS name")
+        for r in query(
+            db, "MATCH (o:Operator {run: 'gelu_new'}) RETURN o.idx AS idx, o.name AS name"
+        )
     }
     assert "aten::embedding" in {names[i] for i in seen}
     # and the Kùzu recursive form users would type, within its 30-hop limit
     near = query(
         db,
-        f"MATCH (a:Operator {{run: 'gpt2', idx: {first[0]['idx']}}})-[:FLOWS* 1..3]->"
+        f"MATCH (a:Operator {{run: 'gelu_new', idx: {first[0]['idx']}}})-[:FLOWS* 1..3]->"
         "(b:Operator) RETURN count(DISTINCT b) AS n",
     )
     assert near[0]["n"] >= 2
@@ -126,7 +129,7 @@ def test_dataflow_connects_inputs_to_output(db):
 def test_parameters_are_named_sources(db):
     rows = query(
         db,
-        "MATCH (t:Tensor {run: 'gpt2', kind: 'param'})-[:INPUT]->(o:Operator {name: 'aten::addmm'}) "
+        "MATCH (t:Tensor {run: 'gelu_new', kind: 'param'})-[:INPUT]->(o:Operator {name: 'aten::addmm'}) "
         "RETURN DISTINCT t.name AS name ORDER BY name LIMIT 3",
     )
     assert rows and rows[0]["name"].startswith("h.0.attn.c_attn")
@@ -193,7 +196,7 @@ def test_script_that_raises_leaves_db_intact_and_marks_run(db):
     assert before <= set(runs) and runs["bad"]["status"] == "failed"
     assert all(runs[n]["status"] == "ok" for n in before)
     # the earlier runs' operators are all still there
-    assert query(db, "MATCH (o:Operator {run: 'gpt2'}) RETURN count(o) AS n")[0]["n"] > 50
+    assert query(db, "MATCH (o:Operator {run: 'gelu_new'}) RETURN count(o) AS n")[0]["n"] > 50
 
 
 def test_ctrl_c_marks_run_failed_with_exit_130(db):

@@ -1,7 +1,7 @@
 """magneton-tui driven with Textual's Pilot on a DB recorded from the gelu example pair.
 
-The DB is recorded once per session through the CLI (`magneton record` in a subprocess,
-as a user would) from a copy of examples/cases/gelu_backend that is a git repository, so
+The DB is recorded once per session with the recorder's Python API (`record_script`,
+what `magneton record` runs) from a copy of examples/cases/gelu_backend that is a git repository, so
 an exported patch can be checked with a real `git apply --check` without touching the
 shipped example. Every app runs at 80×24, the size the TUI promises to be usable at.
 tests/test_tui_tmux.py reuses the same recording (see `gelu_db`).
@@ -13,7 +13,6 @@ import asyncio
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -59,31 +58,18 @@ def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def _record(script: Path, db: Path, run: str) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "magneton",
-            "record",
-            str(script),
-            "--db",
-            str(db),
-            "--run",
-            run,
-            "--warmup",
-            "1",
-            "--repeat",
-            "2",
-            # FLOPs and bytes only: the default model adds static power x measured time,
-            # and wall-time noise on a shared 2-core CI box can out-rank the GELU finding
-            "--power",
-            "model:work-only",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    """Record through the Python API (`record_script`, what `magneton record` calls), in
+    this process: a subprocess per side would import torch and transformers again, and
+    neither script sets a global flag that could leak into the other's recording.
+
+    FLOPs and bytes only: the default model adds static power x measured time, and
+    wall-time noise on a shared 2-core CI box can out-rank the GELU finding. Energy then
+    does not depend on time, so the timing pass runs its 2 calls and stops (no adaptive
+    iterations until the time is stable)."""
+    from magneton.tracer.record import RecordOptions, record_script
+
+    opts = RecordOptions(warmup=1, repeat=2, power="model:work-only", adaptive=False)
+    record_script(script, db=str(db), run=run, options=opts)
 
 
 def recorded_gelu(base: Path) -> tuple[Path, Path]:
