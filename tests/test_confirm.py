@@ -13,6 +13,7 @@ import contextlib
 import glob
 import io
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -288,3 +289,17 @@ def test_a_worker_that_hangs_is_killed_and_the_finding_unconfirmed(gelu_db, monk
     iv = out.result.findings[0].interval
     assert not iv.confirmed and "did not answer within 2 s" in iv.unconfirmed
     assert len(spawned) == 2 and all(p.poll() is not None for p in spawned)  # none left
+
+
+def test_a_region_the_efficient_side_does_not_run_is_confirmed_from_the_wasteful_rounds():
+    # a copy the efficient side avoids: its region has no operators, so every round
+    # prices it at 0 J; the saving is then all of the wasteful side's energy
+    rng = np.random.default_rng(3)
+    wasteful = 0.1 * np.exp(rng.normal(0.0, 0.2, 8))
+    ratio, low, high = paired_interval(wasteful, np.zeros(8))
+    assert confident(low, 0.10) and math.isinf(ratio)
+    # a wasteful side that spent nothing in some round is no evidence
+    assert paired_interval(np.array([0.1, 0.0, 0.1]), np.zeros(3)) is None
+    iv = SavingInterval(ratio, low, high, 0.08, 0.12, 0.95, 8, 8, confirmed=True, rounds=8)
+    text = json.dumps(iv.to_json(), allow_nan=False)  # strict JSON: no Infinity
+    assert SavingInterval.from_json(json.loads(text)) == iv
