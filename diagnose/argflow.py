@@ -44,11 +44,17 @@ def _value(t: TensorRecord, name: str) -> Any:
     return getattr(t, name)
 
 
-def trace_property(p: Profile, op: int, operand: int, name: str) -> dict[str, Any]:
-    """Where the value of property `name` of operand `operand` of operator `op` was set:
-    {"tensor", "kind", "name", "op", "hops"}: kind "op" with the operator that set it, or
-    the source tensor's kind ("param", "buffer", "input", "constant")."""
-    t = p.tensors[p.ops[op].inputs[operand]]
+def trace_property(
+    p: Profile, op: int, operand: int, name: str, output: bool = False
+) -> dict[str, Any]:
+    """Where the value of property `name` of operand `operand` of operator `op` (an
+    output with `output`) was set: {"tensor", "kind", "name", "op", "hops"}: kind "op"
+    with the operator that set it, or the source tensor's kind ("param", "buffer",
+    "input", "constant"); {} when the operand's tensor was not recorded."""
+    ops = p.ops[op].outputs if output else p.ops[op].inputs
+    if not (0 <= operand < len(ops) and 0 <= ops[operand] < len(p.tensors)):
+        return {}
+    t = p.tensors[ops[operand]]
     want = _value(t, name)
     hops = 0
     while t.producer >= 0 and hops < MAX_HOPS:
@@ -69,8 +75,8 @@ def trace_property(p: Profile, op: int, operand: int, name: str) -> dict[str, An
 def trace_both(prop: OperandProperty, op_a: int, op_b: int, pa: Profile, pb: Profile) -> None:
     """Fill `prop.set_by` for both sides."""
     prop.set_by = {
-        "a": trace_property(pa, op_a, prop.operand, prop.name),
-        "b": trace_property(pb, op_b, prop.operand, prop.name),
+        "a": trace_property(pa, op_a, prop.operand, prop.name, prop.output),
+        "b": trace_property(pb, op_b, prop.operand, prop.name, prop.output),
     }
 
 
@@ -79,8 +85,9 @@ def observed(prop: OperandProperty, side: str, p: Profile) -> str | None:
     `cuda:0`), as the user would write it after `torch.`."""
     set_by = prop.set_by.get(side) or {}
     t = p.tensors[set_by["tensor"]] if "tensor" in set_by else None
-    if t is None:
-        return None
+    if t is None:  # not recorded: the operator's recorded dtype is all there is
+        v = prop.values.get(side)
+        return str(v).replace("torch.", "") if prop.name == "dtype" and v else None
     if prop.name == "strides":
         order = layout(t)
         if len(t.shape) == 4 and order and order[-1] == 1:

@@ -34,7 +34,6 @@ from collections.abc import Callable
 from magneton.diagnose.argflow import absent_origin, observed, setup_origin, trace_both
 from magneton.diagnose.dataflow import (
     Origin,
-    find_attribute_origin,
     is_user_file,
     source_index,
     user_files,
@@ -55,12 +54,14 @@ from magneton.diagnose.keyvar import (
     python_key_variable,
     run_rerun,
 )
+from magneton.diagnose.setupflow import setup_difference
 from magneton.graphdb.model import (
     DiffResult,
     Divergence,
     Finding,
     Fix,
     FlowHop,
+    OperandProperty,
     PathElement,
     Profile,
     RootCause,
@@ -135,38 +136,6 @@ def _site_is_user(div: Divergence, runs: RunPair) -> bool:
         return True
     same_place = os.path.realpath(sa.file or "") == os.path.realpath(sb.file or "")
     return not (same_place and (sa.branch or sa.code == sb.code))
-
-
-def _dtype_origins(div: Divergence, sides: dict[str, SideInfo]) -> dict[str, Origin] | None:
-    """Same kernels on different dtypes (a float64 input by accident is the classic):
-    the user's `dtype=` that chose each side's dtype, when the two differ."""
-    if div.a.kind != "args":
-        return None
-    diffs = {"a": div.a.diff or {}, "b": div.b.diff or {}}
-
-    def dtype_of(diff: dict) -> str | None:
-        """The dtype this side's op ran on: its dtypes, or a `dtype=` argument
-        (`aten::_to_copy` converts float64 to float32 on one side only)."""
-        for key in ("input_dtypes", "output_dtypes"):
-            if key in diff:
-                return next((str(d) for d in diff[key] if d), None)
-        for part in str(diff.get("scalar_args", "")).split(", "):
-            if part.startswith("dtype="):
-                return part.removeprefix("dtype=")
-        return None
-
-    seen = {n: dtype_of(d) for n, d in diffs.items()}
-    if None in seen.values():
-        return None
-    out: dict[str, Origin] = {}
-    for n, dtype in seen.items():
-        o = find_attribute_origin(
-            "dtype", sides[n].files, dtype.replace("torch.", ""), sides[n].config
-        )
-        if o is None or o.span is None:
-            return None
-        out[n] = o
-    return out if out["a"].value != out["b"].value else None
 
 
 def _code_origin(p: Profile, ops: list[int], side: str, op: int | None = None) -> Origin | None:
@@ -414,11 +383,8 @@ class Diagnoser:
         if ow is not None:
             return ow.kind, kv, kv.origins
         props = self._property_origins(div, sides)
-        if props is not None:
-            return props[w].kind, kv, props
-        dtypes = _dtype_origins(div, sides)
-        if dtypes is not None:
-            return dtypes[w].kind, kv, dict(dtypes)
+        if props is not None and props.get(w) is not None:
+            return props[w].kind, kv, props  # type: ignore[union-attr]
         if div.a.kind == "args" and div.a.diff:
             return "code", kv, self._code_origins(finding, div)
         return "unknown", kv, kv.origins
@@ -428,13 +394,21 @@ class Diagnoser:
     ) -> dict[str, Origin | None] | None:
         """A kernel-argument divergence: walk the differing operand back through the
         recorded dataflow to the op or source that set its property (argflow.py), then
-        into the user's code to the keyword that set it. One side may never set it (the
-        library default): its origin is where the other side's setting belongs."""
+        into the user's code: the keyword that sets that property (`memory_format=`,
+        `dtype=`; one side may never set it — the library default — and its origin is
+        where the other side's setting belongs), else, for a source set before the
+        region, the statement of setup() where the two sides differ (setupflow.py)."""
         prop = div.prop
         if prop is None or div.op_a is None or div.op_b is None:
             return None
         profs = {"a": self.runs.a, "b": self.runs.b}
         trace_both(prop, div.op_a, div.op_b, profs["a"], profs["b"])
+        return self._keyword_origins(prop, profs, sides) or self._setup_origins(prop, profs)
+
+    @staticmethod
+    def _keyword_origins(
+        prop: OperandProperty, profs: dict[str, Profile], sides: dict[str, SideInfo]
+    ) -> dict[str, Origin | None] | None:
         found: dict[str, Origin | None] = {
             n: setup_origin(prop, n, profs[n], sides[n].files, sides[n].config) for n in "ab"
         }
@@ -451,6 +425,17 @@ class Diagnoser:
         absent.value = f"torch.{seen}" if seen else None
         found[other] = absent
         return found
+
+    @staticmethod
+    def _setup_origins(
+        prop: OperandProperty, profs: dict[str, Profile]
+    ) -> dict[str, Origin | None] | None:
+        """Both walks reached a source (a parameter, buffer or entry input): its property
+        was set before the region, by setup() — compare the two sides' setup() slices."""
+        if any(prop.set_by.get(n, {}).get("kind") in (None, "op") for n in "ab"):
+            return None
+        found = setup_difference(profs["a"], profs["b"], prop.set_by)
+        return dict(found) if found is not None else None
 
     def _code_origins(self, finding: Finding, div: Divergence) -> dict[str, Origin | None]:
         return {
