@@ -430,9 +430,11 @@ class Diagnoser:
     def _setup_origins(
         prop: OperandProperty, profs: dict[str, Profile]
     ) -> dict[str, Origin | None] | None:
-        """Both walks reached a source (a parameter, buffer or entry input): its property
-        was set before the region, by setup() — compare the two sides' setup() slices."""
-        if any(prop.set_by.get(n, {}).get("kind") in (None, "op") for n in "ab"):
+        """No keyword names the value: compare the two sides' source from where the walk
+        stopped — the operator that set the property (its user line, then its callers)
+        or, for a source tensor, setup() — statement by statement (setupflow.py)."""
+        kinds = {prop.set_by.get(n, {}).get("kind") for n in "ab"}
+        if None in kinds or (len(kinds) > 1 and "op" in kinds):
             return None
         found = setup_difference(profs["a"], profs["b"], prop.set_by)
         return dict(found) if found is not None else None

@@ -26,6 +26,7 @@ identically, with different global state) leaves the origins to the other steps.
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass
 
 import libcst as cst
@@ -45,7 +46,9 @@ class Unit:
 
     @classmethod
     def of(cls, idx: SourceIndex, node: cst.CSTNode, top: bool) -> Unit:
-        return cls(node, top, " ".join(idx.code(node).replace('"', "'").split()))
+        # the comment lines above a statement are not what it does
+        bare = node.with_changes(leading_lines=()) if hasattr(node, "leading_lines") else node
+        return cls(node, top, " ".join(idx.module.code_for_node(bare).replace('"', "'").split()))
 
 
 def _is_load_name(idx: SourceIndex, n: cst.Name) -> bool:
@@ -117,6 +120,52 @@ def _returned(fn: cst.FunctionDef) -> tuple[cst.SimpleStatementLine, list[cst.Ba
     raise LookupError(f"{fn.name.value}() has no return statement")
 
 
+def _body(fn: cst.FunctionDef) -> list[cst.CSTNode]:
+    return list(fn.body.body) if isinstance(fn.body, cst.IndentedBlock) else []
+
+
+def _backward(idx: SourceIndex, stmts: list[cst.CSTNode], wanted: set[str]) -> list[Unit]:
+    """The statements of `stmts` (one function body, in order) that write a wanted
+    name, latest first; `wanted` grows by what they read. Earlier statements may write
+    the same name too (`model = model.to(...)` after its build), so names stay wanted."""
+    units = []
+    for stmt in reversed(stmts):
+        if _writes(idx, stmt) & wanted:
+            units.append(Unit.of(idx, stmt, top=False))
+            wanted |= _reads(idx, stmt)
+    return units
+
+
+def _constants(idx: SourceIndex, wanted: set[str]) -> list[Unit]:
+    """Module-level assignments of wanted names (constants), latest first."""
+    units = []
+    for stmt in reversed(idx.module.body):
+        simple = isinstance(stmt, cst.SimpleStatementLine) and any(
+            isinstance(s, (cst.Assign, cst.AnnAssign)) for s in stmt.body
+        )
+        if simple and _writes(idx, stmt) & wanted:
+            units.append(Unit.of(idx, stmt, top=True))
+            wanted |= _reads(idx, stmt)
+    return units
+
+
+def _params(fn: cst.FunctionDef) -> list[cst.Param]:
+    ps = fn.params
+    return [*ps.posonly_params, *ps.params, *ps.kwonly_params]
+
+
+def _argument(call: cst.Call, fn: cst.FunctionDef, name: str) -> cst.BaseExpression | None:
+    """The argument a call passes for parameter `name` of `fn` (keyword or position)."""
+    for a in call.args:
+        if a.keyword is not None and a.keyword.value == name:
+            return a.value
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    names = [p.name.value for p in [*fn.params.posonly_params, *fn.params.params]]
+    if name in names and names.index(name) < len(positional):
+        return positional[names.index(name)].value
+    return None
+
+
 def setup_slice(idx: SourceIndex, setup: str, positions: list[int] | None) -> list[Unit]:
     """The statements that compute setup()'s returned elements at `positions` (all when
     None), in execution order: module-level constants first, then setup()'s statements,
@@ -130,25 +179,61 @@ def setup_slice(idx: SourceIndex, setup: str, positions: list[int] | None) -> li
         return []
     chosen = [e for i, e in enumerate(elems) if positions is None or i in positions]
     wanted: set[str] = set().union(*(_reads(idx, e) for e in chosen)) if chosen else set()
-    body = [s for s in fn.body.body if s is not ret]  # type: ignore[union-attr]
-    units: list[Unit] = []
-    # backward: a statement is in the slice when it writes a wanted name; earlier
-    # statements may write the same name too (`model = model.to(...)` after its build)
-    for stmt in reversed(body):
-        if _writes(idx, stmt) & wanted:
-            units.append(Unit.of(idx, stmt, top=False))
-            wanted |= _reads(idx, stmt)
-    wanted -= {p.name.value for p in fn.params.params}
-    for stmt in reversed(idx.module.body):
-        simple = isinstance(stmt, cst.SimpleStatementLine) and any(
-            isinstance(s, (cst.Assign, cst.AnnAssign)) for s in stmt.body
-        )
-        if simple and _writes(idx, stmt) & wanted:
-            units.append(Unit.of(idx, stmt, top=True))
-            wanted |= _reads(idx, stmt)
+    units = _backward(idx, [s for s in _body(fn) if s is not ret], wanted)
+    wanted -= {p.name.value for p in _params(fn)}
+    units += _constants(idx, wanted)
     units.reverse()
     units.append(Unit.of(idx, ret, top=False))
     return units
+
+
+def _top_statement(fn: cst.FunctionDef, idx: SourceIndex, line: int) -> cst.CSTNode | None:
+    return next((s for s in _body(fn) if idx.span(s).contains_line(line)), None)
+
+
+def call_slice(idx: SourceIndex, lines: list[int]) -> list[Unit]:
+    """The statements that compute what the statement at `lines[-1]` reads, where
+    `lines` are an operator's user frames in one script, outermost first (`main` calling
+    `collate`, which calls `torch.full`): backward through the innermost function, then
+    a parameter still wanted becomes the argument its caller passed at the next frame
+    out (that call statement joins the slice), and so on; then module-level constants."""
+    units: list[Unit] = []
+    wanted: set[str] = set()
+    fn_prev: cst.FunctionDef | None = None
+    for line in reversed(lines):
+        fn = idx.function_at(line)
+        stmt = _top_statement(fn, idx, line) if fn is not None else None
+        if fn is None or stmt is None:
+            break
+        if fn_prev is None:
+            wanted = _reads(idx, stmt)
+        else:
+            # a parameter of the callee is what this call passes for it
+            calls = [c for c in idx.nodes_of(cst.Call, stmt) if _callee(c) == fn_prev.name.value]
+            args = [
+                a for c in calls for p in _params(fn_prev)
+                if p.name.value in wanted and (a := _argument(c, fn_prev, p.name.value))
+            ]  # fmt: skip
+            wanted -= {p.name.value for p in _params(fn_prev)}  # globals stay wanted
+            wanted |= set().union(*(_reads(idx, a) for a in args)) if args else set()
+            if not calls:
+                break
+        units.append(Unit.of(idx, stmt, top=False))
+        before = _body(fn)[: _body(fn).index(stmt)]
+        units += _backward(idx, before, wanted)
+        fn_prev = fn
+    if fn_prev is not None:
+        wanted -= {p.name.value for p in _params(fn_prev)}
+    units += _constants(idx, wanted)
+    units.reverse()
+    return units
+
+
+def _callee(call: cst.Call) -> str:
+    f = call.func
+    return (
+        f.attr.value if isinstance(f, cst.Attribute) else f.value if isinstance(f, cst.Name) else ""
+    )
 
 
 def _meaningful(node: cst.CSTNode, idx: SourceIndex) -> list[cst.CSTNode]:
@@ -275,18 +360,36 @@ def _source_positions(p: Profile, source: dict) -> list[int] | None:
     return rest or None
 
 
+def _user_lines(p: Profile, op: int) -> list[int]:
+    """The lines of the run's script among an operator's frames, outermost first."""
+    script = os.path.realpath(p.run.script or "")
+    return [
+        p.frames[i].line for i in p.ops[op].frames if os.path.realpath(p.frames[i].file) == script
+    ]
+
+
+def _slice(p: Profile, idx: SourceIndex, source: dict) -> list[Unit]:
+    """One side's slice: from the operator that set the property (kind "op": its user
+    line), else from setup()'s returned element that became the source tensor."""
+    if source.get("kind") == "op" and source.get("op") is not None:
+        lines = _user_lines(p, int(source["op"]))
+        return call_slice(idx, lines) if lines else []
+    return setup_slice(idx, p.run.setup or "setup", _source_positions(p, source))
+
+
 def setup_difference(
     pa: Profile, pb: Profile, sources: dict[str, dict]
 ) -> dict[str, Origin] | None:
-    """Both sides' origins of a property their sources (`sources[side]`, argflow's
-    `set_by`) got in setup(): the first statement where the two sides' slices differ,
-    as a value to port (both origins carry spans) or a statement one side lacks (that
-    side's origin is where to insert it). None when the slices read alike."""
+    """Both sides' origins of a property where the backward walk over the recorded
+    graph stopped (`sources[side]`, argflow's `set_by`): an operator inside the region,
+    or a source set in setup(). The two sides' source slices from there are compared;
+    the first statement where they differ is a value to port (both origins carry
+    spans) or a statement one side lacks (that side's origin is where to insert it).
+    None when the slices read alike."""
     ia, ib = source_index(pa.run.script or ""), source_index(pb.run.script or "")
     if ia is None or ib is None:
         return None
-    ua = setup_slice(ia, pa.run.setup or "setup", _source_positions(pa, sources["a"]))
-    ub = setup_slice(ib, pb.run.setup or "setup", _source_positions(pb, sources["b"]))
+    ua, ub = _slice(pa, ia, sources["a"]), _slice(pb, ib, sources["b"])
     if not ua or not ub:
         return None
     sm = difflib.SequenceMatcher(None, [u.text for u in ua], [u.text for u in ub], False)

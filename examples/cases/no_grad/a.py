@@ -1,35 +1,49 @@
-"""An MLP regressor evaluated without disabling autograd: the parameters require grad
-(the default), so every forward operator records a backward node and keeps its inputs
-alive for a backward pass that never comes — more memory traffic and allocation per
-call, and the outputs carry `requires_grad=True`.
+"""A small transformer text classifier (`nn.TransformerEncoder`) at inference on a padded
+batch, called with autograd on: the parameters require grad (the default) and nothing
+disables grad mode. `nn.TransformerEncoder` takes its fused "fast path" — which also
+packs the padded batch into a nested tensor and skips the padding — only when autograd
+is off (PyTorch docs, nn.TransformerEncoderLayer: "autograd is disabled (using
+torch.inference_mode or torch.no_grad) or no tensor argument requires_grad"). With grad
+on, every layer runs dense over all padded positions and records a backward graph that
+is never used.
 
-Pair: b.py runs the same forward under `@torch.inference_mode()` (PyTorch's
-recommendation for inference; `torch.no_grad()` behaves alike here). Both sides call the
-same operators the same way with the same tensors; what differs is the grad mode the
-operators ran in. Expected diagnosis: a kernel-argument divergence naming the grad mode
-(autograd recorded on one side only), traced to the efficient side's context manager and
-to the wasteful side's entry that lacks it; the patch adds the decorator.
+Pair: b.py runs the same forward under `@torch.inference_mode()`, PyTorch's
+recommendation for inference. Expected diagnosis: the two sides part inside
+`TransformerEncoder.forward`, at the fast-path test; the root cause is the grad mode —
+traced to the efficient side's `@torch.inference_mode()` and to the wasteful side's
+entry that lacks it; the patch adds the decorator.
 """
 
 import torch
 from torch import nn
 
-BATCH, FEATURES, HIDDEN, LAYERS = 256, 256, 512, 6
+VOCAB, HIDDEN, HEADS, LAYERS, CLASSES = 1000, 256, 4, 2, 4
+BATCH, LONGEST = 16, 128
 
 
-def make_model() -> nn.Module:
-    layers: list[nn.Module] = [nn.Linear(FEATURES, HIDDEN), nn.GELU()]
-    for _ in range(LAYERS - 1):
-        layers += [nn.Linear(HIDDEN, HIDDEN), nn.GELU()]
-    return nn.Sequential(*layers, nn.Linear(HIDDEN, 1))
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, HIDDEN)
+        layer = nn.TransformerEncoderLayer(HIDDEN, HEADS, 4 * HIDDEN, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, LAYERS)
+        self.head = nn.Linear(HIDDEN, CLASSES)
+
+    def forward(self, ids: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        h = self.encoder(self.embed(ids), src_key_padding_mask=padding)
+        keep = (~padding)[..., None].to(h.dtype)
+        return self.head((h * keep).sum(1) / keep.sum(1))  # mean over the real tokens
 
 
 def setup():
     torch.manual_seed(0)
-    model = make_model().eval()
-    x = torch.randn(BATCH, FEATURES)
-    return model, x
+    model = Classifier().eval()
+    lengths = torch.randint(8, LONGEST // 2, (BATCH,))
+    lengths[0] = LONGEST  # one long sentence sets the padded length
+    ids = torch.randint(1, VOCAB, (BATCH, LONGEST))
+    padding = torch.arange(LONGEST)[None, :] >= lengths[:, None]
+    return model, ids, padding
 
 
-def main(model, x):
-    return model(x)
+def main(model, ids, padding):
+    return model(ids, padding)

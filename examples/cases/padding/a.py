@@ -1,14 +1,16 @@
-"""A small transformer text encoder at inference on a batch padded to a multiple of 256
-tokens. setup() pads the batch like a tokenizer's `pad_to_multiple_of=` (the setting
-meant for tensor-core-friendly shapes, 8 or 64); with 256 the ~60-token sentences become
-256 positions, and every projection, attention and MLP runs on ~4x the tokens. The
-padded positions are masked, so the pooled sentence embeddings are the same.
+"""A small transformer text encoder serving a batch of token-id lists, padded to a multiple
+of 256 tokens. The handler, main(), pads the batch the way a tokenizer's
+`pad_to_multiple_of=` does (a setting meant for tensor-core-friendly shapes, 8 or 64);
+with 256 the ~60-token sentences become 256 positions, and every projection, attention
+and MLP runs on ~4x the tokens. The padded positions are masked, so the pooled sentence
+embeddings are the same.
 
 Pair: b.py pads to a multiple of 8. Both sides call the same operators the same way; the
-operands' shapes differ. Expected diagnosis: a kernel-argument divergence naming the
-operand's shape, walked back through the recorded graph to the entry input (set before
-the measured region), then through setup() to `pad_to_multiple_of=256`; the patch
-changes it to the efficient side's 8.
+operands' shapes differ. Expected diagnosis: a kernel-argument divergence naming a
+shape, walked back through the recorded graph to the operator that created the padded
+batch (`torch.full` in collate()), then through the source — its `length` argument, the
+`pad_to_multiple_of` parameter, the caller's keyword — to `pad_to_multiple_of=256`; the
+patch changes it to the efficient side's 8.
 """
 
 import torch
@@ -69,10 +71,10 @@ def setup():
     model = Encoder().eval()
     lengths = torch.randint(40, 64, (BATCH,)).tolist()
     sentences = [torch.randint(1, VOCAB, (n,)).tolist() for n in lengths]
-    ids, mask = collate(sentences, pad_to_multiple_of=256)
-    return model, ids, mask
+    return model, sentences
 
 
 @torch.no_grad()
-def main(model, ids, mask):
+def main(model, sentences):
+    ids, mask = collate(sentences, pad_to_multiple_of=256)
     return model(ids, mask)
