@@ -1,11 +1,12 @@
 """A small transformer text classifier (`nn.TransformerEncoder`) at inference on a padded
 batch, called with autograd on: the parameters require grad (the default) and nothing
-disables grad mode. `nn.TransformerEncoder` takes its fused "fast path" — which also
-packs the padded batch into a nested tensor and skips the padding — only when autograd
-is off (PyTorch docs, nn.TransformerEncoderLayer: "autograd is disabled (using
+disables grad mode. `nn.TransformerEncoder` takes its fused "fast path" (one native
+kernel per layer: fused attention, fused bias+activation) only when autograd is off (PyTorch docs, nn.TransformerEncoderLayer: "autograd is disabled (using
 torch.inference_mode or torch.no_grad) or no tensor argument requires_grad"). With grad
-on, every layer runs dense over all padded positions and records a backward graph that
-is never used.
+on, every layer runs as separate operators and records a backward graph that is never
+used. (The fast path can also pack the padded batch into a nested tensor; the recorder
+cannot summarize nested tensors yet, so the model is built with
+`enable_nested_tensor=False` on both sides.)
 
 Pair: b.py runs the same forward under `@torch.inference_mode()`, PyTorch's
 recommendation for inference. Expected diagnosis: the two sides part inside
@@ -26,7 +27,7 @@ class Classifier(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(VOCAB, HIDDEN)
         layer = nn.TransformerEncoderLayer(HIDDEN, HEADS, 4 * HIDDEN, batch_first=True)
-        self.encoder = nn.TransformerEncoder(layer, LAYERS)
+        self.encoder = nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False)
         self.head = nn.Linear(HIDDEN, CLASSES)
 
     def forward(self, ids: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
