@@ -371,9 +371,12 @@ def _user_lines(p: Profile, op: int) -> list[int]:
 def _slice(p: Profile, idx: SourceIndex, source: dict) -> list[Unit]:
     """One side's slice: from the operator that set the property (kind "op": its user
     line), else from setup()'s returned element that became the source tensor."""
-    if source.get("kind") == "op" and source.get("op") is not None:
+    kind = source.get("kind")
+    if kind == "op" and source.get("op") is not None:
         lines = _user_lines(p, int(source["op"]))
         return call_slice(idx, lines) if lines else []
+    if kind not in ("param", "buffer", "input"):
+        return []  # a constant made inside the region: setup() did not make it
     return setup_slice(idx, p.run.setup or "setup", _source_positions(p, source))
 
 
