@@ -371,8 +371,9 @@ def _build(p: PathPair, pa: Profile, pb: Profile, n_shared: int) -> Divergence:
             path_a=p.path_a,
             path_b=p.path_b,
         )
+    level = _level(p)
     return Divergence(
-        level=_level(p),
+        level=level,
         op_a=p.op_a,
         op_b=p.op_b,
         a=ea,
@@ -384,4 +385,7 @@ def _build(p: PathPair, pa: Profile, pb: Profile, n_shared: int) -> Divergence:
         common=p.common,
         path_a=p.path_a,
         path_b=p.path_b,
+        # below Python, dispatch follows the operands as well as the knobs: a
+        # channels-last weight sends the same convolution through an extra layout copy
+        prop=operand_property(oa, pa, ob, pb) if level != "python" else None,
     )

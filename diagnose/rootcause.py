@@ -170,10 +170,14 @@ def _code_origin(p: Profile, ops: list[int], side: str, op: int | None = None) -
     )
 
 
-def _category(kind: str, div: Divergence | None, rule: RuleMatch | None) -> str | None:
+def _category(
+    kind: str, div: Divergence | None, rule: RuleMatch | None, wasteful: str = "a"
+) -> str | None:
     if rule is not None:
         return rule.rule.category
-    if div is not None and (div.a.kind == "none" or div.b.kind == "none"):
+    # redundant: the wasteful side ran work the efficient one has nothing in place of
+    # (the efficient side's extra layout copy that buys a faster kernel is not)
+    if div is not None and (div.b if wasteful == "a" else div.a).kind == "none":
         return "redundant"
     if kind == "code":
         return "api-misuse"
@@ -457,7 +461,7 @@ class Diagnoser:
         kind, kv, origins = self._key_variable(finding, div, matches)
         matches = _explaining_rules(matches, kv, origins.get(w), kind, self.kb)
         best = matches[0] if matches else None
-        finding.category = _category(kind, div, best)
+        finding.category = _category(kind, div, best, w)
         finding.root_cause = _root_cause(kind, kv, origins, w, matches)
         if div is not None and div.same_everything() and kind == "unknown":
             finding.verdict = "noise"
