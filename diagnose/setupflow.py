@@ -325,7 +325,7 @@ def _inserted(have: Unit, hidx: SourceIndex, after: Unit | None, lidx: SourceInd
         file=lidx.path,
         line=lidx.line_of(after.node) if after is not None else None,
         code=lidx.line_text(lidx.line_of(after.node)) if after is not None else None,
-        value=None,
+        value="(not run)",
         library_default=True,
         insert=(
             {

@@ -84,6 +84,7 @@ def test_a_statement_one_side_lacks_is_inserted_where_it_belongs(tmp_path):
     assert found["b"].code == "model = model.half()" and found["b"].span is None
     ins = found["a"].insert
     assert found["a"].library_default and ins["statement"] == "model = model.half()"
+    assert found["a"].value == "(not run)"
     assert found["a"].code == "model = nn.Sequential(embedding).eval()"
 
 
