@@ -28,7 +28,7 @@ from magneton.graphdb import open_db
 
 CASES = Path(__file__).resolve().parents[1] / "examples" / "cases"
 # cases whose patch is re-recorded (the misconfigurations; the operand properties set in
-# setup() or the handler: dtype_setup, layout_setup, padding)
+# setup() or the handler: dtype_setup, layout_setup, padding, column_major_input)
 PATCHED_CASES = (
     "gelu_backend",
     "attn_impl",
@@ -36,6 +36,7 @@ PATCHED_CASES = (
     "dtype_setup",
     "layout_setup",
     "padding",
+    "column_major_input",
 )
 
 
