@@ -13,7 +13,9 @@ conversion) and the walk stops there. A tensor with no producer is a source: a p
 a buffer or an entry input, whose property was set before the measured region — in
 `setup()` or where the model was built — and the walk continues into the source
 (`setup_origin`) with the libcst slicer of dataflow.py: the keyword that sets the
-property (`memory_format=`, `dtype=`, `device=`) in the user's code.
+property (`memory_format=`, `dtype=`, `device=`) in the user's code. Where no keyword
+names it (a transposed view kept, a helper's argument, a statement one side lacks),
+setupflow.py compares the two sides' source from where this walk stopped.
 
 Two sides are walked separately: the side whose value is the library's default usually
 reaches a source whose code never mentions the property, and that absence is itself the

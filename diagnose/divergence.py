@@ -14,6 +14,12 @@ from Cypher (`graphdb.paths.DIVERGENCE_QUERY`); this module picks the deviation 
    way and the difference is in their arguments (shapes, dtypes, contiguity, scalar
    arguments) or outside the kernels (thread count, busy-waiting): level `kernel`.
 
+Below Python (levels `dispatch` and `kernel`) the divergence also carries the first
+operand property (device, dtype, shape, layout) in which its twin operators differ
+(`Divergence.prop`): dispatch follows the operands as well as the knobs, so a
+channels-last weight or a column-major input that adds a layout copy is explained by
+the same walk back as a kernel-argument divergence.
+
 The result is a `Divergence` of graphdb/model.py whose elements are `PathElement`s;
 `Divergence.to_json()` (documented in docs/diagnosis.md) writes:
 
