@@ -8,7 +8,9 @@ finding of a `DiffResult` (paper §4.3, Algorithm 2):
 2. key variable — a re-run with line tracing at a Python deviation site, or the knob
    that differs in the config snapshots for a native one (keyvar.py);
 3. backward data-flow — from the key variable to the literal or default a user changes
-   (dataflow.py);
+   (dataflow.py); for an operand property first through the recorded graph to the op or
+   source that set it (argflow.py), then through the source: the property's keyword,
+   else the two sides' statements side by side (setupflow.py);
 4. knowledge rules name the pattern and ground it (paper tables, docs, issues) — they
    explain findings, never create them;
 5. a fix — a libcst patch of the wasteful script when the change is mechanical, guidance
