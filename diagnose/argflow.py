@@ -31,6 +31,7 @@ import libcst as cst
 from magneton.diagnose.dataflow import Origin, SourceIndex, find_attribute_origin, source_index
 from magneton.diagnose.divergence import layout
 from magneton.graphdb.model import OperandProperty, Profile, TensorRecord
+from magneton.graphdb.vocab import IGNORED_OPS
 
 MAX_HOPS = 256
 
@@ -195,3 +196,64 @@ def absent_origin(efficient: Origin, script: str) -> Origin | None:
             f"side sets it right after its `{name}` is built"
         ),
     )
+
+
+GRAD_MODE = "torch.is_grad_enabled"
+
+
+def observed_config(p: Profile) -> dict[str, str]:
+    """The run's config snapshot, with the grad mode its operators ran in.
+
+    The snapshot is taken outside the measured call, so it reads grad mode on even when
+    the entry runs under `torch.no_grad()` / `torch.inference_mode()`. What costs is
+    whether autograd recorded the operators, which the recorder saw per operator (an
+    autograd sequence number, `OpRecord.seq >= 0`): that is the knob's value ("False"
+    too when grad mode was on but nothing required grad — no graph either way). The
+    whole run, not the finding's region, decides: a region of integer ops records no
+    autograd under grad mode too, and must not read as a grad-mode difference."""
+    seqs = [o.seq for o in p.ops if o.name not in IGNORED_OPS]
+    if not seqs:
+        return p.config
+    return {**p.config, GRAD_MODE: str(any(s >= 0 for s in seqs))}
+
+
+def _entry_def(script: str, entry: str) -> tuple[SourceIndex, cst.FunctionDef] | None:
+    idx = source_index(script)
+    if idx is None:
+        return None
+    fn = next(
+        (s for s in idx.module.body if isinstance(s, cst.FunctionDef) and s.name.value == entry),
+        None,
+    )
+    return (idx, fn) if fn is not None else None
+
+
+def grad_mode_origins(kv: Any, sides: dict[str, Any]) -> None:
+    """The grad-mode knob differs: the side that disables it does so with a context
+    manager or decorator (`@torch.inference_mode()`, found by the knob's setter search);
+    the side that never does has no statement to edit, so its origin becomes the entry
+    function and the fix adds the efficient side's setter there as a decorator."""
+    if kv is None or kv.knob is None or kv.knob.key != GRAD_MODE:
+        return
+    for side, other in (("a", "b"), ("b", "a")):
+        ow, oe = kv.origins.get(side), kv.origins.get(other)
+        if ow is None or oe is None or not ow.library_default or oe.library_default:
+            continue
+        setter = (oe.value or "").strip()
+        found = _entry_def(sides[side].script, sides[side].entry)
+        if not setter or found is None:
+            continue
+        idx, fn = found
+        line = idx.line_of(fn)  # the first decorator's line, or the def's
+        ow.file, ow.line, ow.code = idx.path, line, idx.line_text(line)
+        ow.value = kv.values.get(side)
+        ow.insert = {
+            "file": idx.path,
+            "line": line,
+            "end_line": line - 1,
+            "statement": f"@{setter}()",
+        }
+        ow.note = f"{sides[side].entry}() runs with autograd on; the other side uses {setter}"
+        # the efficient side's value is the grad mode its setter gives, not the setter
+        oe.note = f"{setter}() ({oe.note})" if oe.note else f"{setter}()"
+        oe.value = kv.values.get(other)

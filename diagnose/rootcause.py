@@ -33,7 +33,14 @@ import time
 import traceback
 from collections.abc import Callable
 
-from magneton.diagnose.argflow import absent_origin, observed, setup_origin, trace_both
+from magneton.diagnose.argflow import (
+    absent_origin,
+    grad_mode_origins,
+    observed,
+    observed_config,
+    setup_origin,
+    trace_both,
+)
 from magneton.diagnose.dataflow import (
     Origin,
     is_user_file,
@@ -103,7 +110,7 @@ def _side_info(name: str, p: Profile, op: int | None) -> SideInfo:
         script=p.run.script,
         entry=p.run.entry or "main",
         setup=p.run.setup or "setup",
-        config=p.config,
+        config=observed_config(p),
         files=user_files(p.run.script),
         frames=frames,
         script_unchanged=script_unchanged(p),
@@ -385,6 +392,7 @@ class Diagnoser:
         if kv is None:
             kv = native_key_variable(knobs, sides, self.kb, level=div.level)
             self._kv_cache[key] = kv
+        grad_mode_origins(kv, sides)
         ow = kv.origins.get(w)
         if ow is not None:
             return ow.kind, kv, kv.origins

@@ -143,3 +143,53 @@ def test_an_operator_set_property_is_followed_out_through_its_callers(tmp_path):
     assert found["a"].variable == "pad_to_multiple_of"
     assert (found["a"].value, found["b"].value) == ("256", "8")
     assert found["a"].line == _line(str(a), "ids = collate(")
+
+
+NO_GRAD = """
+import torch
+from torch import nn
+
+
+def setup():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 8)).eval()
+    return model, torch.randn(16, 64)
+
+
+{decorator}def main(model, x):
+    return model(x)
+"""
+
+
+def test_grad_mode_is_read_from_the_recorded_operators_and_fixed_with_a_decorator(tmp_path):
+    """The config snapshot is taken outside the measured call and reads grad mode on for
+    both sides; the operators' autograd records say which side ran with autograd. The
+    side without a setter gets the efficient side's as a decorator on its entry."""
+    import subprocess
+
+    from test_divergence import _finding, _record_scripts, _result
+
+    from magneton.diagnose.argflow import observed_config
+    from magneton.diagnose.rootcause import diagnose_result
+    from magneton.graphdb import open_db
+
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "a.py").write_text(NO_GRAD.format(decorator=""))
+    (proj / "b.py").write_text(NO_GRAD.format(decorator="@torch.inference_mode()\n"))
+    with open_db(tmp_path / "db") as db:
+        pa, pb = _record_scripts(db, proj, "grad")
+        assert pa.config["torch.is_grad_enabled"] == pb.config["torch.is_grad_enabled"]
+        assert observed_config(pa)["torch.is_grad_enabled"] == "True"
+        assert observed_config(pb)["torch.is_grad_enabled"] == "False"
+        f = _finding(pa, pb)
+        diagnose_result(db, _result(pa, pb, f), rerun=False)
+    rc = f.root_cause.to_json()
+    assert rc["variable"] == "torch.is_grad_enabled", rc
+    assert rc["values"] == {"a": "True", "b": "False"}
+    assert rc["origins"]["b"]["code"] == "@torch.inference_mode()"
+    assert rc["code"] == "def main(model, x):" and rc["file"] == str(proj / "a.py")
+    assert "add `@torch.inference_mode()`" in f.fix.summary, f.fix.summary
+    (proj / "fix.patch").write_text(f.fix.patch)
+    subprocess.run(["git", "apply", "fix.patch"], cwd=proj, check=True)
+    assert "@torch.inference_mode()\ndef main(model, x):" in (proj / "a.py").read_text()
