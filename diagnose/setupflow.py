@@ -259,15 +259,14 @@ def smallest_difference(
         if isinstance(a, cst.Attribute) and na is a.attr:
             break
         a, b = na, nb
-    # a patch replaces an expression: climb to the nearest one on each side
-    while not isinstance(a, cst.BaseExpression) or not isinstance(b, cst.BaseExpression):
-        pa, pb = ia.parent(a), ib.parent(b)
-        if pa is None or pb is None:
+    # a patch replaces an expression: climb to the nearest one on each side, but not
+    # past the statement (several parts of it differ: the statement is the difference)
+    stmt = (cst.BaseStatement, cst.BaseSmallStatement)
+    while not (isinstance(a, cst.BaseExpression) and isinstance(b, cst.BaseExpression)):
+        if isinstance(a, stmt) or isinstance(b, stmt):
             break
-        if isinstance(a, cst.BaseExpression) and isinstance(b, cst.BaseExpression):
-            break
-        a = a if isinstance(a, cst.BaseExpression) else pa
-        b = b if isinstance(b, cst.BaseExpression) else pb
+        a = a if isinstance(a, cst.BaseExpression) else ia.parent(a)
+        b = b if isinstance(b, cst.BaseExpression) else ib.parent(b)
     return a, b
 
 
@@ -402,6 +401,9 @@ def setup_difference(
     tag, i1, i2, j1, j2 = op
     if tag == "replace":
         na, nb = smallest_difference(ua[i1].node, ia, ub[j1].node, ib)
+        if not (isinstance(na, cst.BaseExpression) and isinstance(nb, cst.BaseExpression)):
+            # whole statements differ: show both, no value to port
+            return {"a": _statement_origin(ia, ua[i1]), "b": _statement_origin(ib, ub[j1])}
         var = _variable(ia, na)
         return {"a": _value_origin(ia, na, var), "b": _value_origin(ib, nb, var)}
     if tag == "insert":  # b runs a statement a does not

@@ -193,3 +193,20 @@ def test_grad_mode_is_read_from_the_recorded_operators_and_fixed_with_a_decorato
     (proj / "fix.patch").write_text(f.fix.patch)
     subprocess.run(["git", "apply", "fix.patch"], cwd=proj, check=True)
     assert "@torch.inference_mode()\ndef main(model, x):" in (proj / "a.py").read_text()
+
+
+def test_statements_that_differ_in_several_places_are_shown_whole(tmp_path):
+    a = _write(tmp_path, "a", weight="kernel.T")
+    b = _write(tmp_path, "b", weight="kernel.T")
+    text = (tmp_path / "b.py").read_text()
+    (tmp_path / "b.py").write_text(
+        text.replace(
+            "embedding = nn.Embedding.from_pretrained(kernel.T)",
+            "table = nn.Embedding.from_pretrained(kernel.T.contiguous())\n    embedding = table",
+        )  # fmt: skip
+    )
+    found = setup_difference(_profile(a, INPUTS), _profile(b, INPUTS), {"a": PARAM, "b": PARAM})
+    assert found is not None
+    # target and value differ: the statements themselves, nothing to port by position
+    assert found["a"].value == "embedding = nn.Embedding.from_pretrained(kernel.T)"
+    assert found["a"].span is None and found["b"].span is None
