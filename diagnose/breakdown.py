@@ -29,7 +29,6 @@ Every row carries the method its energy was obtained by; a row mixing methods sa
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field, replace
 
@@ -166,6 +165,8 @@ def operator_table(profile: Profile, by: str = "op") -> list[Row]:
 def _interp(profile: Profile) -> dict[int, tuple[str, float, float]]:
     """op idx -> (python row name, interpreter energy J, interpreter seconds) for the
     interpreter time that led to each op's call."""
+    from .interpreter import call_site_label
+
     vals = profile.energy.interp_j
     if len(vals) != len(profile.ops):
         return {}
@@ -174,10 +175,7 @@ def _interp(profile: Profile) -> dict[int, tuple[str, float, float]]:
     for op, e in zip(profile.ops, vals, strict=True):
         if e <= 0:
             continue
-        where = "(unknown frame)"
-        if op.frames and 0 <= op.frames[-1] < len(profile.frames):
-            fr = profile.frames[op.frames[-1]]
-            where = f"{os.path.basename(fr.file)}:{fr.line} {fr.function}"
+        where = call_site_label(profile, op)
         out[op.idx] = (f"python: {where}", float(e), float(e) / p_static if p_static else 0.0)
     return out
 

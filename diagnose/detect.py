@@ -353,8 +353,7 @@ def detect(
             continue  # within what the runs' own noise explains
         t_w, t_eff = (ra.time_s, rb.time_s) if wasteful == "a" else (rb.time_s, ra.time_s)
         diff = max(out_diff(rp) for rp in group)
-        time_ok = t_eff <= t_w * (1.0 + TIME_SLACK) + TIME_ABS_SLACK_S * len(group)
-        verdict = "waste" if time_ok and diff <= OUTPUT_TOL else "trade-off"
+        verdict = verdict_of(t_w, t_eff, len(group), diff)
         saving = e_w - e_eff
         e_run_w = e_run_a if wasteful == "a" else e_run_b
         f = Finding(
@@ -374,6 +373,18 @@ def detect(
             interval=interval,
         )
         findings.append(f)
+    return ranked(findings)
+
+
+def verdict_of(t_wasteful_s: float, t_efficient_s: float, places: int, out_diff: float) -> str:
+    """The paper's rule: "waste" when the cheaper side is not slower by more than 1% (plus
+    the dispatch jitter of each of its `places`) and the outputs agree within 1%."""
+    slack = t_wasteful_s * (1.0 + TIME_SLACK) + TIME_ABS_SLACK_S * places
+    return "waste" if t_efficient_s <= slack and out_diff <= OUTPUT_TOL else "trade-off"
+
+
+def ranked(findings: list[Finding]) -> list[Finding]:
+    """Findings by energy saved, largest first, numbered from 1."""
     findings.sort(key=lambda f: (-f.saving_j, f.region_a.ops[:1], f.region_b.ops[:1]))
     for i, f in enumerate(findings, start=1):
         f.id = i

@@ -2,6 +2,12 @@
 matching → detection half of differential energy debugging; pipeline.py composes it
 with loading, diagnosis and storing).
 
+Operators are matched and compared on their own energy; where a run kept the interpreter
+time between operators apart, that time is compared per Python function
+(diagnose/interpreter.py) and its findings are ranked with the operators' by saving.
+Left in the operators, a mask built in a Python loop made the `add` after it look 17x
+costlier (a "trade-off") than `full triu add`: an operator finding for what was Python.
+
 Outcomes that are not findings are reported in `DiffResult.message`, never as an empty
 table or an exception: a diff that legitimately finds nothing comparable is an answer
 about the two programs, and scripts (and the diagnosis stage) must be able to read it
@@ -63,8 +69,13 @@ def diff_profiles(
     tau: float = DEFAULT_TAU,
 ) -> tuple[DiffResult, MatchResult]:
     """Match and detect on two in-memory profiles (no DB)."""
+    from .interpreter import interpreter_findings, operators_only
+
     check_threshold(threshold)
-    m = match_runs(pa, pb, tau=tau)
+    # operators are compared on their own energy; the Python between them is compared
+    # per place (diagnose/interpreter.py), so neither counts the other's difference
+    oa, ob = operators_only(pa), operators_only(pb)
+    m = match_runs(oa, ob, tau=tau)
     result = DiffResult(a=summary(pa), b=summary(pb), threshold=threshold)
     msg = _different_inputs(m, pa, pb)
     if msg:
@@ -86,7 +97,12 @@ def diff_profiles(
             "has no per-operator energy, so no difference can be flagged"
         )
         return result, m
-    result.findings = detect(pa, pb, m, threshold=threshold)
+    findings = detect(oa, ob, m, threshold=threshold)
+    findings += interpreter_findings(pa, pb, m.pairs, threshold)
+    findings.sort(key=lambda f: (-f.saving_j, f.kind, f.region_a.ops[:1], f.region_b.ops[:1]))
+    for i, f in enumerate(findings, start=1):
+        f.id = i
+    result.findings = findings
     return result, m
 
 
@@ -94,6 +110,8 @@ def region_findings(result: DiffResult, m: MatchResult) -> dict[int, int]:
     """Region-pair number → id of the finding that contains it."""
     owner = {}
     for f in result.findings:
+        if f.kind == "interpreter":
+            continue  # its ops are where Python time led, not a matched region
         ops = set(f.region_a.ops)
         ops_b = set(f.region_b.ops)
         for k, rp in enumerate(m.pairs):

@@ -375,6 +375,18 @@ def port_statements(wasteful: Block, efficient: Block) -> Port:
     return Port(new_module.code, note, snippet)
 
 
+def unportable(wasteful: Block, efficient: Block) -> str:
+    """Why the efficient block's code cannot stand in the wasteful block's place as it
+    is ("" when it can): `_unsound_port`'s reasons, or a module name it reads that the
+    wasteful module does not bind (edits that copy no imports need them all there)."""
+    why = _unsound_port(wasteful, efficient)
+    if why:
+        return why
+    _, global_reads, _ = _scope_names(efficient)
+    missing = sorted(global_reads - _module_names(wasteful.idx))
+    return f"the efficient code needs module name(s) {', '.join(missing)}" if missing else ""
+
+
 def _unsound_port(wasteful: Block, efficient: Block) -> str:
     """Why the efficient block cannot replace the wasteful one ("" when it can): a name
     it reads is missing or means something else there, later code reads a name it does

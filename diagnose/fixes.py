@@ -5,7 +5,11 @@ By root-cause kind: a config value, API argument or global flag gets its literal
 replaced by the efficient run's (or the keyword the library defaults added where the
 script builds the object); an environment variable the efficient run's value; different
 code the efficient side's statements ported to the wasteful call site (fix.py says when
-that is sound). Nothing is patched when the wasteful script changed since it was
+that is sound). When the two sides' code is the same call with other arguments — in the
+region's statements, or at the two origins of a setting the wasteful side left at its
+default — only those arguments are carried over (argport.py): the user's statement keeps
+its form, and a default is replaced where it is used instead of undone by one more
+statement after it. Nothing is patched when the wasteful script changed since it was
 recorded: a patch made against other text would not apply, or worse, apply wrongly.
 """
 
@@ -16,14 +20,22 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from magneton.diagnose.argport import (
+    argument_port,
+    counterpart_block,
+    node_code,
+    port_arguments,
+)
 from magneton.diagnose.dataflow import Origin, Span, is_user_file
 from magneton.diagnose.fix import (
+    Block,
     add_keyword,
     extend_to_end,
     make_patch,
     port_statements,
     replace_value,
     statement_block,
+    unportable,
 )
 from magneton.diagnose.keyvar import KeyVariable
 from magneton.graphdb.model import Finding, Fix, Profile
@@ -246,6 +258,8 @@ def _setting_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
             f"In {where} change {name} from {ow.value} to {new_code} "
             f"(the value the efficient run used)."
         )
+    elif ow.library_default and _origin_argument_fix(x, fix):
+        pass  # the wasteful statement makes the efficient side's call without the keyword
     elif ow.library_default and ow.insert and "statement" in ow.insert:
         # never set on this side: add the efficient side's setting statement
         ins = ow.insert
@@ -330,8 +344,14 @@ def _code_fix(x: _FixInput, fix: Fix) -> None:
     lines_e = user_lines(pe, f.region_b.ops if x.w == "a" else f.region_a.ops)
     bw = statement_block(pw.run.script, lines_w) if lines_w else None
     be = statement_block(pe.run.script, lines_e) if lines_e else None
+    if bw is not None and be is None:
+        # the efficient side recorded nothing here (the wasteful side's extra work has
+        # no counterpart): its statements are the ones standing in the same place
+        be = counterpart_block(bw, pe.run.script)
     if bw is None or be is None:
         fix.summary = "Use the efficient side's implementation of this region."
+        return
+    if _argument_fix(x, fix, bw, be):
         return
     port = port_statements(bw, be)
     if port.text is None:
@@ -371,6 +391,68 @@ def _code_fix(x: _FixInput, fix: Fix) -> None:
         + (f"; {port.reason}" if port.reason else "")
         + "."
     )
+
+
+def _origin_argument_fix(x: _FixInput, fix: Fix) -> bool:
+    """A setting the wasteful side leaves at its default, where the two origins'
+    statements are the same call but for its arguments (`images.contiguous()` vs
+    `images.contiguous(memory_format=torch.channels_last)`): give the wasteful call the
+    efficient arguments. Adding the efficient statement after the wasteful one instead
+    would keep the default's work and undo it on the next line (a copy to NCHW, then
+    one back to channels-last)."""
+    ow, oe, script = x.origins.get(x.w), x.origins.get(x.e), x.pw.run.script
+    if ow is None or oe is None or not (ow.file and ow.line and oe.file and oe.line):
+        return False
+    if not script or os.path.realpath(ow.file) != os.path.realpath(script):
+        return False  # only the recorded script is known unchanged since recording
+    bw = statement_block(ow.file, [ow.line])
+    be = statement_block(oe.file, [oe.line])
+    return bw is not None and be is not None and _argument_fix(x, fix, bw, be, snippet=False)
+
+
+def _argument_fix(x: _FixInput, fix: Fix, bw: Block, be: Block, snippet: bool = True) -> bool:
+    """The two sides make the same call and differ only in its arguments: patch the
+    wasteful call with the efficient side's arguments (argport.py), keeping the rest of
+    the wasteful statement as written. Tried on the region's statements, the efficient
+    statements standing in the wasteful ones' place, then the region's statements
+    extended to the end of their block (as the statement port is); False when no single
+    call's arguments are the whole difference, or the efficient arguments read a name
+    the wasteful side lacks or defines differently."""
+    pw, pe, base = x.pw, x.pe, x.base
+    pairs = [
+        (bw, be),
+        (extend_to_end(bw), extend_to_end(be)),
+        (extend_to_end(bw, whole=True), extend_to_end(be, whole=True)),
+    ]
+    # the region's statements on the efficient side can be other ones than the wasteful
+    # side's (its twin operator sits on a later line when the call there did no work):
+    # also try the statements standing in the wasteful block's place
+    there = counterpart_block(bw, pe.run.script)
+    if there is not None:
+        pairs.insert(1, (bw, there))
+    for w, e in pairs:
+        diff = argument_port(w.statements, e.statements)
+        if diff is None or unportable(w, e):
+            continue
+        span = w.idx.span(diff.wasteful)
+        patched = port_arguments(w.idx.text, span, diff.efficient)
+        p = make_patch(pw.run.script, base, patched)
+        if p is None:
+            continue
+        fix.patch = p.diff()
+        fix.file = _rel(pw.run.script, base)
+        fix.old_text = node_code(diff.wasteful)
+        fix.new_text = node_code(diff.efficient)
+        if snippet:
+            fix.snippet = node_code(diff.efficient).strip()
+        eline = e.idx.span(diff.efficient).line
+        fix.summary = (
+            f"In {_rel(pw.run.script, base)}:{span.line} call {diff.callee} with the "
+            f"efficient side's arguments ({os.path.basename(pe.run.script)}:{eline}): "
+            f"{diff.summary()}."
+        )
+        return True
+    return False
 
 
 def insert_statement(file: str, after_line: int, statement: str) -> str:

@@ -13,12 +13,21 @@ one line, its softmax at another) and one edit fixes both. Without a traced orig
 key and such findings group only with those diverging at the same place and kind. Noise
 never groups with a real finding.
 
+Interpreter time (diagnose/interpreter.py) joins a real region finding of the same
+wasteful side when its Python is part of that region's implementation: most of the ops
+it led to are in the region (gelu_new's eight small ops each pay an interpreter round
+trip), or it ran mostly in the function where the region's call path diverges (eager
+attention's Python in `eager_attention_forward`, which a changed `attn_implementation`
+replaces). One change fixes both. The region finding leads its group, since it carries
+the diagnosis and the patch. Otherwise interpreter time is a cause of its own.
+
 `cause_key` is the one place that decides what "the same cause" means; `magneton diff`
 prints one row per group (its JSON lists the groups beside the per-region findings).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from magneton.graphdb.model import Finding
@@ -72,16 +81,61 @@ class CauseGroup:
         }
 
 
+def _wasteful_ops(f: Finding) -> set[int]:
+    return set(f.region_a.ops if f.wasteful == "a" else f.region_b.ops)
+
+
+def _diverging_function(r: Finding) -> tuple[str, str] | None:
+    """(file basename, function) where a region's wasteful side leaves the other's path."""
+    div = r.divergence
+    el = None if div is None else (div.a if r.wasteful == "a" else div.b)
+    if el is None or el.kind != "frame" or not el.function:
+        return None
+    return (os.path.basename(el.file or ""), el.function)
+
+
+def _lead_function(f: Finding) -> tuple[str, str] | None:
+    """(file basename, function) of the frame that ran most of `f`'s wasteful Python."""
+    frames = f.frames_a if f.wasteful == "a" else f.frames_b
+    if not frames or " " not in frames[0]:
+        return None
+    where, function = frames[0].split(" ", 1)
+    return (where.rsplit(":", 1)[0], function)
+
+
+def region_of_interpreter(f: Finding, findings: list[Finding]) -> Finding | None:
+    """The real region finding (same wasteful side) that interpreter finding `f`'s Python
+    belongs to: the one holding most of the ops it led to, else one whose call path
+    diverges in the function that ran most of it; None when neither."""
+    regions = [
+        r
+        for r in findings
+        if r.kind != "interpreter" and r.verdict != "noise" and r.wasteful == f.wasteful
+    ]
+    ops = _wasteful_ops(f)
+    best, shared = None, 0
+    for r in regions:
+        n = len(ops & _wasteful_ops(r))
+        if n > shared:
+            best, shared = r, n
+    if ops and 2 * shared >= len(ops):
+        return best
+    lead = _lead_function(f)
+    return next((r for r in regions if lead and _diverging_function(r) == lead), None)
+
+
 def group_by_cause(findings: list[Finding]) -> list[CauseGroup]:
     """Groups of findings with one cause, ranked by summed saving (largest first)."""
     groups: dict[tuple, CauseGroup] = {}
     for f in findings:
-        g = groups.setdefault(cause_key(f), CauseGroup())
+        owner = region_of_interpreter(f, findings) if f.kind == "interpreter" else None
+        g = groups.setdefault(cause_key(owner or f), CauseGroup())
         g.findings.append(f)
         g.saving_j += f.saving_j
         g.saving_share += f.saving_share
     for g in groups.values():
-        g.findings.sort(key=lambda f: (-f.saving_j, f.id))
+        # a region leads: it carries the diagnosis (interpreter time has none)
+        g.findings.sort(key=lambda f: (f.kind == "interpreter", -f.saving_j, f.id))
     # noise last whatever its size, as `diff` lists findings
     return sorted(
         groups.values(), key=lambda g: (g.lead.verdict == "noise", -g.saving_j, g.lead.id)

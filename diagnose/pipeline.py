@@ -17,6 +17,12 @@ Two choices, and the failures they prevent:
   then `"diagnosed"` after each diagnosed finding. The TUI shows findings and then
   causes as they arrive; eval times the two halves.
 
+Detected candidates are confirmed before anything sees them (diagnose/confirm.py): both
+sides are re-measured in alternating rounds and a candidate the paired test does not
+confirm is dropped, so neither the progress callback nor diagnosis ever gets a finding
+that was drift between the recordings. `rerun=False` turns this off with the re-runs of
+diagnosis (findings are then labelled unconfirmed).
+
 A name that is not a run but has runs `NAME/rank0`, `NAME/rank1`, ... is a multi-rank
 job (tracer/distributed.py records them so); two such names are compared rank by rank
 (diagnose/jobdiff.py), whose redundant-collective findings come diagnosed. Their
@@ -86,8 +92,9 @@ def run_diff(
     progress: Progress | None = None,
 ) -> DiffOutcome:
     """Diff runs or jobs `a` and `b` of an open ProfileDB (read only; see the module
-    docstring). `diagnose=False` stops after detection; `rerun=False` diagnoses without
-    re-running the scripts."""
+    docstring). `diagnose=False` stops after detection; `rerun=False` neither confirms candidates by
+    re-measuring them (they are reported unconfirmed) nor re-runs the scripts to
+    diagnose."""
     check_threshold(threshold)
     if is_job(db, a):
         from .jobdiff import diff_jobs_outcome
@@ -127,6 +134,14 @@ def diff_run_pair(
             progress("detected", result, len(result.findings), len(result.findings))
         return out
     result, m = diff_profiles(pa, pb, threshold=threshold, tau=tau)
+    if result.findings:
+        from .confirm import confirm_findings
+
+        # before anything is reported or diagnosed: a candidate that interleaved
+        # re-measurement does not confirm is not a finding (diagnose/confirm.py)
+        result.findings, result.confirm_note = confirm_findings(
+            pa, pb, result.findings, threshold, rerun=rerun
+        )
     out = DiffOutcome(
         result=result,
         tau=tau,

@@ -41,6 +41,7 @@ from magneton.diagnose.argflow import (
     setup_origin,
     trace_both,
 )
+from magneton.diagnose.argport import counterpart_block
 from magneton.diagnose.dataflow import (
     Origin,
     is_user_file,
@@ -48,9 +49,7 @@ from magneton.diagnose.dataflow import (
     user_files,
 )
 from magneton.diagnose.divergence import find_divergence
-from magneton.diagnose.fix import (
-    statement_block,
-)
+from magneton.diagnose.fix import Block, statement_block
 from magneton.diagnose.fixes import RunPair, make_fix, script_unchanged, user_lines
 from magneton.diagnose.keyvar import (
     KeyVariable,
@@ -147,14 +146,30 @@ def _site_is_user(div: Divergence, runs: RunPair) -> bool:
     return not (same_place and (sa.branch or sa.code == sb.code))
 
 
-def _code_origin(p: Profile, ops: list[int], side: str, op: int | None = None) -> Origin | None:
-    """The user code a side runs for a region: the statement holding the first diverging
-    operator's user line (`op`, the divergence's operator on this side) — the line where
-    the two sides part, not the region's first line, which can be a statement both sides
-    share (a weight normalization the matcher attached to the region) — else the region's
-    statements."""
+def _code_lines(p: Profile, ops: list[int], op: int | None) -> list[int]:
+    """The user lines a side runs for a region: the first diverging operator's own user
+    line (`op`, the divergence's operator on this side) — the line where the two sides
+    part, not the region's first line, which can be a statement both sides share (a
+    weight normalization the matcher attached to the region) — else the region's."""
     own = user_lines(p, [op]) if op is not None else []
-    lines = own or user_lines(p, ops)
+    return own or user_lines(p, ops)
+
+
+def _block_origin(block: Block) -> Origin:
+    first, last = block.lines()
+    return Origin(
+        kind="code",
+        variable=block.idx.line_text(first),
+        file=block.idx.path,
+        line=first,
+        code=block.code().strip(),
+        note=f"lines {first}-{last}" if last != first else "",
+    )
+
+
+def _code_origin(p: Profile, ops: list[int], side: str, op: int | None = None) -> Origin | None:
+    """The user code a side runs for a region: the statements holding `_code_lines`."""
+    lines = _code_lines(p, ops, op)
     if not lines:
         return None
     block = statement_block(p.run.script, lines)
@@ -168,15 +183,19 @@ def _code_origin(p: Profile, ops: list[int], side: str, op: int | None = None) -
             line=ln,
             code=idx.line_text(ln) if idx else "",
         )
-    first, last = block.lines()
-    return Origin(
-        kind="code",
-        variable=block.idx.line_text(first),
-        file=p.run.script,
-        line=first,
-        code=block.code().strip(),
-        note=f"lines {first}-{last}" if last != first else "",
-    )
+    return _block_origin(block)
+
+
+def _counterpart_origin(
+    p_other: Profile, ops: list[int], op: int | None, p: Profile
+) -> Origin | None:
+    """The statements of `p`'s script standing where the other side's code for the
+    region stands (argport.counterpart_block): the code of a side whose call there did
+    no work, so no operator and no frame points at it."""
+    lines = _code_lines(p_other, ops, op)
+    block = statement_block(p_other.run.script, lines) if lines else None
+    there = counterpart_block(block, p.run.script) if block is not None else None
+    return _block_origin(there) if there is not None else None
 
 
 def _category(
@@ -307,6 +326,8 @@ class Diagnoser:
         site would multiply that by the number of distinct sites.) `progress(done,
         total)` is called after each diagnosed finding.
         """
+        # interpreter findings come explained (no kernel path to trace; interpreter.py)
+        findings = [f for f in findings if f.kind != "interpreter"]
         t0 = time.perf_counter()
         plans: dict[tuple, tuple[SitePlan | KeyVariable, dict[str, SideInfo]]] = {}
         for f in findings:
@@ -454,10 +475,20 @@ class Diagnoser:
         return dict(found) if found is not None else None
 
     def _code_origins(self, finding: Finding, div: Divergence) -> dict[str, Origin | None]:
-        return {
+        out = {
             "a": _code_origin(self.runs.a, finding.region_a.ops, "a", div.op_a),
             "b": _code_origin(self.runs.b, finding.region_b.ops, "b", div.op_b),
         }
+        # a side that ran nothing at the divergence (the other's extra work) has no
+        # operator of its own there: its code is what stands in the other's place
+        runs = {"a": self.runs.a, "b": self.runs.b}
+        regions = {"a": finding.region_a.ops, "b": finding.region_b.ops}
+        ops = {"a": div.op_a, "b": div.op_b}
+        for side, other in (("a", "b"), ("b", "a")):
+            if div.element(side).kind == "none" and out[other] is not None:
+                there = _counterpart_origin(runs[other], regions[other], ops[other], runs[side])
+                out[side] = there or out[side]
+        return out
 
     def _diagnose(self, finding: Finding) -> None:
         runs = self.runs

@@ -31,6 +31,10 @@ stored). Choices and the failures they prevent:
   writable (`DBNotWritable`), out of disk (checked before writing, `check_space`), a
   commit cut in its checkpoint (`.shadow`, finished by `_finish_commit`), and a run whose
   numbers or references are implausible on load (`_check_plausible`: damaged pages).
+- Damage (graphdb/integrity.py): each Run stores a checksum of its rows, verified by
+  every `load_profile`; a file that is not byte for byte what a writer's clean close left
+  (`profile.kuzu.sha256`) is read completely in a child process before Kùzu opens it
+  here, since a damaged page can crash Kùzu (segfault, abort) where nothing can catch it.
 - A replace (`save_profile(replace=True)`) and every delete rewrite the DB into a fresh
   file renamed over the old one, so a crash leaves the old DB; a plain save that is
   killed leaves a "loading" run that the next writable open removes (`remove_ghosts`).
@@ -59,6 +63,7 @@ import kuzu
 import numpy as np
 import pyarrow as pa
 
+from . import integrity
 from . import schema as S
 from .model import (
     SCHEMA_VERSION,
@@ -170,12 +175,15 @@ def open_db(path: str | Path, read_only: bool = False, create: bool = True) -> P
     mode = "ro" if read_only else "rw"
     _register_open(key, mode)
     try:
+        damaged = integrity.check_before_open(file)  # a damaged file can crash Kùzu
         db = _open_kuzu(file, read_only)
     except BaseException:
         _unregister_open(key, mode)
         raise
+    if not read_only:
+        integrity.unseal(file)  # resealed by a clean close
     try:
-        pdb = ProfileDB(db, file, read_only)
+        pdb = ProfileDB(db, file, read_only, damaged)
     except BaseException:
         db.close()
         _unregister_open(key, mode)
@@ -675,10 +683,12 @@ def _profile_tables(p: Profile) -> list[tuple[S.Table, pa.Table]]:
 class ProfileDB:
     """One open Magneton DB. Use as a context manager or call `close()`."""
 
-    def __init__(self, db: kuzu.Database, file: Path, read_only: bool):
+    def __init__(self, db: kuzu.Database, file: Path, read_only: bool, damaged: dict | None = None):
         self._db = db
         self.file = file
         self.read_only = read_only
+        # runs whose rows failed their checksum when the file was probed (integrity.py)
+        self.damaged: dict[str, str] = damaged or {}
         self._finalizer: weakref.finalize | None = None
         # every kuzu.QueryResult handed out, closed before the DB (see `_execute`)
         self._results: weakref.WeakSet = weakref.WeakSet()
@@ -698,10 +708,18 @@ class ProfileDB:
     def close(self) -> None:
         if self._db is None:
             return
+        # a writer seals what it leaves, unless damaged runs it did not remove remain
+        reseal = not self.read_only
+        if reseal and self.damaged:
+            reseal = False
+            with contextlib.suppress(Exception):
+                reseal = not any(self.has_run(r) for r in self.damaged)
         self._close_results()
         self._conn.close()
         self._db.close()
         self._db = None
+        if reseal:
+            integrity.seal(self.file)
         if self._finalizer is not None:
             self._finalizer()
 
@@ -848,7 +866,11 @@ class ProfileDB:
             f"MATCH (r:Run) RETURN {', '.join('r.' + c for c in cols)} "
             "ORDER BY r.started_at, r.name"
         )
-        return [RunRow(*row) for row in res.get_all()]
+        rows = [RunRow(*row) for row in res.get_all()]
+        for r in rows:  # failed its checksum when the file was probed
+            if r.name in self.damaged:
+                r.status, r.error = "damaged", self.damaged[r.name]
+        return rows
 
     def run_spreads(self) -> dict[str, EnergySpread]:
         """Each run's energy spread over its timed iterations (runs that recorded one)."""
@@ -1044,12 +1066,18 @@ class ProfileDB:
             self.delete_run(name)
 
     def _insert_run(
-        self, run: RunInfo, status: str, op_count: int, conn: kuzu.Connection | None = None
+        self,
+        run: RunInfo,
+        status: str,
+        op_count: int,
+        conn: kuzu.Connection | None = None,
+        checksum: str = "",
     ) -> None:
         # one row: a parameterized CREATE costs ~10 ms where a COPY costs ~100 ms
         row = {f.name: getattr(run, f.name) for f in fields(RunInfo)}
         row["status"] = status
         row["op_count"] = op_count
+        row["checksum"] = checksum  # integrity.run_digest of the rows written with it
         cols = [c.name for c in S.RUN.columns]
         props = ", ".join(f"{c}: $p_{c}" for c in cols)
         cypher = f"CREATE (:Run {{{props}}})"
@@ -1063,8 +1091,9 @@ class ProfileDB:
         """Store only the Run node, status "failed", for a script that raised or was
         interrupted. Other runs stay untouched."""
         self._writable()
+        checksum = integrity.run_digest(run, _profile_tables(Profile(run=run)))
         self._claim_name(run.name, replace)
-        self._insert_run(run, "failed", 0)
+        self._insert_run(run, "failed", 0, checksum=checksum)
 
     def save_profile(self, profile: Profile, replace: bool = False) -> None:
         """Bulk-load a recorded run. An existing run of that name is an error unless
@@ -1098,16 +1127,17 @@ class ProfileDB:
         replace: bool,
     ) -> None:
         run = profile.run.name
+        digest = integrity.run_digest(profile.run, tables)
         if rewrite:
 
             def load_new(conn: kuzu.Connection) -> None:
-                self._insert_run(profile.run, status, len(profile.ops), conn)
+                self._insert_run(profile.run, status, len(profile.ops), conn, digest)
                 self._load_tables(tables, conn)
 
             self._rebuild(*self._run_rows(run), then=load_new)
             return
         self._claim_name(run, replace)
-        self._insert_run(profile.run, "loading", len(profile.ops))
+        self._insert_run(profile.run, "loading", len(profile.ops), checksum=digest)
         try:
             self._load_tables(tables)
         except BaseException:
@@ -1140,16 +1170,17 @@ class ProfileDB:
     def load_profile(self, run: str) -> Profile:
         """The profile saved as `run` (OpRecord.windows_ns comes back empty)."""
         self.require_run(run)
-        status = self._execute("MATCH (r:Run {name: $n}) RETURN r.status", {"n": run}).get_all()[0][
-            0
-        ]
+        status, checksum = self._execute(
+            "MATCH (r:Run {name: $n}) RETURN r.status, r.checksum", {"n": run}
+        ).get_all()[0]
         if status == "loading":
             raise MagnetonError(ghost_message(run, self.file))
         try:
             with _gc_paused():
                 profile = self._load_profile(run)
-            _check_profile(profile)
-            _check_plausible(profile)
+                _check_profile(profile)
+                _check_plausible(profile)  # names the wild number, so it goes first
+                integrity.verify_run(profile.run, _profile_tables(profile), checksum)
         except (ValueError, RuntimeError, KeyError, IndexError, TypeError) as e:
             # damaged pages read back as wild numbers or broken references: say so
             # instead of diffing garbage (`time_s` 9.5e+62) or crashing downstream
@@ -1301,6 +1332,14 @@ class ProfileDB:
         """Run a user's read-only Cypher; write clauses and Kùzu errors → MagnetonError."""
         if not cypher.strip():
             raise MagnetonError("empty query")
+        if self.damaged:  # its rows could reach the result unchecked
+            names = " ".join(sorted(self.damaged))
+            raise MagnetonError(
+                f"query refused: {self.file} is damaged (run(s) "
+                f"{', '.join(map(repr, sorted(self.damaged)))} hold damaged rows, which a "
+                f"query could return); `magneton rm --db {self.file.parent} {names}` "
+                "removes them"
+            )
         clause = find_write_clause(cypher)
         if clause:
             raise _refused(clause)

@@ -20,7 +20,7 @@ from typing import Any
 # Re-exported: the operator vocabularies live in `vocab.py`; much code imports this one here.
 from .vocab import BOOKKEEPING_OPS  # noqa: F401
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # How an energy figure was obtained. Every energy number shown to a user carries one.
 ENERGY_METHODS = ("measured", "replayed", "solved", "estimated")
@@ -252,6 +252,14 @@ class Finding:
     # which ranks of a multi-rank job the finding concerns (job diffs only); its keys
     # travel inside the JSON "divergence" object
     job: JobInfo | None = None
+    # "region": matched operators differ; "interpreter": the Python that ran between
+    # operators at one place differs (diagnose/interpreter.py). Its regions hold the ops
+    # that Python led to, with the interpreter's energy and time only
+    kind: str = "region"
+    # interpreter findings: the frames that ran on each side ("a.py:12 build_mask"),
+    # largest share first
+    frames_a: list[str] = field(default_factory=list)
+    frames_b: list[str] = field(default_factory=list)
 
     def divergence_json(self) -> dict | None:
         """The JSON "divergence": the divergence point plus the job keys, if any."""
@@ -285,6 +293,8 @@ class Finding:
         return {
             "interval": None if self.interval is None else self.interval.to_json(),
             "id": self.id,
+            "kind": self.kind,
+            "frames": {"a": self.frames_a, "b": self.frames_b},
             "wasteful": self.wasteful,
             "verdict": self.verdict,
             "energy_j": {"a": self.region_a.energy_j, "b": self.region_b.energy_j},
@@ -310,6 +320,9 @@ class DiffResult:
     # how the runs were matched when not by value (diagnose/pathmatch.py), "" = by value;
     # printed by `magneton diff`, not part of to_json (findings' divergence says it)
     match_note: str = ""
+    # what interleaved confirmation did (diagnose/confirm.py), printed by `magneton diff`;
+    # each finding's interval says whether it was confirmed
+    confirm_note: str = ""
 
     def ordered(self) -> list[Finding]:
         """Findings to act on first (by id = largest saving), then those judged noise:
@@ -514,6 +527,7 @@ _RUN_ENERGY_KEYS = (
     "energy.clock",
     "energy.samples_j",
     "energy.interp_j",
+    "energy.interp_samples_j",
     "energy.spread",
 )
 
@@ -546,7 +560,9 @@ class RunEnergy:
     `op_samples_j[k][i]` is operator i's energy in timed iteration k: the per-iteration
     record that gives every region an uncertainty (diagnose/detect.py). `interp_j[i]` is
     the part of op i's energy spent in the interpreter before it was called (Python
-    between aten operators), shown by `report` as rows of kind "python".
+    between aten operators), shown by `report` as rows of kind "python";
+    `interp_samples_j[k][i]` is that share in timed iteration k (what gives a difference
+    in interpreter time its uncertainty in `diff`).
     """
 
     note: str = ""
@@ -554,6 +570,7 @@ class RunEnergy:
     span_s: float = 0.0  # mean iteration span (seconds charged per call)
     charged_s: list[float] = field(default_factory=list)  # per op: own + interpreter time
     interp_j: list[float] = field(default_factory=list)  # per op: interpreter share
+    interp_samples_j: list[list[float]] = field(default_factory=list)  # [iteration][op]
     op_samples_j: list[list[float]] = field(default_factory=list)  # [iteration][op]
     spread: EnergySpread = field(default_factory=EnergySpread)
     model: dict | None = None  # the energy model's coefficients when "estimated"
@@ -578,6 +595,8 @@ class RunEnergy:
             out["energy.charged_s"] = json.dumps(compact(self.charged_s))
         if self.interp_j:
             out["energy.interp_j"] = json.dumps(compact(self.interp_j))
+        if self.interp_samples_j:
+            out["energy.interp_samples_j"] = json.dumps([compact(r) for r in self.interp_samples_j])
         if self.op_samples_j:
             out["energy.samples_j"] = json.dumps([compact(r) for r in self.op_samples_j])
         if self.spread.iterations:
@@ -605,6 +624,7 @@ class RunEnergy:
         for key, attr in (
             ("energy.charged_s", "charged_s"),
             ("energy.interp_j", "interp_j"),
+            ("energy.interp_samples_j", "interp_samples_j"),
             ("energy.samples_j", "op_samples_j"),
             ("energy.lsq", "lsq"),
             ("energy.replay", "replay"),
@@ -636,6 +656,12 @@ class SavingInterval:
     iterations_b: int
     between_runs_log_sd: float = 0.0  # noise between the recordings, from identical work
     test: str = "welch-t on log energies + between-runs variance from identical work"
+    # interleaved confirmation (diagnose/confirm.py): True when both sides were re-measured
+    # in alternating rounds and the interval above is the paired test's; `rounds` per side;
+    # `unconfirmed` says why not ("" when confirmed)
+    confirmed: bool = False
+    rounds: int = 0
+    unconfirmed: str = ""
 
     def to_json(self) -> dict:
         return dict(self.__dict__)

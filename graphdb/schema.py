@@ -160,6 +160,7 @@ RUN = NodeTable(
         Column("world_size", "INT64", "distributed world size"),
         Column("device", "STRING", 'main device, e.g. "cpu", "cuda:0"'),
         Column("op_count", "INT64", "number of Operator nodes of the run"),
+        Column("checksum", "STRING", "SHA-256 of the run's rows as saved (damage check on load)"),
     ),
     "One recorded run.",
 )

@@ -37,3 +37,20 @@ def energy_wording(method: str, source: str, *, note: str = "", how: bool = Fals
     else:
         return f"{method or 'method not recorded'} ({src})"
     return f"{text} ({_HOW[method]})" if how else text
+
+
+# Config key of a run: how many operator calls ran in threads the recording did not trace.
+UNRECORDED_THREAD_OPS = "record.unrecorded_thread_ops"
+
+
+def unrecorded_threads_warning(config: dict[str, str]) -> str:
+    """The warning `record` and `report` print for operators run outside the recorded
+    thread ('' when none): a graph and energy that leave work out must say so."""
+    n = int(config.get(UNRECORDED_THREAD_OPS, "0") or 0)
+    if not n:
+        return ""
+    return (
+        f"warning: {n} operator call(s) ran in other threads and were NOT recorded "
+        "(Magneton records the thread that calls the entry); the run's graph and energy "
+        "leave them out"
+    )

@@ -1,7 +1,8 @@
 """End to end through the CLI, per case of examples/cases: record both scripts, `magneton
 diff --json`, check the diagnosis against the case's expect.toml; for the three
-misconfiguration cases export the patch, apply it to a copy of a.py, re-record, and check
-that the energy gap the finding measured closes.
+misconfiguration cases and the two argument ports (pad_copy, contiguous_copy) export the
+patch, apply it to a copy of a.py, re-record, and check that the energy gap the finding
+measured closes.
 
 Each case is copied to a temp directory first, so patches never touch the repository.
 Energy here is *estimated* by the recorder's model backend (its figures move with
@@ -27,12 +28,14 @@ from magneton.commands.export_patch import find_finding
 from magneton.graphdb import open_db
 
 CASES = Path(__file__).resolve().parents[1] / "examples" / "cases"
-# cases whose patch is re-recorded (the misconfigurations; the operand properties set in
-# setup() or the handler: dtype_setup, layout_setup, padding, column_major_input)
+# cases whose patch is re-recorded (the misconfigurations; the redundant copies; the
+# operand properties set in setup() or the handler)
 PATCHED_CASES = (
     "gelu_backend",
     "attn_impl",
     "mkldnn_conv",
+    "pad_copy",
+    "contiguous_copy",
     "dtype_setup",
     "layout_setup",
     "padding",
@@ -154,12 +157,17 @@ def test_patch_closes_the_gap(case):
     )
     patched = (d / "a.py").read_text()
     assert patched != original
-    # exactly one line changed: the origin line, which names the variable or the user's
-    # name that carries it (`DTYPE = torch.float32` for `dtype`)
+    # exactly one line changed: the origin line (for a code fix, the root line itself),
+    # which names the variable or the user's name that carries it (`DTYPE = ...`)
     changed = [ln for ln in patched.splitlines() if ln not in original.splitlines()]
-    origin = f.root_cause.origins.get(f.wasteful)
-    names = {f.root_cause.variable.split(".")[-1], origin.assigned_to if origin else None}
-    assert len(changed) == 1 and any(n and n in changed[0] for n in names), changed
+    assert len(changed) == 1
+    if f.root_cause.kind == "code":
+        lines = patched.splitlines()
+        assert lines[f.root_cause.line - 1] == changed[0]
+    else:
+        origin = f.root_cause.origins.get(f.wasteful)
+        names = {f.root_cause.variable.split(".")[-1], origin.assigned_to if origin else None}
+        assert any(n and n in changed[0] for n in names), changed
     record(d / "a.py", db, "patched")
     after = json.loads(magneton("diff", "--db", str(db), "patched", "b", "--json").stdout)
     with open_db(db) as handle:

@@ -25,7 +25,7 @@ import pytest
 
 from magneton.cli import main as cli_main
 from magneton.graphdb import db as dbmod
-from magneton.graphdb import open_db
+from magneton.graphdb import integrity, open_db
 from magneton.graphdb import schema as S
 from magneton.graphdb.model import (
     SCHEMA_VERSION,
@@ -524,6 +524,38 @@ def test_other_schema_version_is_refused(dbdir: Path, capsys) -> None:
     _set_version(dbdir, str(SCHEMA_VERSION))
     with open_db(dbdir, read_only=True) as db:
         assert db.has_run("a")
+
+
+def test_plausible_but_wrong_values_fail_the_run_checksum(dbdir: Path, capsys) -> None:
+    """A changed value no plausibility bound catches (0.5 s for a 2 µs operator), written
+    behind Magneton's back: the file no longer matches its seal, the probe finds the run
+    whose rows fail their checksum, and every reader names it; removing it re-seals."""
+    good = synthetic_profile("good", n_ops=10)
+    with open_db(dbdir) as db:
+        db.save_profile(good)
+        db.save_profile(synthetic_profile("hurt", n_ops=10, seed=2))
+    assert integrity.sealed(dbmod.db_file(dbdir))
+    raw = kuzu.Database(str(dbmod.db_file(dbdir)), compression=False)
+    kuzu.Connection(raw).execute("MATCH (o:Operator {run: 'hurt', idx: 3}) SET o.time_s = 0.5")
+    raw.close()
+    assert not integrity.sealed(dbmod.db_file(dbdir))
+    with open_db(dbdir, read_only=True) as db:
+        assert set(db.damaged) == {"hurt"} and "checksum" in db.damaged["hurt"]
+        assert {r.name: r.status for r in db.list_runs()} == {"good": "ok", "hurt": "damaged"}
+        with pytest.raises(MagnetonError, match="run 'hurt' .* is damaged .*checksum"):
+            db.load_profile("hurt")
+        assert same(db.load_profile("good"), without_windows(good))
+    code, _, err = cli(
+        "query", "--db", str(dbdir), "MATCH (o:Operator) RETURN o.time_s", capsys=capsys
+    )
+    assert code == 2 and "query refused" in err and "magneton rm" in err and err.count("\n") == 1
+    code, _, err = cli("rm", "--db", str(dbdir), "hurt", capsys=capsys)
+    assert code == 0, err
+    assert integrity.sealed(dbmod.db_file(dbdir))  # what rm left is verified again
+    code, out, _ = cli(
+        "query", "--db", str(dbdir), "MATCH (o:Operator) RETURN count(*)", capsys=capsys
+    )
+    assert code == 0 and "10" in out
 
 
 def test_foreign_kuzu_db_is_refused(dbdir: Path, capsys) -> None:

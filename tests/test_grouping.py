@@ -73,3 +73,49 @@ def test_different_values_of_one_variable_are_different_causes():
     a = finding(1, 1.0, ATTN)
     b = finding(2, 1.0, replace(ATTN, values={"a": "eager", "b": "flash"}))
     assert len(group_by_cause([a, b])) == 2
+
+
+def interpreter_finding(fid, saving, ops, wasteful="a") -> Finding:
+    f = finding(fid, saving)
+    f.kind, f.wasteful = "interpreter", wasteful
+    f.region_a = f.region_b = Region(ops=ops)
+    return f
+
+
+def test_interpreter_time_joins_the_region_its_python_led_to():
+    """gelu_new's small ops each pay an interpreter round trip: that Python is part of
+    the region's implementation, one cause, led by the region (it has the patch)."""
+    gelu = finding(2, 1.0, ATTN)
+    gelu.region_a = Region(ops=[10, 11, 12, 13])
+    python = interpreter_finding(1, 3.0, [10, 11, 12])
+    elsewhere = interpreter_finding(3, 0.5, [40, 41, 12])  # mostly outside any region
+    other_side = interpreter_finding(4, 0.4, [10, 11], wasteful="b")
+    groups = group_by_cause([python, gelu, elsewhere, other_side])
+    assert [[f.id for f in g.findings] for g in groups] == [[2, 1], [3], [4]]
+    assert groups[0].lead is gelu and groups[0].saving_j == 4.0
+
+
+def test_interpreter_time_never_joins_noise():
+    noise = finding(2, 1.0, UNKNOWN, verdict="noise")
+    noise.region_a = Region(ops=[10, 11])
+    python = interpreter_finding(1, 3.0, [10, 11])
+    groups = group_by_cause([python, noise])
+    assert [[f.id for f in g.findings] for g in groups] == [[1], [2]]
+
+
+def test_interpreter_time_joins_the_region_diverging_in_the_function_that_ran_it():
+    """Eager attention's Python runs in `eager_attention_forward` before ops that mostly
+    match unflagged regions; the attention finding's path diverges in that function."""
+    attn = finding(2, 1.0, ATTN, site=("/hf/modeling_gpt2.py", 40))
+    attn.divergence.a = PathElement(
+        "frame", file="/hf/modeling_gpt2.py", line=58, function="eager_attention_forward"
+    )
+    python = interpreter_finding(1, 0.8, [50, 51, 52])
+    python.frames_a = [
+        "modeling_gpt2.py:69 eager_attention_forward",
+        "modeling_gpt2.py:307 forward",
+    ]
+    elsewhere = interpreter_finding(3, 0.5, [60])
+    elsewhere.frames_a = ["modeling_gpt2.py:307 forward"]
+    groups = group_by_cause([python, attn, elsewhere])
+    assert [[f.id for f in g.findings] for g in groups] == [[2, 1], [3]]

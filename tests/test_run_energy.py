@@ -17,6 +17,7 @@ def test_run_energy_round_trips_through_the_db(tmp_path):
         span_s=0.0123,
         charged_s=[0.004, 0.008],
         interp_j=[0.0, 0.1],
+        interp_samples_j=[[0.0, 0.1], [0.0, 0.12]],
         op_samples_j=[[0.5, 0.5], [0.6, 0.4]],
         spread=EnergySpread(iterations=2, mean_j=1.0, std_j=0.0, cv=0.0, min_j=1.0, max_j=1.0),
         model={"name": "cpu-default", "p_static_w": 90.0},

@@ -16,6 +16,7 @@ import pytest
 @pytest.mark.parametrize(
     "module",
     [
+        "magneton.diagnose.confirm",
         "magneton.diagnose.equivalence",
         "magneton.diagnose.match",
         "magneton.graphdb.model",

@@ -631,3 +631,47 @@ def test_diagnosis_crash_keeps_the_findings(gelu_db) -> None:
         assert isinstance(app.screen, FindingScreen)
 
     run_app(app, scenario)
+
+
+def test_finding_screen_shows_the_interval_and_whether_it_was_confirmed(gelu_db) -> None:
+    """The finding screen says how sure the finding is: the saving's 95% interval, and
+    whether interleaved re-measurement confirmed it (or why not)."""
+    from magneton.graphdb.model import SavingInterval
+
+    _, db = gelu_db
+    store = Store(db)
+
+    def finding(fid: int, iv: SavingInterval) -> Finding:
+        return Finding(
+            fid, "a", "waste", Region([1], energy_j=2.0, time_s=0.002),
+            Region([2], energy_j=1.0, time_s=0.001), 1.0, 0.1, 0.0,
+            ops_a=["aten::tanh"], ops_b=["aten::gelu"], interval=iv,
+        )  # fmt: skip
+
+    sure = SavingInterval(
+        2.0, 1.6, 2.4, 0.75, 1.1, 0.95, 7, 7, test="paired t", confirmed=True, rounds=7
+    )
+    unsure = SavingInterval(
+        1.5, 1.2, 1.9, 0.4, 0.9, 0.95, 30, 30, unconfirmed="re-measurement disabled (--no-rerun)"
+    )
+    result = DiffResult(
+        RunSummary("a", 10, 1, "model:cpu-default", "estimated"),
+        RunSummary("b", 9, 1, "model:cpu-default", "estimated"),
+        [finding(1, sure), finding(2, unsure)],
+        5,
+    )  # fmt: skip
+    store.remember_diff("a", "b", result)
+    app = MagnetonApp(store, store.check(), "a", "b")
+
+    async def scenario(pilot) -> None:
+        await pilot.press("enter")
+        assert isinstance(app.screen, FindingScreen) and app.screen.finding.id == 1
+        text = flat(text_of(app.screen.query_one("#finding-summary")))
+        assert "saving 750 mJ to 1.1 J per call at 95% (ratio 1.60–2.40×)" in text
+        assert "confirmed: 7 interleaved rounds per side" in text
+        await pilot.press("escape", "down", "enter")
+        assert app.screen.finding.id == 2
+        text = flat(text_of(app.screen.query_one("#finding-summary")))
+        assert "unconfirmed (re-measurement disabled (--no-rerun))" in text
+
+    run_app(app, scenario)

@@ -249,6 +249,8 @@ class StructureResult:
     frames: list[FrameRecord] = field(default_factory=list)
     kernels: list[KernelRecord] = field(default_factory=list)
     modules: list[ModuleRecord] = field(default_factory=list)
+    # operator calls the profiler saw in threads the capture does not trace
+    other_thread_ops: int = 0
 
 
 class StructureCapture(TorchDispatchMode):
@@ -523,6 +525,17 @@ def attach_call_paths(result: StructureResult, events) -> None:
             op.module = fwd_module.get(grad_of[op.idx], op.module)
 
 
+def other_thread_ops(events) -> int:
+    """Outermost aten operator calls of threads where no operator was traced (the
+    dispatch mode is per thread: its tags appear on the threads it traced)."""
+    traced = {e.thread for e in events if e.name.startswith(_TAG)}
+    return sum(
+        1
+        for e in events
+        if e.cpu_parent is None and e.name.startswith("aten::") and e.thread not in traced
+    )
+
+
 def _kernels_of(chains: list[list[str]]) -> list[str]:
     """The ops that did the work: on each chain the deepest non-bookkeeping op, minus ops
     that only dispatched to a deeper kernel (`aten::_convolution` above
@@ -574,7 +587,14 @@ def call_profiler() -> Iterator[Any]:
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
-    prof = profile(activities=activities)
+    # every thread, not only this one: operators of the program's other threads (a pool
+    # built in setup(), a worker started by the entry) are not traced by the dispatch
+    # mode, and `other_thread_ops` counts them so the recording can say so
+    try:
+        everywhere = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+    except TypeError:  # an older torch: this thread only (and `_other_threads` counts)
+        everywhere = None
+    prof = profile(activities=activities, experimental_config=everywhere)
     with _fd2_silenced():
         prof.start()
     try:
@@ -612,7 +632,9 @@ def run_structure_pass(
         with call_profiler() as prof:
             with capture.modules, capture:
                 out = fn()
-        attach_call_paths(capture.result, prof.events())
+        events = prof.events()
+        attach_call_paths(capture.result, events)
+        capture.result.other_thread_ops = other_thread_ops(events)
     else:
         with capture.modules, capture:
             out = fn()

@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -361,6 +361,8 @@ class Attribution:
     # every region an uncertainty); shape (iterations, ops), empty when unknown
     samples_j: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     interp_j: np.ndarray | None = None  # per op: interpreter share of energy_j
+    # per timed iteration, per op: the interpreter's share in that iteration
+    interp_samples_j: np.ndarray | None = None
 
 
 def attribute_traces(
@@ -509,7 +511,51 @@ def attribute_cpu_time(
         iterations=int(cpu_ns.shape[0]),
         samples_j=samples,
         interp_j=interp,
+        interp_samples_j=p_static_w * gap,
     )
+
+
+def model_attribution(
+    ops: list[OpRecord], m: ModelCoefficients, cpu_ns: np.ndarray | None
+) -> Attribution:
+    """The model's price of the ops' timed iterations: on the process CPU clock when the
+    timing pass read it (`cpu_ns`, (iterations, ops, 2)), else on their wall windows
+    (`op.windows_ns`). The recorder and interleaved confirmation (diagnose/confirm.py)
+    both price through here, so a re-measured region costs what a recorded one would."""
+    dyn = np.array([m.dynamic_j(op) for op in ops])
+    if cpu_ns is not None:
+        return attribute_cpu_time(ops, cpu_ns, m.p_static_w, dyn)
+    static = Trace(np.array([0, 1]), np.array([m.p_static_w, m.p_static_w]), device="model")
+    # Min over iterations: the model's P_static·t term turns any time another process
+    # took from this one into energy, so a busy neighbour during one recording made
+    # identical code look 10-300% costlier (seen in CI: a 1 ms SDPA call took 5-8 ms in 3
+    # of 5 iterations while tests ran). Load only ever adds time, so each op's cheapest
+    # iteration is the estimate least affected by it (the reason timeit reports the
+    # minimum).
+    return attribute_traces(ops, [static], extra_own_j=dyn, reduce="min")
+
+
+def reprice(
+    profile: Profile, walls_ns: np.ndarray, cpu_ns: np.ndarray | None
+) -> Attribution | None:
+    """Price re-measured iterations of a recorded run the way its recording was priced:
+    `walls_ns` and `cpu_ns` are (iterations, ops, 2) windows of the run's operators.
+    None when a sensor measured the run (a re-measurement would need that sensor) or
+    the run does not say which model priced it."""
+    coeffs = profile.energy.model
+    if profile.run.energy_method != "estimated" or not coeffs:
+        return None
+    m = ModelCoefficients(
+        name=str(coeffs.get("name", "")),
+        p_static_w=float(coeffs["p_static_w"]),
+        e_flop_pj=dict(coeffs["e_flop_pj"]),
+        e_byte_pj=float(coeffs["e_byte_pj"]),
+    )
+    ops = [
+        replace(op, windows_ns=[(int(w[0]), int(w[1])) for w in walls_ns[:, i]])
+        for i, op in enumerate(profile.ops)
+    ]
+    return model_attribution(ops, m, cpu_ns)
 
 
 def spread_of(samples_j: np.ndarray, timing=None) -> EnergySpread:
@@ -845,20 +891,10 @@ class EnergySession:
     def _attribute_model(self, profile: Profile) -> Attribution:
         ops = profile.ops
         m = self.model
-        dyn = np.array([m.dynamic_j(op) for op in ops])
-        iters, wins = op_windows(ops)
-        static = Trace(np.array([0, 1]), np.array([m.p_static_w, m.p_static_w]), device="model")
+        iters, _ = op_windows(ops)
         cpu = self._cpu_windows(profile)
-        if cpu is not None:
-            att = attribute_cpu_time(ops, cpu, m.p_static_w, dyn)
-        elif iters:
-            # Min over iterations: the model's P_static·t term turns any time another
-            # process took from this one into energy, so a busy neighbour during one
-            # recording made identical code look 10-300% costlier (seen in CI: a
-            # 1 ms SDPA call took 5-8 ms in 3 of 5 iterations while tests ran). Load only
-            # ever adds time, so each op's cheapest iteration is the estimate least
-            # affected by it (the reason timeit reports the minimum).
-            att = attribute_traces(ops, [static], extra_own_j=dyn, reduce="min")
+        if cpu is not None or iters:
+            att = model_attribution(ops, m, cpu)
         else:
             # no windows at all (hand-built profile): price each op on its mean time
             e = np.array([m.op_energy_j(op, op.time_s) for op in ops])
@@ -963,6 +999,11 @@ class EnergySession:
         # per-op seconds charged (own window + share of the gaps), for average power
         e.charged_s = [float(x) for x in att.charged_s]
         e.interp_j = [] if att.interp_j is None else [float(x) for x in att.interp_j]
+        e.interp_samples_j = (
+            []
+            if att.interp_samples_j is None
+            else [[float(x) for x in row] for row in att.interp_samples_j]
+        )
         e.op_samples_j = [[float(x) for x in row] for row in att.samples_j]
         e.spread = spread_of(att.samples_j, self.timing)
         if self.kind == "model":

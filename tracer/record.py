@@ -40,6 +40,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from magneton.graphdb.model import MagnetonError, Profile, RunInfo
+from magneton.graphdb.wording import UNRECORDED_THREAD_OPS, unrecorded_threads_warning
 from magneton.tracer.capture import (
     ModuleTracker,
     StructureCapture,
@@ -263,7 +264,8 @@ def _other_threads(counts: list[int]) -> Iterator[None]:
     The capture's dispatch mode is per thread, so operators of worker threads are not
     recorded; without this count they were dropped without a word (2 of 14 operators
     recorded, nothing said). Threads started before the entry (a pool built in
-    `setup()`) are not seen here."""
+    `setup()`) are not seen here; the structure pass's profiler, which watches every
+    thread, counts those (`StructureResult.other_thread_ops`) when call paths are on."""
     real_run = threading.Thread.run
 
     def counted_run(thread: threading.Thread) -> None:
@@ -279,17 +281,7 @@ def _other_threads(counts: list[int]) -> Iterator[None]:
 
 def unrecorded_thread_warning(profile: Profile) -> str:
     """The warning for operators run outside the recorded thread ('' when none)."""
-    n = int(profile.config.get(_UNRECORDED_KEY, "0") or 0)
-    if not n:
-        return ""
-    return (
-        f"warning: {n} operator call(s) ran in threads the entry started and were NOT "
-        "recorded (Magneton records the thread that calls the entry); run's energy and "
-        "graph leave them out"
-    )
-
-
-_UNRECORDED_KEY = "record.unrecorded_thread_ops"
+    return unrecorded_threads_warning(profile.config)
 
 
 def _merge_timing(profile: Profile, iterations: list) -> bool:
@@ -372,8 +364,11 @@ def record_callable(
         kernels=structure.kernels,
         config=snapshot(script),
     )
-    if elsewhere[0]:
-        profile.config[_UNRECORDED_KEY] = str(elsewhere[0])
+    # the profiler sees every thread (a pool built in setup() too), so its count holds
+    # the hook's; without it (no call paths, an older torch) the hook's count stands
+    unrecorded = max(structure.other_thread_ops, elsewhere[0])
+    if unrecorded:
+        profile.config[UNRECORDED_THREAD_OPS] = str(unrecorded)
     info.device = "cuda" if any(op.device.startswith("cuda") for op in profile.ops) else "cpu"
 
     sync = info.device == "cuda"

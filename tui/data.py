@@ -176,6 +176,22 @@ def fmt_ratio(x: float) -> str:
     return "∞" if math.isinf(x) else f"{x:.2f}×"
 
 
+def interval_text(f: Finding) -> str:
+    """The finding's confidence interval and how it was obtained, in one line: the
+    saving's bounds, the ratio's, and whether interleaved re-measurement confirmed it
+    (diagnose/confirm.py) or why not. '' when the finding has no interval."""
+    iv = f.interval
+    if iv is None:
+        return ""
+    text = (
+        f"saving {fmt_j(iv.saving_j_low)} to {fmt_j(iv.saving_j_high)} per call at "
+        f"{iv.confidence:.0%} (ratio {iv.ratio_low:.2f}–{iv.ratio_high:.2f}×)"
+    )
+    if iv.confirmed:
+        return f"{text}, confirmed: {iv.rounds} interleaved rounds per side ({iv.test})"
+    return f"{text}, unconfirmed" + (f" ({iv.unconfirmed})" if iv.unconfirmed else "")
+
+
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
 
 

@@ -58,7 +58,7 @@ class EnergyScreen(BaseScreen):
         self.title = "energy view"
         self.load()
 
-    def _header(self, prof: Profile | None) -> None:
+    def _header(self, prof: Profile | None, python_share: float = 0.0) -> None:
         t = Text()
         t.append(f" {self.run} ", style="bold reverse")
         if prof is not None:
@@ -69,6 +69,12 @@ class EnergyScreen(BaseScreen):
         t.append(f" · layers {'folded' if self.fold else 'unfolded'}", style="dim")
         if len(self.runs) > 1:
             t.append(f" · s: show {self.runs[1 - self.index]}", style="dim")
+        if python_share > 0:
+            t.append(
+                f"\npython: rows = interpreter time between operators, "
+                f"{fmt_pct(python_share)} of the call, by the line that ran it",
+                style="yellow",
+            )
         self.query_one("#energy-run", Static).update(t)
 
     @work(thread=True, exclusive=True, group="energy")
@@ -86,7 +92,7 @@ class EnergyScreen(BaseScreen):
         self.from_thread(self._show, prof, rows, tree)
 
     def _show(self, prof: Profile, rows: list[Any], tree: Any) -> None:
-        self._header(prof)
+        self._header(prof, sum(r.share for r in rows if r.kind == "python"))
         table = self.query_one("#op-table", DataTable)
         table.clear(columns=True)
         table.add_columns(self.by, "calls", "energy", "share", "time", "J/call", "avg W", "method")
@@ -94,7 +100,8 @@ class EnergyScreen(BaseScreen):
             share = Text(f"{fmt_pct(r.share):>6} ")
             share.append(_mini_bar(r.share), style="magenta")
             table.add_row(
-                r.name,
+                # interpreter time is not an operator: set apart, as `report` does
+                Text(r.name, style="yellow") if r.kind == "python" else r.name,
                 str(r.calls),
                 fmt_j(r.energy_j),
                 share,

@@ -84,7 +84,8 @@ class FindingsScreen(BaseScreen):
             self.show_result(cached)
             self.set_progress("")
         else:
-            self.set_progress("matching the two graphs…")
+            confirm = ", re-measuring candidates" if self.mapp.rerun else ""
+            self.set_progress(f"matching the two graphs{confirm}…")
             self.run_job()
         self.set_interval(0.5, self._tick)
         self.preload_profiles()

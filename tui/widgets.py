@@ -46,6 +46,7 @@ from .data import (
     fmt_pct,
     fmt_ratio,
     fmt_s,
+    interval_text,
     ops_summary,
     ratio,
     short_op,
@@ -85,9 +86,20 @@ def side_style(f: Finding, side: str) -> str:
 
 
 def cause_text(f: Finding, diagnosing: bool) -> Text:
+    if f.kind == "interpreter":  # explained at detection, never diagnosed
+        return Text("python", style="bold yellow")
     if f.category:
         return Text(f.category, style="bold")
     return Text("diagnosing…" if diagnosing else "-", style="dim")
+
+
+def side_summary(f: Finding, side: str) -> str:
+    """A side's operators, or for interpreter time the Python frames that ran it."""
+    if f.kind == "interpreter":
+        from magneton.diagnose.interpreter import place_text
+
+        return place_text(f, side)
+    return ops_summary(f.ops_a if side == "a" else f.ops_b)
 
 
 def finding_row(f: Finding, diagnosing: bool = False) -> list[RenderableType]:
@@ -97,8 +109,8 @@ def finding_row(f: Finding, diagnosing: bool = False) -> list[RenderableType]:
         Text(str(f.id), style="bold"),
         Text(fmt_j(f.saving_j), style="bold"),
         share,
-        Text(ops_summary(f.ops_a), style=side_style(f, "a")),
-        Text(ops_summary(f.ops_b), style=side_style(f, "b")),
+        Text(side_summary(f, "a"), style=side_style(f, "a")),
+        Text(side_summary(f, "b"), style=side_style(f, "b")),
         fmt_j(f.region_a.energy_j),
         fmt_j(f.region_b.energy_j),
         fmt_s(f.region_a.time_s),
@@ -140,6 +152,13 @@ def finding_summary(result: DiffResult, f: Finding) -> Text:
         t.append(f"  [{f.category}]", style="bold cyan")
     if f.output_rel_diff:
         t.append(f"  outputs differ by {f.output_rel_diff:.2g} (relative)", style="dim")
+    if f.kind == "interpreter":
+        t.append("\ninterpreter time between operators, ", style="bold yellow")
+        t.append(f"a: {side_summary(f, 'a')}; b: {side_summary(f, 'b')}")
+    iv = interval_text(f)
+    if iv:
+        t.append("\n")
+        t.append(iv, style="green" if f.interval.confirmed else "yellow")
     return t
 
 
@@ -425,7 +444,11 @@ def _cause_head(f: Finding, rc: RootCause, run_a: str, run_b: str) -> Text:
     t.append("\n")
     if rc.error:
         t.append(f"diagnosis failed: {rc.error}\n", style="bold red")
+    if rc.note:  # e.g. what an interpreter finding's Python was, and why no patch
+        t.append(rc.note + "\n", style="italic")
     values = {k: v for k, v in rc.values.items() if v is not None}
+    if f.kind == "interpreter":
+        return t  # no variable to look for: interpreter time has no kernel path
     if rc.variable is None and not values:
         t.append("no variable found that decides this difference\n", style="yellow")
     else:

@@ -7,6 +7,10 @@ finds nothing comparable prints its message and exits 0 (see diagnose/diff.py). 
 may also name multi-rank jobs (runs `A/rank0`, ...); the pipeline (diagnose/pipeline.py)
 compares those rank by rank.
 
+Before anything is reported, candidates are confirmed by re-measuring both scripts in
+alternating rounds (diagnose/confirm.py); the table's `confirmed` column and a line above
+it say what that found, and `--no-rerun` turns it off with the diagnosis re-runs.
+
 CI gate: with `--fail-on waste` the command exits 3 (`EXIT_WASTE`) after printing its
 output when at least one finding has verdict "waste" (findings judged noise, and
 trade-offs, never fail it) and saves at least `--fail-on-share` of the wasteful run's
@@ -102,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         if result.match_note:
             print(result.match_note)
+        if result.confirm_note:
+            print(result.confirm_note)
         print_result(result, groups)
         print_diagnosis(result, groups)
     if args.fail_on == "waste":
@@ -121,6 +127,7 @@ def print_diagnosis(result: DiffResult, groups: list[CauseGroup] | None = None) 
     regions is diagnosed once); findings judged noise share one line (they all say the
     same thing, and on a busy machine there can be many)."""
     from magneton.diagnose.grouping import group_by_cause
+    from magneton.diagnose.interpreter import describe_interpreter
     from magneton.diagnose.rootcause import describe_finding
 
     groups = group_by_cause(result.findings) if groups is None else groups
@@ -129,7 +136,14 @@ def print_diagnosis(result: DiffResult, groups: list[CauseGroup] | None = None) 
         f = g.lead
         if f.verdict == "noise":
             continue
-        for i, line in enumerate(describe_finding(f)):
+        lines = describe_interpreter(f) if f.kind == "interpreter" else describe_finding(f)
+        # interpreter time that joined a region's cause is still named (grouping.py)
+        lines += [
+            f"#{x.id} " + describe_interpreter(x)[0]
+            for x in g.findings[1:]
+            if x.kind == "interpreter"
+        ]
+        for i, line in enumerate(lines):
             print((f"#{_ids(g)} " if i == 0 else "   ") + line)
     if noise:
         ids = ", ".join(f"#{f.id}" for f in noise)
@@ -168,6 +182,16 @@ def abbreviate(ops: list[str], occurrences: int = 1, limit: int = 6) -> str:
     return text
 
 
+def _side_text(f: Finding, side: str) -> str:
+    """A finding's side in the table: its operators, or for interpreter time the Python
+    frames that ran (`python: a.py:12 build_mask`)."""
+    if f.kind == "interpreter":
+        from magneton.diagnose.interpreter import place_text
+
+        return place_text(f, side)
+    return abbreviate(f.ops_a if side == "a" else f.ops_b, f.occurrences)
+
+
 def _interval(g: CauseGroup) -> str:
     """The saving with its confidence interval (summed over the group's regions)."""
     ivs = [f.interval for f in g.findings if f.interval is not None]
@@ -176,6 +200,18 @@ def _interval(g: CauseGroup) -> str:
     lo = sum(iv.saving_j_low for iv in ivs)
     hi = sum(iv.saving_j_high for iv in ivs)
     return f" [{lo:.3g}, {hi:.3g}] J at {ivs[0].confidence:.0%}"
+
+
+def confirmation(g: CauseGroup) -> str:
+    """Whether interleaved re-measurement confirmed the cause's regions
+    (diagnose/confirm.py): "yes (N rounds)", "no" (the note above the table says why),
+    or "-" when no region has an interval to confirm."""
+    ivs = [f.interval for f in g.findings if f.interval is not None]
+    if not ivs:
+        return "-"
+    if all(iv.confirmed for iv in ivs):
+        return f"yes ({min(iv.rounds for iv in ivs)} rounds)"
+    return "no"
 
 
 def print_result(result: DiffResult, groups: list[CauseGroup] | None = None) -> None:
@@ -221,6 +257,7 @@ def print_result(result: DiffResult, groups: list[CauseGroup] | None = None) -> 
     table.add_column("ms b", justify="right")
     table.add_column("where", justify="right")
     table.add_column("saving", justify="right")
+    table.add_column("confirmed")
     styles = {"waste": "[red]waste[/]", "trade-off": "[yellow]trade-off[/]"}
     for g in groups:
         f = g.lead
@@ -230,17 +267,26 @@ def print_result(result: DiffResult, groups: list[CauseGroup] | None = None) -> 
         table.add_row(
             _ids(g),
             verdict,
-            escape(abbreviate(f.ops_a, f.occurrences) + mark_a),
-            escape(abbreviate(f.ops_b, f.occurrences) + mark_b),
+            escape(_side_text(f, "a") + mark_a),
+            escape(_side_text(f, "b") + mark_b),
             f"{sum(x.region_a.energy_j for x in g.findings):.3g}",
             f"{sum(x.region_b.energy_j for x in g.findings):.3g}",
             f"{sum(x.region_a.time_s for x in g.findings) * 1e3:.3g}",
             f"{sum(x.region_b.time_s for x in g.findings) * 1e3:.3g}",
             f"in {g.places} place{'s' if g.places != 1 else ''}",
             f"{g.saving_share:.1%} of {f.wasteful}" + _interval(g),
+            confirmation(g),
         )
     console.print(table)
     console.print(
         "◀ = the side that spends more; ops = the largest region of the cause; saving = its "
-        "share of that run's energy, summed over the cause's regions, with its 95% interval"
+        "share of that run's energy, summed over the cause's regions, with its 95% interval; "
+        "confirmed = both sides re-measured in alternating rounds (A B, B A, ...) and the "
+        "saving held (paired t on the rounds' log ratios, 95%); its J and ms are then the "
+        "re-measured ones"
+        + (
+            "; python: = interpreter time between operators, by the function that ran it"
+            if any(f.kind == "interpreter" for f in result.findings)
+            else ""
+        )
     )

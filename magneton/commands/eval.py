@@ -142,12 +142,14 @@ def relevant_finding(result, db, region_ops: list[str]):
     """The finding whose regions contain one of `region_ops` (largest saving first)."""
     from magneton.diagnose.rootcause import side_facts
 
+    # interpreter findings hold the ops Python led to, not a matched region
+    regions = [f for f in result.findings if f.kind != "interpreter"]
     if not region_ops:
-        return result.findings[0] if result.findings else None
+        return regions[0] if regions else None
     pa = db.load_profile(result.a.run)
     pb = db.load_profile(result.b.run)
     want = set(region_ops)
-    for f in result.findings:
+    for f in regions:
         va = side_facts(pa, f.region_a.ops).vocabulary()
         vb = side_facts(pb, f.region_b.ops).vocabulary()
         if (va | vb) & want:

@@ -73,6 +73,11 @@ def run(args: argparse.Namespace) -> int:
             + (f": {profile.run.error}" if profile.run.error else "")
             + "; record it again"
         )
+    from magneton.graphdb.wording import unrecorded_threads_warning
+
+    warning = unrecorded_threads_warning(profile.config)
+    if warning:  # the totals below leave that work out
+        print(f"magneton: {warning}", file=sys.stderr)
     total = profile.run.energy_j
     rows = top_rows(operator_table(profile, by=args.by), args.top, total)
     tree = module_tree(profile, fold=not args.no_fold)

@@ -1,0 +1,462 @@
+"""Interleaved confirmation: re-measure both sides of every candidate finding in alternating
+rounds before reporting it.
+
+Detection (detect.py) judges a difference from two recordings made at different times.
+Load, clock frequency and a busy neighbour change between them, and identical code has
+drifted 10-30% between two recordings on a shared 2-core machine; detection's between-runs
+term widens the interval by the drift that identical work showed, but it cannot tell a
+setting that slows every kernel alike from load. So a candidate is confirmed before it is
+reported: one warm worker per side (tracer/remeasure.py, loaded like `magneton record`
+loads the script) runs the entry once per round, the rounds alternate between the sides
+(A B, B A, A B, ... so neither side always runs second), and each round's operator
+windows are priced with the recording's own pricing (tracer/energy.py `reprice`). A round
+gives each candidate one log ratio ln(E_wasteful / E_efficient) of two measurements taken
+seconds apart, so drift and load hit both sides alike and cancel in the ratio.
+
+The test is a paired t on those per-round log ratios, one-sided at the detection's
+confidence (95%); a candidate is kept only when the lower bound of its saving still
+reaches the threshold. Its energies, times, saving and interval are then the confirmed
+ones (geometric means over the rounds, so the energy ratio is the paired test's own and
+the saving lies in its interval; the recording's "cheapest iteration" rule would give a
+point outside it), and the verdict rules (waste vs trade-off) are applied to those.
+
+Rounds are adaptive like the timing pass: at least `MIN_ROUNDS`, then until every
+candidate is decided (confirmed, or its upper bound cannot reach the threshold) or its
+interval is narrow, bounded by `MAX_ROUNDS` and `BUDGET_S`. The repeated look at the
+interval costs some confidence in principle; the minimum of rounds and the distance
+between "no difference" and a 10% threshold keep it small in practice.
+
+What is not confirmed keeps detection's verdict and says why (`SavingInterval.unconfirmed`):
+re-running disabled (`--no-rerun`); a program run (`magneton record -- python ...`: its
+state cannot be held warm between rounds and relaunching it per round costs an import and
+a model build each time); a script missing or changed since it was recorded; a run
+measured by a power sensor (the re-measurement prices the energy model only); a worker
+that raised, timed out or ran other operators than the recording. Runs priced on FLOPs and
+bytes alone (a model with no static power) have nothing to re-measure. A worker can never
+hang the diff: every wait has a deadline, Ctrl-C, SIGTERM and errors stop both workers
+and remove their directory, and a worker whose diff died (even SIGKILLed) ends itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import stats
+
+from magneton.graphdb.model import Finding, Profile, SavingInterval
+
+from .detect import CONFIDENCE, confident, ranked, verdict_of
+
+TEST = "paired t on interleaved log ratios"
+MIN_ROUNDS = 5
+MAX_ROUNDS = 20
+BUDGET_S = 30.0  # wall seconds of rounds after which confirmation stops (once at MIN_ROUNDS)
+NARROW_LOG = 0.02  # half-width of the paired interval (log units) that is narrow enough
+STARTUP_TIMEOUT_S = 240.0  # import + setup() + warm-up of a worker
+ROUND_TIMEOUT_MIN_S = 30.0
+
+
+class WorkerError(Exception):
+    """A worker failed, timed out or measured something else than the recording."""
+
+
+# --------------------------------------------------------------------------------------
+# The paired test
+# --------------------------------------------------------------------------------------
+
+
+def paired_interval(
+    wasteful_j: np.ndarray, efficient_j: np.ndarray, confidence: float = CONFIDENCE
+) -> tuple[float, float, float] | None:
+    """(ratio, low, high) of E_wasteful / E_efficient from paired rounds: the geometric
+    mean of the per-round ratios and its one-sided bounds at `confidence` (Student's t on
+    the per-round log ratios, n - 1 degrees of freedom). None below two usable rounds."""
+    w, e = np.asarray(wasteful_j, float), np.asarray(efficient_j, float)
+    ok = (w > 0) & (e > 0)
+    d = np.log(w[ok]) - np.log(e[ok])
+    n = len(d)
+    if n < 2:
+        return None
+    mean = float(d.mean())
+    se = float(d.std(ddof=1)) / np.sqrt(n)
+    q = float(stats.t.ppf(confidence, n - 1))
+    return float(np.exp(mean)), float(np.exp(mean - q * se)), float(np.exp(mean + q * se))
+
+
+def cannot_reach(ratio_high: float, threshold: float) -> bool:
+    """Whether even the upper bound of the ratio is below the threshold's ratio."""
+    return ratio_high < 1.0 / (1.0 - threshold)
+
+
+# --------------------------------------------------------------------------------------
+# Which runs can be confirmed
+# --------------------------------------------------------------------------------------
+
+
+def unconfirmable(p: Profile) -> str:
+    """Why run `p` cannot be re-measured in a warm worker ('' when it can)."""
+    from magneton.tracer.program import program_config
+
+    from .fixes import script_unchanged
+
+    name = p.run.name
+    if program_config(p.config):
+        return (
+            f"'{name}' is a program run: it cannot be held warm between rounds "
+            "(re-run it as a script with setup() and main() to confirm)"
+        )
+    if not p.run.script:
+        return f"'{name}' was recorded from Python, with no script to re-run"
+    if not os.path.isfile(p.run.script):
+        return f"the script of '{name}' is gone ({p.run.script})"
+    if not script_unchanged(p):
+        return f"{os.path.basename(p.run.script)} changed since '{name}' was recorded"
+    if p.run.energy_method != "estimated" or not p.energy.model:
+        return f"'{name}' was measured by {p.run.power_source or 'a sensor'} (re-measurement prices the energy model only)"
+    if p.run.timing != "separate":
+        return f"the timing pass of '{name}' did not align with its operators"
+    return ""
+
+
+def work_only(p: Profile) -> bool:
+    """Priced on FLOPs and bytes alone (no static power): time plays no part."""
+    return bool(p.energy.model) and float(p.energy.model.get("p_static_w", 1.0)) == 0.0
+
+
+# --------------------------------------------------------------------------------------
+# Workers
+# --------------------------------------------------------------------------------------
+
+
+class Worker:
+    """One side's warm worker process (tracer/remeasure.py) and its two pipes."""
+
+    def __init__(self, side: str, p: Profile, tmp: str):
+        from .keyvar import env_of
+
+        self.side, self.profile = side, p
+        spec = {
+            "script": p.run.script,
+            "entry": p.run.entry,
+            "setup": p.run.setup,
+            "env": env_of(p.config),
+            "warmup": max(1, p.run.warmup),
+            "sync": p.run.device == "cuda",
+            "cpu_clock": p.energy.clock == "process-cpu",
+            "parent": os.getpid(),
+        }
+        spec_path = os.path.join(tmp, f"{side}.spec.json")
+        with open(spec_path, "w") as fh:
+            json.dump(spec, fh)
+        self.log_path = os.path.join(tmp, f"{side}.log")
+        cmd_r, self._cmd_w = os.pipe()
+        self._res_r, res_w = os.pipe()
+        env = {**os.environ, **spec["env"]}
+        env.setdefault("KINETO_LOG_LEVEL", "5")
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "magneton.tracer.remeasure", spec_path]
+                + [str(cmd_r), str(res_w)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                pass_fds=(cmd_r, res_w),
+                env=env,
+                cwd=os.path.dirname(p.run.script) or None,
+            )
+        os.close(cmd_r)
+        os.close(res_w)
+        self._buf = b""
+        self.round_timeout_s = max(ROUND_TIMEOUT_MIN_S, 30.0 * max(p.run.time_s, 0.0))
+
+    def read(self, timeout_s: float) -> dict:
+        """The worker's next answer; WorkerError on its error, death or silence."""
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerError(f"side {self.side} did not answer within {timeout_s:.0f} s")
+            ready, _, _ = select.select([self._res_r], [], [], min(left, 1.0))
+            if not ready:
+                continue
+            chunk = os.read(self._res_r, 1 << 20)
+            if not chunk:
+                raise WorkerError(f"side {self.side} stopped: {self._log_tail()}")
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        msg = json.loads(line)
+        if "error" in msg:
+            raise WorkerError(f"side {self.side} raised {msg['error']}")
+        return msg
+
+    def round(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """One timed call: (wall, cpu) windows per operator, (ops, 2) each."""
+        try:
+            os.write(self._cmd_w, b"round\n")
+        except OSError as e:
+            raise WorkerError(f"side {self.side} stopped: {self._log_tail()}") from e
+        msg = self.read(self.round_timeout_s)
+        names = [op.name for op in self.profile.ops]
+        if msg["names"] != names:
+            raise WorkerError(
+                f"side {self.side} ran other operators than its recording "
+                f"({len(msg['names'])} vs {len(names)})"
+            )
+        cpu = msg.get("cpu")
+        return np.asarray(msg["wall"], np.int64), None if cpu is None else np.asarray(cpu, np.int64)
+
+    def _log_tail(self) -> str:
+        try:
+            with open(self.log_path, errors="replace") as fh:
+                lines = [ln.strip() for ln in fh.read().splitlines() if ln.strip()]
+        except OSError:
+            lines = []
+        return lines[-1][:300] if lines else f"exit status {self.proc.poll()}"
+
+    def close(self) -> None:
+        """End the worker: closing its command pipe asks it to exit; kill if it lingers."""
+        for fd in (self._cmd_w, self._res_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# --------------------------------------------------------------------------------------
+# Rounds and decisions
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Rounds:
+    """What the interleaved rounds measured: per side, per round, (ops, 2) windows."""
+
+    wall: dict[str, list[np.ndarray]] = field(default_factory=lambda: {"a": [], "b": []})
+    cpu: dict[str, list[np.ndarray]] = field(default_factory=lambda: {"a": [], "b": []})
+
+    @property
+    def n(self) -> int:
+        return min(len(self.wall["a"]), len(self.wall["b"]))
+
+    def priced(self, side: str, p: Profile):
+        from magneton.tracer.energy import reprice
+
+        n = self.n
+        cpu = self.cpu[side][:n]
+        return reprice(
+            p,
+            np.stack(self.wall[side][:n]),
+            np.stack(cpu) if cpu and all(c is not None for c in cpu) else None,
+        )
+
+    def own_s(self, side: str) -> np.ndarray:
+        """(rounds, ops) seconds of each op's own window, on the clock that priced it."""
+        n = self.n
+        cpu = self.cpu[side][:n]
+        w = np.stack(cpu) if cpu and all(c is not None for c in cpu) else None
+        if w is None:
+            w = np.stack(self.wall[side][:n])
+        return np.maximum(0, w[:, :, 1] - w[:, :, 0]) / 1e9
+
+
+def _geomean(x: np.ndarray) -> float:
+    x = x[x > 0]
+    return float(np.exp(np.log(x).mean())) if len(x) else 0.0
+
+
+def _region_j(att, ops: list[int], kind: str = "region") -> np.ndarray:
+    """Per-round energy of a finding's ops, compared the way detection compared them:
+    an operator region on the operators' own energy (the interpreter's share taken out,
+    diagnose/interpreter.py), an interpreter finding on the interpreter's share alone."""
+    interp = att.interp_samples_j
+    if interp is None or interp.shape != att.samples_j.shape:
+        interp = np.zeros_like(att.samples_j)
+    rows = interp if kind == "interpreter" else np.maximum(att.samples_j - interp, 0.0)
+    return rows[:, ops].sum(axis=1)
+
+
+def _intervals(findings: list[Finding], att: dict) -> list[tuple[float, float, float] | None]:
+    out = []
+    for f in findings:
+        ea = _region_j(att["a"], f.region_a.ops, f.kind)
+        eb = _region_j(att["b"], f.region_b.ops, f.kind)
+        out.append(paired_interval(ea, eb) if f.wasteful == "a" else paired_interval(eb, ea))
+    return out
+
+
+def _decided(iv: tuple[float, float, float] | None, threshold: float) -> bool:
+    if iv is None:
+        return False
+    _, low, high = iv
+    narrow = 0.5 * (np.log(high) - np.log(low)) <= NARROW_LOG
+    return confident(low, threshold) or cannot_reach(high, threshold) or narrow
+
+
+def interleave(
+    workers: dict[str, Worker],
+    findings: list[Finding],
+    profiles: dict[str, Profile],
+    threshold: float,
+) -> tuple[Rounds, dict]:
+    """Alternate rounds until every candidate is decided (module docstring); returns the
+    rounds and the last pricing of each side."""
+    rounds = Rounds()
+    t0 = time.monotonic()
+    att: dict = {}
+    for r in range(MAX_ROUNDS):
+        for side in ("a", "b") if r % 2 == 0 else ("b", "a"):
+            wall, cpu = workers[side].round()
+            rounds.wall[side].append(wall)
+            rounds.cpu[side].append(cpu)
+        if rounds.n < MIN_ROUNDS:
+            continue
+        att = {s: rounds.priced(s, profiles[s]) for s in ("a", "b")}
+        ivs = _intervals(findings, att)
+        if all(_decided(iv, threshold) for iv in ivs) or time.monotonic() - t0 > BUDGET_S:
+            break
+    if not att:
+        att = {s: rounds.priced(s, profiles[s]) for s in ("a", "b")}
+    return rounds, att
+
+
+def _confirmed(
+    f: Finding, iv: tuple[float, float, float], att: dict, rounds: Rounds
+) -> Finding | None:
+    """`f` with its confirmed energies, times, saving, interval and verdict; None when the
+    rounds do not show the saving. Energies and times are geometric means over the rounds
+    of the same pricing, so the energy ratio is the paired test's and lies in its
+    interval, and the saving in the saving's."""
+    ea = _geomean(_region_j(att["a"], f.region_a.ops, f.kind))
+    eb = _geomean(_region_j(att["b"], f.region_b.ops, f.kind))
+    ta = _geomean(rounds.own_s("a")[:, f.region_a.ops].sum(axis=1))
+    tb = _geomean(rounds.own_s("b")[:, f.region_b.ops].sum(axis=1))
+    e_w, e_eff = (ea, eb) if f.wasteful == "a" else (eb, ea)
+    t_w, t_eff = (ta, tb) if f.wasteful == "a" else (tb, ta)
+    if e_w <= e_eff:
+        return None
+    ratio, low, high = iv
+    f.region_a.energy_j, f.region_b.energy_j = ea, eb
+    if f.kind != "interpreter":
+        # an interpreter finding's time is the Python's, which the rounds do not
+        # separate per place; it keeps the recording's time and its verdict
+        f.region_a.time_s, f.region_b.time_s = ta, tb
+        f.verdict = verdict_of(t_w, t_eff, f.occurrences, f.output_rel_diff)
+    f.saving_j = e_w - e_eff
+    run_j = _geomean(att[f.wasteful].samples_j.sum(axis=1))
+    f.saving_share = f.saving_j / run_j if run_j > 0 else 0.0
+    f.interval = SavingInterval(
+        ratio=ratio,
+        ratio_low=low,
+        ratio_high=high,
+        saving_j_low=e_w * (1.0 - 1.0 / low) if low > 0 else 0.0,
+        saving_j_high=e_w * (1.0 - 1.0 / high) if high > 0 else 0.0,
+        confidence=CONFIDENCE,
+        iterations_a=rounds.n,
+        iterations_b=rounds.n,
+        test=TEST,
+        confirmed=True,
+        rounds=rounds.n,
+    )
+    return f
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """While workers run, SIGTERM (the TUI ending its diff child, a CI cancel) exits
+    through the `finally` blocks that stop the workers and remove their directory,
+    instead of killing the process where it stands. Only from the main thread, and only
+    where nobody else handles SIGTERM."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def unwind(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def mark_unconfirmed(findings: list[Finding], why: str) -> None:
+    for f in findings:
+        if f.interval is not None:
+            f.interval.confirmed = False
+            f.interval.unconfirmed = why
+
+
+def confirm_findings(
+    pa: Profile, pb: Profile, findings: list[Finding], threshold: float, *, rerun: bool = True
+) -> tuple[list[Finding], str]:
+    """The findings that interleaved re-measurement confirms (re-ranked), and a one-line
+    note of what it did. Findings it cannot confirm are returned as they are, marked
+    unconfirmed with the reason (module docstring)."""
+    if not findings:
+        return findings, ""
+    why = ""
+    if not rerun:
+        why = "re-measurement disabled (--no-rerun)"
+    elif work_only(pa) and work_only(pb):
+        why = "energies priced on FLOPs and bytes alone: re-measuring cannot change them"
+    else:
+        why = unconfirmable(pa) or unconfirmable(pb)
+    if why:
+        mark_unconfirmed(findings, why)
+        return findings, f"findings unconfirmed: {why}"
+    profiles = {"a": pa, "b": pb}
+    t0 = time.monotonic()
+    workers: dict[str, Worker] = {}
+    try:
+        with _sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="magneton-confirm-") as tmp:
+            try:
+                for side in ("a", "b"):
+                    workers[side] = Worker(side, profiles[side], tmp)
+                for w in workers.values():
+                    w.read(STARTUP_TIMEOUT_S)
+                t_ready = time.monotonic()
+                rounds, att = interleave(workers, findings, profiles, threshold)
+            finally:
+                for w in workers.values():
+                    w.close()
+    except (WorkerError, OSError, ValueError) as e:  # ValueError: a garbled answer
+        mark_unconfirmed(findings, str(e) or type(e).__name__)
+        return findings, f"findings unconfirmed: {e}"
+    if att["a"] is None or att["b"] is None:
+        why = "the runs' energy could not be re-priced"
+        mark_unconfirmed(findings, why)
+        return findings, f"findings unconfirmed: {why}"
+    n = rounds.n
+    kept = []
+    for f, iv in zip(findings, _intervals(findings, att), strict=True):
+        if iv is not None and confident(iv[1], threshold):
+            g = _confirmed(f, iv, att, rounds)
+            if g is not None:
+                kept.append(g)
+    note = (
+        f"interleaved re-measurement ({n} rounds per side in {time.monotonic() - t_ready:.1f} s, "
+        f"after {t_ready - t0:.0f} s loading both scripts): "
+        f"{len(kept)} of {len(findings)} candidate(s) confirmed at {CONFIDENCE:.0%}"
+    )
+    return ranked(kept), note

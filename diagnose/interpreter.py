@@ -1,0 +1,291 @@
+"""Interpreter time as findings of its own: the Python that runs between aten operators.
+
+Where a run's attribution kept interpreter time apart (`RunEnergy.interp_j`: the process
+CPU time between one operator's end and the next one's start, priced by the energy
+model; tracer/energy.py), that energy belongs to the Python that ran, not to the
+operator it led to. `report` shows it as python rows; `diff` compares it place by place
+here, so "eager attention builds its mask in Python" is a finding of its own instead of
+inflating the `embedding` that follows the mask.
+
+Choices, and the failure each prevents:
+
+* **A place is a Python function**, the innermost recorded frame of the op the
+  interpreter time led to (the frame `report`'s python row names), keyed by file
+  basename and function name. Never by line: a copy of a script with one line added
+  shifts every line after it. Each run's own script counts as `<script>`, so `a.py` and
+  `b.py` that differ in one line still meet in `main`.
+* **Climb until shared.** A function that occurs nowhere on the other side (a Python
+  loop in `build_mask_loop` against `build_mask_vectorized`) hands its time to the
+  nearest enclosing frame that does occur there (`main`). Compared to zero instead, any
+  renamed or rewritten function would read as two findings, +100% on one side and
+  -100% on the other, and neither names the pair that differs.
+* **Same statistical rule as operator regions** (diagnose/detect.py): the point rule
+  (|E_a - E_b| at least the threshold of the larger side), the tiny-share floor (both
+  sides under 0.1% of their run), and where the runs kept per-iteration interpreter
+  energies (`interp_samples_j`), Welch's t on their logs with the between-recordings
+  noise that identical operator work showed, the one-sided 95% lower bound reaching the
+  threshold. Interpreter time is noisier than operator time (GC, allocator, dict
+  resizes); a rule of its own would be a second, untested notion of "significant".
+* **Operator regions are compared without it** (`operators_only`). Left in, a Python
+  difference would count twice: once as its own finding and once inflating the next op.
+* **No mechanical cause.** The diagnosis compares the kernel call paths of two operator
+  regions; Python time has none, so an interpreter finding names the frames on each side
+  and says that no patch is derived (the diagnosis skips it).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from magneton.graphdb.model import (
+    Finding,
+    Fix,
+    OpRecord,
+    Profile,
+    Region,
+    RootCause,
+    RunEnergy,
+    SavingInterval,
+)
+
+if TYPE_CHECKING:
+    from .match import RegionPair
+
+SCRIPT_FILE = "<script>"  # the file key of a run's own script, whatever it is called
+ROOT_KEY = ("<entry>", "")  # a place no shared frame encloses
+MAX_FRAMES = 3  # frames named per side in a finding
+
+
+@dataclass
+class Place:
+    """One side's interpreter time at one matched place (per entry call)."""
+
+    key: tuple[str, str]  # (file basename or "<script>", function)
+    ops: list[int] = field(default_factory=list)  # ops the interpreter time led to
+    energy_j: float = 0.0
+    time_s: float = 0.0
+    frames: dict[str, float] = field(default_factory=dict)  # "a.py:12 f" -> J
+    samples_j: np.ndarray | None = None  # per timed iteration
+
+    def label(self, pa: Profile, pb: Profile) -> str:
+        """`build_mask in masks.py`, or for the scripts `main in the script (a.py, b.py)`."""
+        file, fn = self.key
+        if self.key == ROOT_KEY:
+            return "the entry (no frame both sides share)"
+        if file == SCRIPT_FILE:
+            names = dict.fromkeys(os.path.basename(p.run.script) for p in (pa, pb))
+            return f"{fn} in the script ({', '.join(names)})"
+        return f"{fn} in {file}"
+
+    def top_frames(self) -> list[str]:
+        return [k for k, _ in sorted(self.frames.items(), key=lambda kv: (-kv[1], kv[0]))][
+            :MAX_FRAMES
+        ]
+
+
+def frame_key(p: Profile, fidx: int) -> tuple[str, str]:
+    """(file key, function) of a recorded frame: stable across two copies of a program."""
+    fr = p.frames[fidx]
+    script = p.run.script
+    same = bool(script) and os.path.abspath(fr.file) == os.path.abspath(script)
+    return (SCRIPT_FILE if same else os.path.basename(fr.file), fr.function)
+
+
+def frame_label(p: Profile, fidx: int) -> str:
+    """`a.py:12 build_mask`: the frame as `report`'s python rows name it."""
+    fr = p.frames[fidx]
+    return f"{os.path.basename(fr.file)}:{fr.line} {fr.function}"
+
+
+def call_site_label(p: Profile, op: OpRecord) -> str:
+    """Where the interpreter time before `op` ran: its innermost recorded frame."""
+    if op.frames and 0 <= op.frames[-1] < len(p.frames):
+        return frame_label(p, op.frames[-1])
+    return "(unknown frame)"
+
+
+def interp_energy(p: Profile) -> np.ndarray | None:
+    """Per op, the interpreter energy that led to its call (J per entry call); None when
+    the run's attribution did not keep interpreter time apart."""
+    vals = p.energy.interp_j
+    if not vals or len(vals) != len(p.ops):
+        return None
+    return np.maximum(np.asarray(vals, dtype=float), 0.0)
+
+
+def interp_samples(p: Profile) -> np.ndarray | None:
+    """(iterations, ops) interpreter energies of the timed iterations, or None."""
+    rows = p.energy.interp_samples_j
+    if len(rows) < 2 or any(len(r) != len(p.ops) for r in rows):
+        return None
+    return np.maximum(np.asarray(rows, dtype=float), 0.0)
+
+
+def p_static_w(p: Profile) -> float:
+    return float((p.energy.model or {}).get("p_static_w", 0.0))
+
+
+def operators_only(p: Profile) -> Profile:
+    """A view of `p` whose operators carry their own energy only (interpreter share and
+    its per-iteration samples taken out). `p` itself when nothing was kept apart."""
+    interp = interp_energy(p)
+    if interp is None or not interp.any():
+        return p
+    ops = [
+        replace(op, energy_j=op.energy_j - float(e)) for op, e in zip(p.ops, interp, strict=True)
+    ]
+    samples = p.energy.op_samples_j
+    per_iter = interp_samples(p)
+    if samples and all(len(r) == len(p.ops) for r in samples):
+        s = np.asarray(samples, dtype=float)
+        sub = per_iter if per_iter is not None and per_iter.shape == s.shape else interp
+        samples = np.maximum(s - sub, 0.0).tolist()
+    energy: RunEnergy = replace(p.energy, op_samples_j=samples)
+    return replace(p, ops=ops, energy=energy)
+
+
+def _all_keys(p: Profile) -> set[tuple[str, str]]:
+    return {frame_key(p, i) for i in range(len(p.frames))}
+
+
+def _place_key(p: Profile, frames: list[int], shared: set[tuple[str, str]]) -> tuple[str, str]:
+    """The innermost frame of a stack whose key the other side also has."""
+    for fidx in reversed(frames):
+        if 0 <= fidx < len(p.frames):
+            k = frame_key(p, fidx)
+            if k in shared:
+                return k
+    return ROOT_KEY
+
+
+def places(p: Profile, other: Profile) -> dict[tuple[str, str], Place]:
+    """`p`'s interpreter time by place, places keyed as `other` can match them."""
+    interp = interp_energy(p)
+    if interp is None:
+        return {}
+    per_iter = interp_samples(p)
+    pw = p_static_w(p)
+    shared = _all_keys(other)
+    out: dict[tuple[str, str], Place] = {}
+    for op, e in zip(p.ops, interp, strict=True):
+        if e <= 0:
+            continue
+        key = _place_key(p, op.frames, shared)
+        pl = out.setdefault(key, Place(key=key))
+        pl.ops.append(op.idx)
+        pl.energy_j += float(e)
+        pl.time_s += float(e) / pw if pw > 0 else 0.0
+        label = call_site_label(p, op)
+        pl.frames[label] = pl.frames.get(label, 0.0) + float(e)
+    if per_iter is not None:
+        for pl in out.values():
+            s = per_iter[:, pl.ops].sum(axis=1)
+            mean = float(s.mean())
+            # the samples give the noise, the point estimate (each op's cheapest
+            # iteration) the level, as detect.run_samples does for operators
+            pl.samples_j = s * (pl.energy_j / mean) if mean > 0 else None
+    return out
+
+
+def interpreter_findings(
+    pa: Profile, pb: Profile, pairs: list[RegionPair], threshold: float
+) -> list[Finding]:
+    """Findings for the places whose interpreter energy differs confidently (ids 0; the
+    caller numbers them with the operator findings). `pairs`: the matched region pairs,
+    whose identical work calibrates the noise between the two recordings."""
+    from .detect import TINY_SHARE, between_runs_log_sd, confident, run_energy_j
+    from .detect import _interval as saving_interval_of
+
+    pl_a, pl_b = places(pa, pb), places(pb, pa)
+    if not pl_a and not pl_b:
+        return []
+    e_run_a, e_run_b = run_energy_j(pa), run_energy_j(pb)
+    between_sd = between_runs_log_sd(operators_only(pa), operators_only(pb), pairs)
+    out = []
+    for key in sorted(set(pl_a) | set(pl_b)):
+        a = pl_a.get(key, Place(key=key))
+        b = pl_b.get(key, Place(key=key))
+        ea, eb = a.energy_j, b.energy_j
+        big = max(ea, eb)
+        if big <= 0.0 or abs(ea - eb) < threshold * big:
+            continue
+        if ea < TINY_SHARE * e_run_a and eb < TINY_SHARE * e_run_b:
+            continue
+        wasteful = "a" if ea > eb else "b"
+        e_w, e_eff = (ea, eb) if wasteful == "a" else (eb, ea)
+        interval = saving_interval_of(a.samples_j, b.samples_j, wasteful, e_w, e_eff, between_sd)
+        if interval is not None and not confident(interval.ratio_low, threshold):
+            continue
+        if interval is None and (a.samples_j is not None or b.samples_j is not None):
+            continue  # one side has samples, the other none at this place: no test, no claim
+        out.append(_finding(pa, pb, a, b, wasteful, e_w - e_eff, interval))
+    return out
+
+
+def _modules(p: Profile, ops: list[int]) -> list[str]:
+    return list(dict.fromkeys(p.ops[o].module for o in ops if p.ops[o].module))
+
+
+def _finding(
+    pa: Profile,
+    pb: Profile,
+    a: Place,
+    b: Place,
+    wasteful: str,
+    saving: float,
+    interval: SavingInterval | None,
+) -> Finding:
+    from .detect import run_energy_j
+
+    e_run_w = run_energy_j(pa if wasteful == "a" else pb)
+    w, e = (a, b) if wasteful == "a" else (b, a)
+    where_w = ", ".join(w.top_frames()) or w.label(pa, pb)
+    where_e = ", ".join(e.top_frames()) or "no interpreter time there"
+    run_w, run_e = (pa, pb) if wasteful == "a" else (pb, pa)
+    note = (
+        f"the Python in {a.label(pa, pb)} ran {w.time_s * 1e3:.3g} ms per call in "
+        f"'{run_w.run.name}' ({where_w}) vs {e.time_s * 1e3:.3g} ms in '{run_e.run.name}' "
+        f"({where_e})"
+    )
+    return Finding(
+        id=0,
+        wasteful=wasteful,
+        verdict="waste",
+        region_a=Region(ops=sorted(a.ops), energy_j=a.energy_j, time_s=a.time_s),
+        region_b=Region(ops=sorted(b.ops), energy_j=b.energy_j, time_s=b.time_s),
+        saving_j=saving,
+        saving_share=saving / e_run_w if e_run_w > 0 else 0.0,
+        output_rel_diff=0.0,
+        ops_a=[pa.ops[o].name for o in sorted(a.ops)],
+        ops_b=[pb.ops[o].name for o in sorted(b.ops)],
+        modules_a=_modules(pa, sorted(a.ops)),
+        modules_b=_modules(pb, sorted(b.ops)),
+        interval=interval,
+        kind="interpreter",
+        frames_a=a.top_frames(),
+        frames_b=b.top_frames(),
+        root_cause=RootCause(kind="unknown", note=note),
+        fix=Fix(
+            summary="none mechanical: interpreter time has no kernel path to trace; "
+            f"make the Python at {where_w} do less (compare it with {where_e})"
+        ),
+    )
+
+
+def describe_interpreter(f: Finding) -> list[str]:
+    """Human lines for an interpreter finding (`magneton diff`)."""
+    rc = f.root_cause
+    lines = ["interpreter time: " + (rc.note if rc is not None and rc.note else "differs")]
+    if f.fix is not None and f.fix.summary:
+        lines.append("fix: " + f.fix.summary)
+    return lines
+
+
+def place_text(f: Finding, side: str) -> str:
+    """One side of an interpreter finding in a table cell: `python: a.py:12 f, …`."""
+    frames = f.frames_a if side == "a" else f.frames_b
+    return "python: " + (", ".join(frames) if frames else "(none)")

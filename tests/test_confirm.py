@@ -1,0 +1,290 @@
+"""Interleaved confirmation (diagnose/confirm.py): a candidate finding is reported only
+when both sides, re-measured in alternating rounds, still differ by the threshold with
+95% confidence (paired t on the rounds' log ratios).
+
+The synthetic tests check the paired test itself; the end-to-end tests record a small
+pair through the CLI with the default energy model (static power x CPU time + work, so
+measured time decides) and diff it as a user does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from magneton.cli import main as cli
+from magneton.diagnose.confirm import (
+    MIN_ROUNDS,
+    TEST,
+    cannot_reach,
+    confirm_findings,
+    paired_interval,
+    unconfirmable,
+)
+from magneton.diagnose.detect import confident, saving_interval
+from magneton.graphdb.model import (
+    Finding,
+    OpRecord,
+    Profile,
+    Region,
+    RunEnergy,
+    RunInfo,
+    SavingInterval,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+SEEDS = range(8)
+
+
+# --------------------------------------------------------------------------------------
+# The paired test on synthetic rounds
+# --------------------------------------------------------------------------------------
+
+
+def rounds(rng: np.random.Generator, ratio: float, noise: float, drift: float, n: int):
+    """Per-round energies of two sides: each round's drift (load, clock frequency) hits
+    both sides alike; each side has its own multiplicative noise on top."""
+    common = np.exp(rng.normal(0.0, drift, n))
+    w = ratio * common * np.exp(rng.normal(0.0, noise, n))
+    e = common * np.exp(rng.normal(0.0, noise, n))
+    return w, e
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_true_15_percent_difference_is_confirmed_through_drift(seed):
+    rng = np.random.default_rng(seed)
+    w, e = rounds(rng, 1.15, noise=0.02, drift=0.30, n=12)
+    ratio, low, high = paired_interval(w, e)
+    assert low <= ratio <= high
+    assert confident(low, 0.10)
+    # the same samples, unpaired, are lost in the drift: what pairing buys
+    assert not confident(saving_interval(w, e)[1], 0.10)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_no_difference_with_10_percent_noise_and_drift_is_not_confirmed(seed):
+    rng = np.random.default_rng(seed)
+    a, b = rounds(rng, 1.0, noise=0.10, drift=0.30, n=12)
+    ratio, low, high = paired_interval(a, b) if np.mean(a) > np.mean(b) else paired_interval(b, a)
+    assert not confident(low, 0.10)
+
+
+def test_a_drift_that_hits_one_side_is_not_the_question_pairing_answers():
+    """Pairing cancels what both sides share; a side-specific slowdown is a difference."""
+    rng = np.random.default_rng(0)
+    w, e = rounds(rng, 1.0, noise=0.02, drift=0.2, n=10)
+    assert not confident(paired_interval(w, e)[1], 0.10)
+    assert confident(paired_interval(1.5 * w, e)[1], 0.10)
+
+
+def test_rounds_stop_when_the_threshold_is_out_of_reach():
+    rng = np.random.default_rng(1)
+    w, e = rounds(rng, 1.0, noise=0.01, drift=0.1, n=6)
+    _, low, high = paired_interval(w, e)
+    assert cannot_reach(high, 0.10) and not confident(low, 0.10)
+    assert paired_interval(np.array([1.0]), np.array([1.0])) is None
+
+
+# --------------------------------------------------------------------------------------
+# What cannot be confirmed says so
+# --------------------------------------------------------------------------------------
+
+
+def _finding() -> Finding:
+    iv = SavingInterval(2.0, 1.5, 2.5, 0.3, 0.6, 0.95, 5, 5)
+    return Finding(
+        1, "a", "waste", Region([0], energy_j=1.0), Region([0], energy_j=0.5), 0.5, 0.5, 0.0,
+        interval=iv,
+    )  # fmt: skip
+
+
+def _profile(**config: str) -> Profile:
+    p = Profile(
+        run=RunInfo(name="r", script=__file__, energy_method="estimated", timing="separate"),
+        ops=[OpRecord(idx=0, name="aten::mul", energy_j=1.0)],
+        config=dict(config),
+    )
+    p.energy = RunEnergy(model={"p_static_w": 90.0, "e_flop_pj": {}, "e_byte_pj": 0.0})
+    return p
+
+
+def test_no_rerun_keeps_the_findings_labelled_unconfirmed():
+    f = _finding()
+    kept, note = confirm_findings(_profile(), _profile(), [f], 0.10, rerun=False)
+    assert kept == [f] and not f.interval.confirmed
+    assert "--no-rerun" in f.interval.unconfirmed and "unconfirmed" in note
+    assert SavingInterval(**f.interval.to_json()) == f.interval  # stored diffs round-trip
+
+
+def test_runs_that_cannot_be_held_warm_say_why():
+    program = _profile(**{"program.argv": '["train.py"]', "program.mode": "steps"})
+    assert "program run" in unconfirmable(program)
+    gone = _profile()
+    gone.run.script = "/nonexistent/script.py"
+    assert "gone" in unconfirmable(gone)
+    sensor = _profile()
+    sensor.run.energy_method, sensor.run.power_source = "measured", "rapl"
+    assert "rapl" in unconfirmable(sensor)
+    f = _finding()
+    kept, note = confirm_findings(program, _profile(), [f], 0.10)
+    assert kept == [f] and "program run" in f.interval.unconfirmed
+
+
+def test_verdict_rules_apply_to_the_confirmed_estimates():
+    """A candidate that detection called a trade-off (its recording made the efficient
+    side look slower) is waste when the interleaved rounds show it is not slower."""
+    from magneton.diagnose.confirm import Rounds, _confirmed
+
+    rng = np.random.default_rng(0)
+    rounds = Rounds()
+    for _ in range(8):
+        for side, cost_ms in (("a", 2.0), ("b", 1.0)):
+            drift = np.exp(rng.normal(0.0, 0.2))
+            own_ns = int(cost_ms * 1e6 * drift * np.exp(rng.normal(0.0, 0.02)))
+            cpu = np.array([[0, own_ns]], dtype=np.int64)
+            rounds.wall[side].append(cpu)
+            rounds.cpu[side].append(cpu)
+    profiles = {"a": _profile(), "b": _profile()}
+    att = {s: rounds.priced(s, profiles[s]) for s in ("a", "b")}
+    f = _finding()
+    f.verdict = "trade-off"
+    f.region_a.time_s, f.region_b.time_s = 0.001, 0.003  # as the noisy recording saw them
+    iv = paired_interval(att["a"].samples_j[:, 0], att["b"].samples_j[:, 0])
+    g = _confirmed(f, iv, att, rounds)
+    assert g.verdict == "waste" and g.interval.confirmed and g.interval.rounds == 8
+    assert g.region_b.time_s < g.region_a.time_s
+    assert g.interval.saving_j_low <= g.saving_j <= g.interval.saving_j_high
+    assert g.interval.ratio == pytest.approx(g.region_a.energy_j / g.region_b.energy_j)
+
+
+# --------------------------------------------------------------------------------------
+# End to end: a real pair through the CLI
+# --------------------------------------------------------------------------------------
+
+# composite tanh-GELU (eight element-wise kernels) vs the fused aten::gelu: about 2x
+GELU = """
+import os
+import time
+import torch
+
+CALLS = [0]
+
+def setup():
+    if os.environ.get("MAGNETON_TEST_BREAK"):
+        raise RuntimeError("broken on purpose")
+    torch.manual_seed(0)
+    return (torch.randn(128, 1024),)
+
+def main(x):
+    CALLS[0] += 1
+    if os.environ.get("MAGNETON_TEST_HANG") and CALLS[0] > 2:  # after the warm-up calls
+        time.sleep(600)
+    return {expr}
+"""
+COMPOSITE = "0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * torch.pow(x, 3.0))))"
+FUSED = 'torch.nn.functional.gelu(x, approximate="tanh")'
+
+
+def cli_out(*argv: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli(list(argv)) == 0
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def gelu_db(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("confirm")
+    for run, expr in (("composite", COMPOSITE), ("fused", FUSED)):
+        script = d / f"{run}.py"
+        script.write_text(GELU.format(expr=expr))
+        cli_out("record", str(script), "--db", str(d / "db"), "--run", run, "--power", "model")
+    return d / "db"
+
+
+def _confirm_dirs() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "magneton-confirm-*")))
+
+
+def test_a_real_difference_is_confirmed_and_shown(gelu_db):
+    from magneton.graphdb import open_db
+    from magneton.graphdb.matches import load_diff
+
+    before = _confirm_dirs()
+    text = cli_out("diff", "--db", str(gelu_db), "composite", "fused")
+    assert _confirm_dirs() == before  # the workers' directory is removed
+    assert "interleaved re-measurement" in text and "1 of 1 candidate(s) confirmed" in text
+    assert "yes (" in text  # the table's confirmed column
+    with open_db(gelu_db, read_only=True) as db:  # the stored diff keeps the interval
+        result, _ = load_diff(db, "composite", "fused")
+    assert len(result.findings) == 1
+    f = result.findings[0].to_json()  # what `diff --json` prints for it
+    iv = f["interval"]
+    assert f["wasteful"] == "a" and "aten::tanh" in f["ops"]["a"]
+    assert iv["confirmed"] and iv["test"] == TEST and iv["rounds"] >= MIN_ROUNDS
+    assert iv["iterations_a"] == iv["iterations_b"] == iv["rounds"]
+    assert confident(iv["ratio_low"], result.threshold)
+    assert iv["saving_j_low"] <= f["saving_j"] <= iv["saving_j_high"]
+
+
+def test_no_rerun_reports_the_finding_unconfirmed(gelu_db):
+    res = json.loads(
+        cli_out("diff", "--db", str(gelu_db), "composite", "fused", "--json", "--no-rerun")
+    )
+    ivs = [f["interval"] for f in res["findings"] if f["interval"]]
+    assert ivs and all(not iv["confirmed"] and "--no-rerun" in iv["unconfirmed"] for iv in ivs)
+
+
+def test_a_worker_that_raises_leaves_the_finding_unconfirmed(gelu_db, monkeypatch):
+    from magneton.diagnose.pipeline import run_diff
+    from magneton.graphdb import open_db
+
+    before = _confirm_dirs()
+    monkeypatch.setenv("MAGNETON_TEST_BREAK", "1")  # the workers inherit it; setup() raises
+    with open_db(gelu_db, read_only=True) as db:
+        out = run_diff(db, "composite", "fused", diagnose=False)
+    assert out.result.findings
+    iv = out.result.findings[0].interval
+    assert not iv.confirmed and "raised RuntimeError: broken on purpose" in iv.unconfirmed
+    assert "unconfirmed" in out.result.confirm_note
+    assert _confirm_dirs() == before
+
+
+def test_addmm_negative_control_has_no_finding(tmp_path):
+    case = ROOT / "examples" / "cases" / "addmm"
+    db = str(tmp_path / "db")
+    for run in ("a", "b"):
+        cli_out("record", str(case / f"{run}.py"), "--db", db, "--run", run, "-q")
+    res = json.loads(cli_out("diff", "--db", db, "a", "b", "--json"))
+    assert res["matched_pairs"] > 0
+    assert res["findings"] == [], [(f["ops"], f["interval"]) for f in res["findings"]]
+
+
+def test_a_worker_that_hangs_is_killed_and_the_finding_unconfirmed(gelu_db, monkeypatch):
+    import magneton.diagnose.confirm as confirm
+    from magneton.diagnose.pipeline import run_diff
+    from magneton.graphdb import open_db
+
+    spawned = []
+    real_init = confirm.Worker.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        spawned.append(self.proc)
+
+    monkeypatch.setattr(confirm.Worker, "__init__", init)
+    monkeypatch.setattr(confirm, "ROUND_TIMEOUT_MIN_S", 2.0)
+    monkeypatch.setenv("MAGNETON_TEST_HANG", "1")  # the first round sleeps for 10 min
+    with open_db(gelu_db, read_only=True) as db:
+        out = run_diff(db, "composite", "fused", diagnose=False)
+    iv = out.result.findings[0].interval
+    assert not iv.confirmed and "did not answer within 2 s" in iv.unconfirmed
+    assert len(spawned) == 2 and all(p.poll() is not None for p in spawned)  # none left

@@ -1,0 +1,185 @@
+"""Interpreter time between operators, compared place by place (diagnose/interpreter.py),
+on hand-built profiles: which places meet across two programs, and when a difference is
+a finding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from magneton.diagnose.grouping import group_by_cause
+from magneton.diagnose.interpreter import (
+    ROOT_KEY,
+    SCRIPT_FILE,
+    interpreter_findings,
+    operators_only,
+    places,
+)
+from magneton.graphdb.matches import finding_from_record, finding_record
+from magneton.graphdb.model import FrameRecord, OpRecord, Profile, RunEnergy, RunInfo
+
+P_STATIC_W = 10.0
+LIB = "/env/lib/python3.11/site-packages/transformers/masking_utils.py"
+
+
+def profile(
+    name: str,
+    script: str,
+    stacks: list[list[tuple[str, int, str]]],
+    interp_s: list[float],
+    *,
+    iterations: int = 12,
+    noise: float = 0.0,
+    seed: int = 0,
+) -> Profile:
+    """One op per stack (entry first), `interp_s[i]` interpreter seconds before op i, each
+    op 1 ms of its own; `iterations` timed iterations with log-normal `noise`."""
+    rng = np.random.default_rng(seed)
+    frames: list[FrameRecord] = []
+    index: dict[tuple[str, int, str], int] = {}
+    ops = []
+    for i, stack in enumerate(stacks):
+        ids = []
+        for fr in stack:
+            if fr not in index:
+                index[fr] = len(frames)
+                frames.append(FrameRecord(len(frames), *fr))
+            ids.append(index[fr])
+        own_j = P_STATIC_W * 1e-3
+        e = P_STATIC_W * interp_s[i]
+        ops.append(OpRecord(idx=i, name="aten::add", frames=ids, energy_j=own_j + e))
+    interp = np.array([P_STATIC_W * s for s in interp_s])
+    factor = np.exp(rng.normal(0.0, noise, size=(iterations, len(ops))))
+    interp_samples = interp * factor
+    own_samples = P_STATIC_W * 1e-3 * np.exp(rng.normal(0.0, noise, size=(iterations, len(ops))))
+    energy = RunEnergy(
+        clock="process-cpu",
+        interp_j=list(interp),
+        interp_samples_j=interp_samples.tolist(),
+        op_samples_j=(own_samples + interp_samples).tolist(),
+        model={"p_static_w": P_STATIC_W},
+    )
+    run = RunInfo(name=name, script=script, energy_j=sum(op.energy_j for op in ops))
+    return Profile(run=run, ops=ops, frames=frames, energy=energy)
+
+
+def script_stack(script: str, *inner: tuple[int, str]) -> list[tuple[str, int, str]]:
+    return [(script, 20, "main"), *[(script, line, fn) for line, fn in inner]]
+
+
+def test_copies_of_a_script_meet_by_function_not_by_file_name_or_line():
+    a = profile("a", "/w/a.py", [script_stack("/w/a.py", (12, "build_mask"))], [1e-3])
+    b = profile("b", "/w/b.py", [script_stack("/w/b.py", (14, "build_mask"))], [1e-3])
+    pa, pb = places(a, b), places(b, a)
+    assert set(pa) == set(pb) == {(SCRIPT_FILE, "build_mask")}
+    assert pa[(SCRIPT_FILE, "build_mask")].frames == {"a.py:12 build_mask": pytest.approx(0.01)}
+
+
+def test_a_function_only_one_side_has_meets_its_counterpart_in_the_caller():
+    """a loops in `mask_loop`, b calls `mask_vectorized`: neither exists on the other
+    side, so both hand their time to `main`, which both have."""
+    a = profile("a", "/w/a.py", [script_stack("/w/a.py", (12, "mask_loop"))], [2e-3])
+    b = profile("b", "/w/b.py", [script_stack("/w/b.py", (12, "mask_vectorized"))], [1e-4])
+    pa, pb = places(a, b), places(b, a)
+    assert set(pa) == set(pb) == {(SCRIPT_FILE, "main")}
+    # the finding still names the function that ran, on each side
+    assert list(pa[(SCRIPT_FILE, "main")].frames) == ["a.py:12 mask_loop"]
+    assert list(pb[(SCRIPT_FILE, "main")].frames) == ["b.py:12 mask_vectorized"]
+
+
+def test_library_functions_meet_by_basename_and_differing_ones_climb():
+    """The same library function in two environments meets by basename; a library
+    function one version lacks climbs to the user's frame that called it."""
+    a = profile(
+        "a",
+        "/w/a.py",
+        [
+            [("/w/a.py", 20, "main"), (LIB, 100, "causal_mask")],
+            [("/w/a.py", 21, "main"), (LIB, 200, "_legacy_mask")],
+        ],
+        [1e-3, 1e-3],
+    )
+    b = profile(
+        "b",
+        "/w/b.py",
+        [
+            [
+                ("/w/b.py", 20, "main"),
+                ("/other/env/transformers/masking_utils.py", 90, "causal_mask"),
+            ]
+        ],
+        [1e-3],
+    )
+    assert set(places(a, b)) == {("masking_utils.py", "causal_mask"), (SCRIPT_FILE, "main")}
+    # a stack sharing no frame at all with the other side goes to the entry
+    c = profile("c", "/w/c.py", [[("/x/y.py", 1, "f")]], [1e-3])
+    assert set(places(c, b)) == {ROOT_KEY}
+
+
+def _pair(ratio: float, noise: float, seed: int) -> tuple[Profile, Profile]:
+    stacks = [script_stack("/w/a.py", (12, "mask")), script_stack("/w/a.py", (30, "head"))]
+    stacks_b = [[(f.replace("a.py", "b.py"), ln, fn) for f, ln, fn in s] for s in stacks]
+    a = profile("a", "/w/a.py", stacks, [2e-3 * ratio, 1e-3], noise=noise, seed=seed)
+    b = profile("b", "/w/b.py", stacks_b, [2e-3, 1e-3], noise=noise, seed=seed + 1000)
+    return a, b
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_true_difference_is_found_and_names_the_frames(seed):
+    a, b = _pair(ratio=1.5, noise=0.10, seed=seed)
+    found = interpreter_findings(a, b, [], threshold=0.10)
+    assert len(found) == 1, [(f.frames_a, f.interval) for f in found]
+    f = found[0]
+    assert f.kind == "interpreter" and f.wasteful == "a" and f.verdict == "waste"
+    assert f.frames_a == ["a.py:12 mask"] and f.frames_b == ["b.py:12 mask"]
+    assert f.saving_j == pytest.approx(P_STATIC_W * 1e-3, rel=1e-6)
+    assert f.interval is not None and f.interval.saving_j_low > 0
+    assert f.root_cause is not None and "a.py:12 mask" in f.root_cause.note
+    assert f.fix is not None and f.fix.patch is None and "none mechanical" in f.fix.summary
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_no_difference_with_noise_is_no_finding(seed):
+    a, b = _pair(ratio=1.0, noise=0.10, seed=seed)
+    assert interpreter_findings(a, b, [], threshold=0.10) == []
+
+
+def test_a_difference_the_noise_explains_is_no_finding():
+    """12% apart but with 40% noise per iteration: the point rule alone would flag it."""
+    a, b = _pair(ratio=1.12, noise=0.40, seed=3)
+    assert interpreter_findings(a, b, [], threshold=0.10) == []
+
+
+def test_tiny_places_are_ignored():
+    a = profile("a", "/w/a.py", [script_stack("/w/a.py", (12, "f"))] * 2, [1e-7, 0.0])
+    b = profile("b", "/w/b.py", [script_stack("/w/b.py", (12, "f"))] * 2, [1e-9, 0.0])
+    a.ops[1].energy_j = b.ops[1].energy_j = 100.0  # the run is large: both under 0.1%
+    a.run.energy_j = b.run.energy_j = 100.0
+    assert interpreter_findings(a, b, [], threshold=0.10) == []
+
+
+def test_operators_are_compared_without_the_interpreter_share():
+    a, _ = _pair(ratio=3.0, noise=0.0, seed=0)
+    o = operators_only(a)
+    assert [op.energy_j for op in o.ops] == pytest.approx([P_STATIC_W * 1e-3] * 2)
+    assert np.asarray(o.energy.op_samples_j) == pytest.approx(P_STATIC_W * 1e-3)
+    assert a.ops[0].energy_j == pytest.approx(P_STATIC_W * 7e-3)  # the original is intact
+    # a run whose attribution kept nothing apart is compared as it is
+    a.energy.interp_j = []
+    assert operators_only(a) is a
+
+
+def test_an_interpreter_finding_survives_storage_and_groups_alone():
+    a, b = _pair(ratio=2.0, noise=0.05, seed=1)
+    (f,) = interpreter_findings(a, b, [], threshold=0.10)
+    f.id = 1
+    back = finding_from_record(finding_record(f))
+    assert back.kind == "interpreter" and back.frames_a == f.frames_a
+    assert back.root_cause is not None and back.root_cause.note == f.root_cause.note
+    j = f.to_json()
+    assert j["kind"] == "interpreter" and j["frames"] == {
+        "a": ["a.py:12 mask"],
+        "b": ["b.py:12 mask"],
+    }
+    (g,) = group_by_cause([f])
+    assert g.findings == [f]
