@@ -2,9 +2,11 @@
 
 Builds a synthetic GPT-2-shaped profile of N operators (default 10k; realistic tensor,
 dataflow, frame and kernel counts: see tests/test_graphdb.py::synthetic_profile), saves
-it into a fresh DB next to an already stored run (so COPY appends to non-empty tables,
-as in real use), loads it back, checks the round trip, and times a replace (delete by
-rebuild + save). Prints a rich table; `--json OUT` writes the numbers.
+it into an empty DB and into a DB already holding `--fill` runs of the same size (COPY
+appends to non-empty tables, as in real use), loads it back and checks the round trip,
+then replaces it and removes it in that fuller DB. Prints a rich table and the ratios the
+goals are stated in (growth = save after the fill / save into an empty DB; replace / save
+and rm / save in the same DB), each by wall and by CPU time; `--json OUT` writes them.
 
     python benchmarks/load_speed.py [--ops 10000] [--repeat 3] [--json OUT] [--real]
 
@@ -80,7 +82,7 @@ def _cpu_ref() -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ops", type=int, default=10_000, help="operators in the profile")
-    ap.add_argument("--repeat", type=int, default=3, help="timed repetitions (median)")
+    ap.add_argument("--repeat", type=int, default=1, help="timed repetitions (median)")
     ap.add_argument("--fill", type=int, default=5, help="runs of the same size stored first")
     ap.add_argument("--json", metavar="OUT", help="write the numbers as JSON")
     ap.add_argument("--real", action="store_true", help="record a HF GPT-2 run instead")
@@ -110,62 +112,75 @@ def main(argv: list[str] | None = None) -> int:
         build_s.append(time.perf_counter() - t0)
 
     # Kùzu's cost of a COPY into a non-empty table grows with what the table's last node
-    # group (131,072 rows) already holds, so a save is timed in three DB states
+    # group (131,072 rows) already holds, so a save is timed into an empty DB and after
+    # `fill` runs of the same size; replace and rm are timed in that fuller DB, where a
+    # cost that grows with the other runs shows
     def twin(k: int):
         p = copy.deepcopy(prof)
         p.run.name = f"fill{k}"
         return p
 
-    save_s, save_cpu, empty_s, nth_s = [], [], [], []
-    load_s, load_cpu, replace_s = [], [], []
+    fills = [twin(k) for k in range(args.fill)]
+    timings: dict[str, list[tuple[float, float]]] = {
+        k: [] for k in ("empty", "nth", "replace", "rm", "load")
+    }
+
+    def timed(what: str, fn) -> object:
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = fn()
+        timings[what].append((time.perf_counter() - t0, time.process_time() - c0))
+        return out
+
+    load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeat):
             with open_db(Path(tmp) / f"empty{i}") as db:
-                t0 = time.perf_counter()
-                db.save_profile(prof)
-                empty_s.append(time.perf_counter() - t0)
+                timed("empty", lambda db=db: db.save_profile(prof))
             with open_db(Path(tmp) / f"nth{i}") as db:
-                for k in range(args.fill):
-                    db.save_profile(twin(k))
-                t0 = time.perf_counter()
-                db.save_profile(prof)
-                nth_s.append(time.perf_counter() - t0)
-            with open_db(Path(tmp) / f"db{i}") as db:
-                db.save_profile(t.synthetic_profile("other", n_ops=200, seed=2))
-                t0, c0 = time.perf_counter(), time.process_time()
-                db.save_profile(prof)
-                save_s.append(time.perf_counter() - t0)
-                save_cpu.append(time.process_time() - c0)
-                t0, c0 = time.perf_counter(), time.process_time()
-                back = db.load_profile("big")
-                load_s.append(time.perf_counter() - t0)
-                load_cpu.append(time.process_time() - c0)
+                for p in fills:
+                    db.save_profile(p)
+                timed("nth", lambda db=db: db.save_profile(prof))
+                back = timed("load", lambda db=db: db.load_profile("big"))
                 if not t.same(back, t.without_windows(prof)):
                     print("round trip differs", file=sys.stderr)
                     return 1
-                if i == 0:
-                    t0 = time.perf_counter()
-                    db.save_profile(prof, replace=True)
-                    replace_s.append(time.perf_counter() - t0)
+                timed("replace", lambda db=db: db.save_profile(prof, replace=True))
+                timed("rm", lambda db=db: db.delete_run("big"))
     med = statistics.median
-    save, load = statistics.median(save_s), statistics.median(load_s)
+
+    def wall(what: str) -> float:
+        return med(w for w, _ in timings[what])
+
+    def cpu(what: str) -> float:
+        return med(c for _, c in timings[what])
+
+    nth = f"save_after_{args.fill}_same_size_runs"
     result = {
         "ops": args.ops,
-        "save_10k_s": save,
-        "load_10k_s": load,
-        "replace_s": replace_s[0],
+        "save_into_empty_db_s": wall("empty"),
+        f"{nth}_s": wall("nth"),
+        "replace_s": wall("replace"),
+        "rm_s": wall("rm"),
+        "load_10k_s": wall("load"),
         "build_arrow_s": med(build_s),
-        "save_into_empty_db_s": med(empty_s),
-        f"save_after_{args.fill}_same_size_runs_s": med(nth_s),
         # CPU seconds of this process (Kùzu's threads included): on a shared machine wall
         # time also counts waiting for a core, CPU time does not
-        "save_10k_cpu_s": statistics.median(save_cpu),
-        "load_10k_cpu_s": statistics.median(load_cpu),
-        "loadavg_1min": os.getloadavg()[0],
+        "save_into_empty_db_cpu_s": cpu("empty"),
+        f"{nth}_cpu_s": cpu("nth"),
+        "replace_cpu_s": cpu("replace"),
+        "rm_cpu_s": cpu("rm"),
+        "load_10k_cpu_s": cpu("load"),
+        # the ratios the goals are stated in (same run, same DB states)
+        "growth": wall("nth") / wall("empty"),
+        "replace_per_save": wall("replace") / wall("nth"),
+        "rm_per_save": wall("rm") / wall("nth"),
+        "growth_cpu": cpu("nth") / cpu("empty"),
+        "replace_per_save_cpu": cpu("replace") / cpu("nth"),
+        "rm_per_save_cpu": cpu("rm") / cpu("nth"),
+        "other_runs": args.fill,
+        "loadavg_1min": [load_start, os.getloadavg()[0]],
         "cpu_ref_s": _cpu_ref(),
         "cpus": os.cpu_count(),
-        "save_rows_per_s": total_rows / save,
-        "load_rows_per_s": total_rows / load,
         "rows": rows,
         "repeat": args.repeat,
     }
@@ -177,35 +192,30 @@ def main(argv: list[str] | None = None) -> int:
         title=f"Kùzu load speed, {len(prof.ops)} operators ({total_rows} node+rel rows, "
         f"{result['profile']})"
     )
-    table.add_column("step")
-    table.add_column("wall s (median)", justify="right")
-    table.add_column("CPU s", justify="right")
-    table.add_column("rows/s (wall)", justify="right")
-    table.add_row(
-        "save_profile beside one small run",
-        f"{save:.3f}",
-        f"{result['save_10k_cpu_s']:.3f}",
-        f"{total_rows / save:,.0f}",
-    )
-    table.add_row("  of which Python -> Arrow", f"{med(build_s):.3f}", "", "")
-    table.add_row("save_profile into an empty DB", f"{med(empty_s):.3f}", "", "")
-    table.add_row(
-        f"save_profile after {args.fill} runs of this size",
-        f"{med(nth_s):.3f}",
-        "",
-        f"{total_rows / med(nth_s):,.0f}",
-    )
-    table.add_row(
-        "load_profile",
-        f"{load:.3f}",
-        f"{result['load_10k_cpu_s']:.3f}",
-        f"{total_rows / load:,.0f}",
-    )
-    table.add_row("replace (rebuild + save)", f"{replace_s[0]:.3f}", "", "")
+    for col in ("step", "wall s (median)", "CPU s", "rows/s (wall)"):
+        table.add_column(col, justify="left" if col == "step" else "right")
+    steps = [
+        ("save_profile into an empty DB", "empty"),
+        (f"save_profile after {args.fill} runs of this size", "nth"),
+        ("load_profile (that DB)", "load"),
+        ("replace it (save_profile(replace=True))", "replace"),
+        ("rm it (delete_run)", "rm"),
+    ]
+    for label, what in steps:
+        table.add_row(
+            label, f"{wall(what):.3f}", f"{cpu(what):.3f}", f"{total_rows / wall(what):,.0f}"
+        )
+    table.add_row("  Python -> Arrow of one save", f"{med(build_s):.3f}", "", "")
     Console().print(table)
+    Console().print(
+        f"growth (after {args.fill} runs / empty) {result['growth']:.2f}x wall, "
+        f"{result['growth_cpu']:.2f}x CPU; replace / save {result['replace_per_save']:.2f}x "
+        f"wall, {result['replace_per_save_cpu']:.2f}x CPU; rm / save {result['rm_per_save']:.2f}x "
+        f"wall, {result['rm_per_save_cpu']:.2f}x CPU (goals: <= 1.2x, <= 1.5x, <= 1.5x)"
+    )
     Console().print(", ".join(f"{k}={v}" for k, v in rows.items()))
     Console().print(
-        f"load average {result['loadavg_1min']:.1f} on {result['cpus']} CPUs; "
+        f"load average {load_start:.1f} -> {os.getloadavg()[0]:.1f} on {result['cpus']} CPUs; "
         f"reference loop {result['cpu_ref_s']:.3f} s"
     )
     if args.json:

@@ -13,9 +13,12 @@ Paper §4.3 (FindKeyVar). Two situations:
   watched expressions in the frame's locals — the branch conditions' operands (parsed
   with libcst) and the call target at the deviation line. The first branch taken
   differently, or else the call target whose value differs, is the key variable. Each
-  re-run is a subprocess: scripts set global flags at import (`torch.backends.mkldnn.
-  enabled = False`) and must not leak them into Magneton or into each other; the two
-  sides run in parallel.
+  side runs in a process of its own: scripts set global flags at import (`torch.backends.
+  mkldnn.enabled = False`) and must not leak them into Magneton or into each other. The
+  processes are forks of one warm worker (tracer/warm.py) that imported the libraries
+  both scripts import once — two cold imports of transformers were over 90% of the
+  re-run — started as soon as the first Python deviation site is found; the two sides run
+  in parallel.
 * **Native divergence** — inside C++ dispatch (`aten::_convolution` → `mkldnn_convolution`
   vs `thnn_conv2d`) or the same kernels with other arguments. No Python line decides it;
   the knowledge rules name the knobs that steer that dispatch, and the knob whose value
@@ -28,11 +31,8 @@ from __future__ import annotations
 
 import builtins
 import inspect
-import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,12 +58,13 @@ from magneton.diagnose.dataflow import (
 from magneton.graphdb.model import KeyVariableInfo, PathElement
 from magneton.knowledge.base import Knob, KnowledgeBase
 from magneton.tracer.program import program_config
+from magneton.tracer.warm import WarmWorker, WorkerError
 
 RERUN_TIMEOUT_S = 240.0
 
 
 # --------------------------------------------------------------------------------------
-# Re-run worker (runs in a subprocess: python -m magneton.diagnose.keyvar SPEC OUT)
+# Re-run of one side (a job of tracer/warm.py's worker, in a child process)
 # --------------------------------------------------------------------------------------
 
 # Frames that are call plumbing, skipped when recording who called a watched function.
@@ -268,8 +269,9 @@ def _trace_program_window(program: dict, tracer: _Tracer, phases: dict, t0: floa
     phases["entry_s"] = time.perf_counter() - t0
 
 
-def _worker(spec_path: str, out_path: str) -> int:
-    spec = json.loads(Path(spec_path).read_text())
+def run_side(spec: dict) -> dict:
+    """Re-run one side with the watches installed (a job of tracer/warm.py's worker, in a
+    child process of its own); the tracer's tables as JSON."""
     tracer = _Tracer(spec)
     result: dict = {"ok": False, "error": ""}
     phases: dict[str, float] = {}  # cumulative seconds at the end of each phase
@@ -297,8 +299,7 @@ def _worker(spec_path: str, out_path: str) -> int:
         seconds=time.perf_counter() - t0,
         phases={k: round(v, 3) for k, v in phases.items()},
     )
-    Path(out_path).write_text(json.dumps(result))
-    return 0
+    return result
 
 
 # --------------------------------------------------------------------------------------
@@ -348,6 +349,9 @@ class RerunResult:
     types: dict[tuple[str, int, str], list[str]] = field(default_factory=dict)
     call_sites: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)
     errors: dict[tuple[str, int, str], str] = field(default_factory=dict)
+    # cumulative seconds since the worker started, at the end of each of its phases
+    phases: dict[str, float] = field(default_factory=dict)
+    forked: bool = False  # ran in a fork of a warm worker (else in a fresh interpreter)
 
     def value(self, file: str, line: int, code: str) -> str | None:
         v = self.values.get((file, line, code))
@@ -375,70 +379,110 @@ def env_of(config: dict[str, str]) -> dict[str, str]:
     return {k[4:]: v for k, v in config.items() if k.startswith("env.") and v}
 
 
-def rerun_sides(sides: dict[str, RerunSide], watches: list[Watch]) -> dict[str, RerunResult]:
-    """Re-run every side in its own subprocess (in parallel) with the watches installed."""
-    # removed afterwards: one directory per diagnosed finding piled up in /tmp
-    with tempfile.TemporaryDirectory(prefix="magneton-rerun-") as tmp:
-        return _rerun_in(tmp, sides, watches)
+class Rerun:
+    """The re-run of both sides, started before the watch points are known.
 
+    The workers (tracer/warm.py) begin importing the scripts' libraries at once, so the
+    caller's static analysis overlaps them; `run(watches)` then forks one child per side.
+    Sides recorded in the same environment share one worker: the libraries both scripts
+    import are imported once. `close()` (or leaving the `with`) kills every process and
+    removes the temporary directories, also on timeouts and Ctrl-C.
+    """
 
-def _rerun_in(
-    tmp: str, sides: dict[str, RerunSide], watches: list[Watch]
-) -> dict[str, RerunResult]:
-    procs = {}
-    for name, side in sides.items():
-        spec = {
-            "script": side.script,
-            "entry": side.entry,
-            "setup": side.setup,
-            "env": side.env,
-            "program": side.program,
-            "watch": [w.to_json() for w in watches],
-        }
-        sp = os.path.join(tmp, f"{name}.spec.json")
-        out = os.path.join(tmp, f"{name}.out.json")
-        Path(sp).write_text(json.dumps(spec))
-        env = dict(os.environ)
-        env.update(side.env)
-        env.setdefault("KINETO_LOG_LEVEL", "5")
-        procs[name] = (
-            subprocess.Popen(
-                [sys.executable, "-m", "magneton.diagnose.keyvar", sp, out],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                env=env,
-                cwd=side.program.get("program.cwd") or os.path.dirname(side.script) or None,
-            ),
-            out,
-        )
-    results: dict[str, RerunResult] = {}
-    deadline = time.monotonic() + RERUN_TIMEOUT_S
-    for name, (proc, out) in procs.items():
+    def __init__(self, sides: dict[str, RerunSide]):
+        self.sides = sides
+        self.t0 = time.perf_counter()
+        self.workers: list[tuple[WarmWorker, dict[str, RerunSide]]] = []
+        groups: dict[tuple, dict[str, RerunSide]] = {}
+        for name, side in sides.items():
+            groups.setdefault(tuple(sorted(side.env.items())), {})[name] = side
         try:
-            _, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            results[name] = RerunResult(False, f"re-run timed out after {RERUN_TIMEOUT_S:.0f} s")
-            continue
-        if not os.path.exists(out):
-            tail = (err or b"").decode(errors="replace").strip().splitlines()[-1:] or [""]
-            results[name] = RerunResult(False, f"re-run crashed: {tail[0][:300]}")
-            continue
-        data = json.loads(Path(out).read_text())
-        results[name] = RerunResult(
-            ok=bool(data.get("ok")),
-            error=data.get("error", ""),
-            seconds=float(data.get("seconds", 0.0)),
-            lines={(f, int(first)): v for f, first, v in data.get("lines", [])},
-            values={(f, int(ln), c): v for f, ln, c, v in data.get("values", [])},
-            types={(f, int(ln), c): v for f, ln, c, v in data.get("types", [])},
-            call_sites={
-                (f, int(first)): (v[0], int(v[1])) for f, first, v in data.get("call_sites", [])
-            },
-            errors={(f, int(ln), c): v for f, ln, c, v in data.get("errors", [])},
-        )
-    return results
+            for group in groups.values():
+                worker = WarmWorker(
+                    [s.script for s in group.values()],
+                    env=next(iter(group.values())).env,
+                    preload=[__name__],
+                    # removed by close(): one directory per diagnosed finding piled up in /tmp
+                    tmp_prefix="magneton-rerun-",
+                )
+                self.workers.append((worker, group))
+        except BaseException:
+            self.close()
+            raise
+
+    def run(self, watches: list[Watch]) -> dict[str, RerunResult]:
+        """Re-run every side (in parallel) with the watches installed."""
+        deadline = time.monotonic() + RERUN_TIMEOUT_S
+        jobs = [
+            (w, {n: w.submit(f"{__name__}:run_side", _spec(s, watches), cwd=_cwd(s))})
+            for w, group in self.workers
+            for n, s in group.items()
+        ]
+        return {n: _side_result(w, job, deadline) for w, js in jobs for n, job in js.items()}
+
+    def close(self) -> None:
+        for worker, _ in self.workers:
+            worker.close()
+
+    def __enter__(self) -> Rerun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def rerun_sides(sides: dict[str, RerunSide], watches: list[Watch]) -> dict[str, RerunResult]:
+    """Re-run every side in a child process of its own (in parallel) with the watches."""
+    with Rerun(sides) as rerun:
+        return rerun.run(watches)
+
+
+def _spec(side: RerunSide, watches: list[Watch]) -> dict:
+    return {
+        "script": side.script,
+        "entry": side.entry,
+        "setup": side.setup,
+        "env": side.env,
+        "program": side.program,
+        "watch": [w.to_json() for w in watches],
+    }
+
+
+def _cwd(side: RerunSide) -> str:
+    """The working directory a side ran in (a program run's, else the script's folder)."""
+    return side.program.get("program.cwd") or os.path.dirname(side.script) or os.getcwd()
+
+
+def _side_result(worker: WarmWorker, job: int, deadline: float) -> RerunResult:
+    try:
+        res = worker.result(job, timeout_s=max(1.0, deadline - time.monotonic()))
+    except WorkerError as e:
+        if "timed out" in str(e):
+            return RerunResult(False, f"re-run timed out after {RERUN_TIMEOUT_S:.0f} s")
+        return RerunResult(False, f"re-run crashed: {e}"[:300])
+    if res.value is None:  # the job did not return: it crashed or raised in Magneton
+        return RerunResult(False, f"re-run crashed: {res.error}"[:300])
+    data = res.value
+    stats = worker.stats
+    return RerunResult(
+        ok=bool(data.get("ok")),
+        error=data.get("error", ""),
+        seconds=float(data.get("seconds", 0.0)),
+        lines={(f, int(first)): v for f, first, v in data.get("lines", [])},
+        values={(f, int(ln), c): v for f, ln, c, v in data.get("values", [])},
+        types={(f, int(ln), c): v for f, ln, c, v in data.get("types", [])},
+        call_sites={
+            (f, int(first)): (v[0], int(v[1])) for f, first, v in data.get("call_sites", [])
+        },
+        errors={(f, int(ln), c): v for f, ln, c, v in data.get("errors", [])},
+        phases={
+            **data.get("phases", {}),
+            "cpu_s": round(res.cpu_s, 3),
+            "worker_ready_s": stats.ready_s if stats else 0.0,
+            "worker_ready_cpu_s": stats.ready_cpu_s if stats else 0.0,
+        },
+        forked=bool(stats and stats.forking),
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -625,38 +669,60 @@ def merge_watches(plans: list[SitePlan]) -> list[Watch]:
     return list(merged.values())
 
 
-def run_rerun(
-    sides: dict[str, SideInfo], watches: list[Watch], rerun: bool
-) -> tuple[dict[str, RerunResult], dict]:
-    """Re-run both scripts with the watches (unless disabled, stale or missing)."""
-    results: dict[str, RerunResult] = {}
-    rerun_info: dict = {"ran": False}
+def _rerun_skipped(sides: dict[str, SideInfo], rerun: bool) -> str | None:
+    """Why the scripts cannot be re-run (disabled, stale or missing); None if they can."""
     if not rerun:
-        rerun_info["skipped"] = "disabled (--no-rerun)"
-        return results, rerun_info
-    stale = [s.script for s in sides.values() if not s.script_unchanged]
+        return "disabled (--no-rerun)"
     missing = [s.name for s in sides.values() if not s.script or not os.path.isfile(s.script)]
     if missing:
-        rerun_info["skipped"] = f"script of side {', '.join(missing)} not found"
-    elif stale:
-        rerun_info["skipped"] = f"{', '.join(stale)} changed since it was recorded"
-    else:
-        t0 = time.perf_counter()
-        results = rerun_sides(
-            {
-                n: RerunSide(s.script, s.entry, s.setup, env_of(s.config), program_config(s.config))
-                for n, s in sides.items()
-            },
-            watches,
-        )
-        rerun_info = {
-            "ran": True,
-            "seconds": round(time.perf_counter() - t0, 2),
-            "ok": {n: r.ok for n, r in results.items()},
+        return f"script of side {', '.join(missing)} not found"
+    stale = [s.script for s in sides.values() if not s.script_unchanged]
+    if stale:
+        return f"{', '.join(stale)} changed since it was recorded"
+    return None
+
+
+def start_rerun(sides: dict[str, SideInfo], rerun: bool) -> Rerun | None:
+    """Start the re-run's workers now (None when it will be skipped); pass the result to
+    `run_rerun` once the watches are known, and close it in any case."""
+    if _rerun_skipped(sides, rerun) is not None:
+        return None
+    return Rerun(
+        {
+            n: RerunSide(s.script, s.entry, s.setup, env_of(s.config), program_config(s.config))
+            for n, s in sides.items()
         }
-        errors = {n: r.error for n, r in results.items() if r.error}
-        if errors:
-            rerun_info["errors"] = errors
+    )
+
+
+def run_rerun(
+    sides: dict[str, SideInfo],
+    watches: list[Watch],
+    rerun: bool,
+    started: Rerun | None = None,
+) -> tuple[dict[str, RerunResult], dict]:
+    """Re-run both scripts with the watches (unless disabled, stale or missing), in the
+    workers `start_rerun` started for these sides if given (closed here)."""
+    skipped = _rerun_skipped(sides, rerun)
+    if skipped is not None:
+        if started is not None:
+            started.close()
+        return {}, {"ran": False, "skipped": skipped}
+    t0 = time.perf_counter()
+    with started or start_rerun(sides, rerun) as job:
+        results = job.run(watches)
+    rerun_info: dict = {
+        "ran": True,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "ok": {n: r.ok for n, r in results.items()},
+    }
+    errors = {n: r.error for n, r in results.items() if r.error}
+    if errors:
+        rerun_info["errors"] = errors
+    # where the time went (docs/benchmarks.md): the workers' imports, then each side
+    rerun_info["since_start_s"] = round(time.perf_counter() - job.t0, 2)
+    rerun_info["forked"] = all(r.forked for r in results.values())
+    rerun_info["phases"] = {n: r.phases for n, r in results.items()}
     return results, rerun_info
 
 
@@ -903,7 +969,3 @@ def native_key_variable(
                 )
         kv.origins[name] = origin
     return kv
-
-
-if __name__ == "__main__":
-    sys.exit(_worker(sys.argv[1], sys.argv[2]))

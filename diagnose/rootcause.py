@@ -53,6 +53,7 @@ from magneton.diagnose.fix import Block, statement_block
 from magneton.diagnose.fixes import RunPair, make_fix, script_unchanged, user_lines
 from magneton.diagnose.keyvar import (
     KeyVariable,
+    Rerun,
     SideInfo,
     SitePlan,
     analyze_site,
@@ -61,6 +62,7 @@ from magneton.diagnose.keyvar import (
     plan_site,
     python_key_variable,
     run_rerun,
+    start_rerun,
 )
 from magneton.diagnose.setupflow import setup_difference
 from magneton.graphdb.model import (
@@ -330,38 +332,51 @@ class Diagnoser:
         findings = [f for f in findings if f.kind != "interpreter"]
         t0 = time.perf_counter()
         plans: dict[tuple, tuple[SitePlan | KeyVariable, dict[str, SideInfo]]] = {}
-        for f in findings:
-            try:
-                div = self._divergence(f)
-            except Exception:  # diagnose() recomputes it and records the error
-                continue
-            self._divs[f.id] = div
-            if div is None or div.site_a is None:
-                continue
-            if _is_python_decision(div, self.runs) and not _site_is_user(div, self.runs):
-                key = ("py", div.site_a.file, div.site_a.line)
-                if key not in plans:
-                    sides = {
-                        "a": _side_info("a", self.runs.a, div.op_a),
-                        "b": _side_info("b", self.runs.b, div.op_b),
-                    }
-                    plans[key] = (plan_site(div.site_a, sides, self.kb), sides)
-        self.timings["prepare"] = round(time.perf_counter() - t0, 3)
-        self._rerun_sites(plans)
+        # The re-run's workers start importing the scripts' libraries as soon as the first
+        # Python deviation site is found, while the remaining sites are analysed.
+        started: Rerun | None = None
+        try:
+            for f in findings:
+                try:
+                    div = self._divergence(f)
+                except Exception:  # diagnose() recomputes it and records the error
+                    continue
+                self._divs[f.id] = div
+                if div is None or div.site_a is None:
+                    continue
+                if _is_python_decision(div, self.runs) and not _site_is_user(div, self.runs):
+                    key = ("py", div.site_a.file, div.site_a.line)
+                    if key not in plans:
+                        sides = {
+                            "a": _side_info("a", self.runs.a, div.op_a),
+                            "b": _side_info("b", self.runs.b, div.op_b),
+                        }
+                        if not plans:
+                            started = start_rerun(sides, self.rerun)
+                        plans[key] = (plan_site(div.site_a, sides, self.kb), sides)
+            self.timings["prepare"] = round(time.perf_counter() - t0, 3)
+            self._rerun_sites(plans, started)
+        finally:
+            if started is not None:
+                started.close()
         for k, f in enumerate(findings, 1):
             self.diagnose(f)
             if progress is not None:
                 progress(k, len(findings))
 
     def _rerun_sites(
-        self, plans: dict[tuple, tuple[SitePlan | KeyVariable, dict[str, SideInfo]]]
+        self,
+        plans: dict[tuple, tuple[SitePlan | KeyVariable, dict[str, SideInfo]]],
+        started: Rerun | None = None,
     ) -> None:
-        """One re-run of both scripts watching every site, then each site's key variable."""
+        """One re-run of both scripts watching every site, then each site's key variable.
+        `started`: the workers `start_rerun` began for the first site's sides."""
         real = [p for p, _ in plans.values() if isinstance(p, SitePlan)]
         if not real:
             return
+        # every plan holds the same two runs: the scripts `started` was started for
         sides = next(sd for p, sd in plans.values() if isinstance(p, SitePlan))
-        results, info = run_rerun(sides, merge_watches(real), self.rerun)
+        results, info = run_rerun(sides, merge_watches(real), self.rerun, started)
         self.rerun_info = info
         for key, (plan, sd) in plans.items():
             self._kv_cache[key] = (

@@ -14,10 +14,12 @@ stored). Choices and the failures they prevent:
   on an exception the partial run is removed.
 - Kùzu 0.11.3 defects this module steers around (each reproduced while building it):
   its float compression zeroed some DOUBLE[] elements written by a later COPY
-  (databases are opened with compression=False); `DETACH DELETE` followed by a
-  checkpoint or COPY lost rels of *other* runs, so deleting rewrites the DB without the
-  deleted rows (`delete_where`); a ROLLBACK of a transaction holding a rel COPY dropped
-  existing rels, so loads are not wrapped in a transaction.
+  (databases are opened with compression=False); deleting rels in place — `DETACH
+  DELETE`, or `DELETE` of the rels by either end, with or without a CHECKPOINT — lost
+  rels of *other* runs (graphdb/kuzu_defects.py reproduces it), and a node that a
+  forward-only rel table points at cannot be deleted at all, so deleting rewrites the
+  DB without the deleted rows (`delete_where`); a ROLLBACK of a transaction holding a
+  rel COPY dropped existing rels, so loads are not wrapped in a transaction.
 - Opening checks the `Meta` table: a DB of another schema version, a Kùzu DB that
   Magneton did not write, a corrupt file and a DB locked by another process each give
   one `MagnetonError` line instead of a Kùzu traceback or a misread graph.
@@ -36,8 +38,10 @@ stored). Choices and the failures they prevent:
   (`profile.kuzu.sha256`) is read completely in a child process before Kùzu opens it
   here, since a damaged page can crash Kùzu (segfault, abort) where nothing can catch it.
 - A replace (`save_profile(replace=True)`) and every delete rewrite the DB into a fresh
-  file renamed over the old one, so a crash leaves the old DB; a plain save that is
-  killed leaves a "loading" run that the next writable open removes (`remove_ghosts`).
+  file renamed over the old one, so a crash leaves the old DB; a replacing run's rows go
+  into that file with the kept rows, one bulk write per table (a second COPY into the
+  then non-empty tables cost about one more save). A plain save that is killed leaves a
+  "loading" run that the next writable open removes (`remove_ghosts`).
 - Kùzu's file lock is per process, so two `kuzu.Database` objects of one process can
   both write the same file; a registry of open paths refuses that here.
 """
@@ -54,7 +58,7 @@ import re
 import shutil
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -680,6 +684,50 @@ def _profile_tables(p: Profile) -> list[tuple[S.Table, pa.Table]]:
     return out_tables
 
 
+def _run_row(run: RunInfo, status: str, op_count: int, checksum: str = "") -> dict[str, Any]:
+    """The Run node's properties of `run` (RunInfo plus its status, size and the
+    checksum of the rows written with it, graphdb/integrity.py)."""
+    row = {f.name: getattr(run, f.name) for f in fields(RunInfo)}
+    row["status"] = status
+    row["op_count"] = op_count
+    row["checksum"] = checksum
+    return row
+
+
+def _run_table(run: RunInfo, status: str, op_count: int, checksum: str = "") -> pa.Table:
+    row = _run_row(run, status, op_count, checksum)
+    target = S.arrow_schema(S.RUN)
+    return pa.Table.from_pydict({f.name: [row.get(f.name)] for f in target}, schema=target)
+
+
+def _copy_statement(table: str, data: pa.Table) -> tuple[str, dict]:
+    return f"COPY {table} FROM $rows", {"rows": data}
+
+
+def _create_statement(spec: S.Table, data: pa.Table) -> tuple[str, dict]:
+    """A few node rows by one `UNWIND ... CREATE`: 5-15 ms where a COPY costs 40-60 ms
+    however small (measured for frames, kernels, config entries, power series)."""
+    props = ", ".join(f"{c.name}: CAST(r.{c.name} AS {c.type})" for c in spec.columns)
+    return f"UNWIND $rows AS r CREATE (:{spec.name} {{{props}}})", {"rows": data.to_pylist()}
+
+
+def _rows_table(spec: S.Table, rows: list[dict] | pa.Table) -> pa.Table:
+    """`bulk_insert`'s rows as a COPY-ready Arrow table of `spec` (property order, its
+    types, missing properties null)."""
+    target = S.arrow_schema(spec)
+    if isinstance(rows, pa.Table):
+        cols = {}
+        for f in target:
+            if f.name in rows.column_names:
+                cols[f.name] = rows.column(f.name).cast(f.type)
+            else:
+                cols[f.name] = pa.nulls(rows.num_rows, f.type)
+        return pa.Table.from_pydict(cols, schema=target)
+    return pa.Table.from_pydict(
+        {f.name: [r.get(f.name) for r in rows] for f in target}, schema=target
+    )
+
+
 class ProfileDB:
     """One open Magneton DB. Use as a context manager or call `close()`."""
 
@@ -812,47 +860,34 @@ class ProfileDB:
         are put in the table's property order and cast to its types.
         """
         self._writable()
-        spec = S.table(table)
-        target = S.arrow_schema(spec)
-        if isinstance(rows, pa.Table):
-            cols = {}
-            for f in target:
-                if f.name in rows.column_names:
-                    cols[f.name] = rows.column(f.name).cast(f.type)
-                else:
-                    cols[f.name] = pa.nulls(rows.num_rows, f.type)
-            data = pa.Table.from_pydict(cols, schema=target)
-        else:
-            data = pa.Table.from_pydict(
-                {f.name: [r.get(f.name) for r in rows] for f in target}, schema=target
-            )
+        data = _rows_table(S.table(table), rows)
         if data.num_rows:
             self._copy(table, data)
         return data.num_rows
 
     def _copy(self, table: str, data: pa.Table, conn: kuzu.Connection | None = None) -> None:
-        cypher, params = f"COPY {table} FROM $rows", {"rows": data}
-        self._execute(cypher, params) if conn is None else conn.execute(cypher, params)
+        (self._execute if conn is None else conn.execute)(*_copy_statement(table, data))
 
-    def _create_rows(
-        self, spec: S.NodeTable, data: pa.Table, conn: kuzu.Connection | None = None
-    ) -> None:
-        """A few node rows by one `UNWIND ... CREATE`: 5-15 ms where a COPY costs 40-60
-        ms however small (measured for frames, kernels, config entries, power series)."""
-        props = ", ".join(f"{c.name}: CAST(r.{c.name} AS {c.type})" for c in spec.columns)
-        cypher = f"UNWIND $rows AS r CREATE (:{spec.name} {{{props}}})"
-        params = {"rows": data.to_pylist()}
-        self._execute(cypher, params) if conn is None else conn.execute(cypher, params)
+    def _create_rows(self, spec: S.NodeTable, data: pa.Table) -> None:
+        self._execute(*_create_statement(spec, data))
 
     def _load_tables(
-        self, tables: list[tuple[S.Table, pa.Table]], conn: kuzu.Connection | None = None
+        self, tables: Iterable[tuple[S.Table, pa.Table]], conn: kuzu.Connection | None = None
     ) -> None:
-        """Write one run's tables (from `_profile_tables`), here or through `conn`."""
+        """Write tables (a run's, from `_profile_tables`, or a rebuild's), here or
+        through `conn` (the fresh file of `_rebuild`)."""
         for spec, data in tables:
-            if isinstance(spec, S.NodeTable) and 0 < data.num_rows <= _SMALL_ROWS:
-                self._create_rows(spec, data, conn)
-            elif data.num_rows:
-                self._copy(spec.name, data, conn)
+            if not data.num_rows:
+                continue
+            small = isinstance(spec, S.NodeTable) and data.num_rows <= _SMALL_ROWS
+            if conn is not None:
+                conn.execute(
+                    *(_create_statement(spec, data) if small else _copy_statement(spec.name, data))
+                )
+            elif small:
+                self._create_rows(spec, data)
+            else:
+                self._copy(spec.name, data)
 
     # ---- runs ------------------------------------------------------------------------
 
@@ -939,17 +974,24 @@ class ProfileDB:
         nodes: dict[str, str] | None = None,
         rels: dict[str, str] | None = None,
         params: dict | None = None,
+        add: list[tuple[str, list[dict] | pa.Table]] | None = None,
     ) -> int:
-        """Delete rows matching Cypher predicates — the only safe way to delete here.
+        """Delete rows matching Cypher predicates — the only safe way to delete here —
+        and then insert the rows of `add` (table name, rows as for `bulk_insert`; nodes
+        before the rels that point at them).
 
         `nodes` maps a node table to a predicate over `{v}` (e.g.
         `{"Diff": "{v}.run_a = $a AND {v}.run_b = $b"}`); matching nodes go with all
         their rels. `rels` maps a rel table to a predicate over `{v}` (the rel); matching
         rels go. Returns the number of node and rel rows deleted (0: nothing rewritten).
+        When something is deleted, the added rows go into the rewritten file with the
+        kept ones (one bulk write per table, not a rewrite and then a COPY per table).
 
-        Why not `DETACH DELETE`: in Kùzu 0.11.3, deleting rels and then checkpointing or
-        COPYing into the same rel table loses rels of *other* nodes (seen: every IN_MODULE
-        rel of two untouched runs gone after deleting a third run) and leaves "has
+        Why not `DELETE` in place: in Kùzu 0.11.3 every form tried (`DETACH DELETE` of the
+        nodes; `DELETE` of the rels selected by either end, with or without a CHECKPOINT,
+        then of the nodes) loses rels of *other* nodes (seen: every IN_MODULE rel of two
+        untouched runs gone after deleting a third run; `python -m
+        magneton.graphdb.kuzu_defects` reproduces it on two plain tables) and leaves "has
         connected edges" ghosts. This rewrites the DB without the deleted rows, in bulk,
         into a fresh file swapped in atomically (a crash leaves the old DB intact).
         Cost: about one bulk load of everything that stays.
@@ -958,6 +1000,7 @@ class ProfileDB:
         nodes, rels, params = nodes or {}, rels or {}, params or {}
         for t in (*nodes, *rels):
             S.table(t)  # KeyError for a typo, before anything happens
+        added = [(S.table(t), _rows_table(S.table(t), rows)) for t, rows in add or []]
         tables = self._table_names()
         dropped = 0
         for spec in S.all_tables():
@@ -966,8 +1009,12 @@ class ProfileDB:
                 dropped += self._count(spec, f"coalesce({pred.format(v='x')}, false)", params)
         # rels hanging on deleted nodes are deleted with them, nothing else to count
         if dropped:
-            check_space(self.file, rewrite=True)
-            self._rebuild(nodes, rels, params)
+            check_space(self.file, sum(t.nbytes for _, t in added), rewrite=True)
+            self._rebuild(nodes, rels, params, add=added)
+        else:
+            for spec, data in added:
+                if data.num_rows:
+                    self._copy(spec.name, data)
         return dropped
 
     def _count(self, spec: S.Table, cond: str, params: dict) -> int:
@@ -981,11 +1028,15 @@ class ProfileDB:
         nodes: dict[str, str],
         rels: dict[str, str],
         params: dict,
-        then: Callable[[kuzu.Connection], None] | None = None,
+        add: list[tuple[S.Table, pa.Table]] | None = None,
     ) -> None:
-        """Write the DB without the deleted rows into a fresh file, run `then` on it (a
-        replacing run's load), and swap it in with one rename: a crash or an error
-        before the rename leaves the old DB exactly as it was."""
+        """Write the DB without the deleted rows, plus the rows of `add` (a replacing
+        run's tables), into a fresh file and swap it in with one rename: a crash or an
+        error before the rename leaves the old DB exactly as it was.
+
+        Each table's kept and added rows go in with ONE bulk write into the empty table
+        of the fresh file (a second COPY of the added rows into the then non-empty table
+        cost about one more save: Kùzu charges a COPY by what the table already holds)."""
         tables = self._table_names()
         unknown = sorted(tables - {t.name for t in S.all_tables()})
         if unknown:
@@ -993,6 +1044,21 @@ class ProfileDB:
                 f"cannot delete from {self.file}: it has tables this magneton does not know "
                 f"({', '.join(unknown)}); use the magneton version that wrote them"
             )
+        added: dict[str, list[pa.Table]] = {}
+        for spec, data in add or []:
+            added.setdefault(spec.name, []).append(data)
+        ordered = sorted(S.all_tables(), key=lambda t: isinstance(t, S.RelTable))
+
+        def merged() -> Iterator[tuple[S.Table, pa.Table]]:
+            # one table at a time, read and then written: the kept rows of the whole DB
+            # are never all in memory at once
+            for spec in ordered:  # nodes before the rels that point at them
+                parts = added.get(spec.name, [])
+                if spec.name in tables:
+                    parts = [self._kept_rows(spec, nodes, rels, params), *parts]
+                if parts:
+                    yield spec, pa.concat_tables(parts).combine_chunks()
+
         tmp = self.file.with_name(self.file.name + ".rebuild")
         for stale in (tmp, tmp.with_name(tmp.name + ".wal")):
             stale.unlink(missing_ok=True)
@@ -1003,14 +1069,7 @@ class ProfileDB:
             for stmt in S.ddl():
                 new.execute(stmt)
             new.execute("COMMIT")
-            ordered = sorted(S.all_tables(), key=lambda t: isinstance(t, S.RelTable))
-            for spec in ordered:  # nodes before the rels that point at them
-                if spec.name in tables:
-                    rows = self._kept_rows(spec, nodes, rels, params)
-                    if rows.num_rows:
-                        new.execute(f"COPY {spec.name} FROM $rows", {"rows": rows})
-            if then is not None:
-                then(new)
+            self._load_tables(merged(), new)
             new.close()
         except BaseException:
             new_db.close()
@@ -1065,27 +1124,12 @@ class ProfileDB:
                 )
             self.delete_run(name)
 
-    def _insert_run(
-        self,
-        run: RunInfo,
-        status: str,
-        op_count: int,
-        conn: kuzu.Connection | None = None,
-        checksum: str = "",
-    ) -> None:
+    def _insert_run(self, run: RunInfo, status: str, op_count: int, checksum: str = "") -> None:
         # one row: a parameterized CREATE costs ~10 ms where a COPY costs ~100 ms
-        row = {f.name: getattr(run, f.name) for f in fields(RunInfo)}
-        row["status"] = status
-        row["op_count"] = op_count
-        row["checksum"] = checksum  # integrity.run_digest of the rows written with it
+        row = _run_row(run, status, op_count, checksum)
         cols = [c.name for c in S.RUN.columns]
         props = ", ".join(f"{c}: $p_{c}" for c in cols)
-        cypher = f"CREATE (:Run {{{props}}})"
-        params = {f"p_{c}": row.get(c) for c in cols}
-        if conn is None:
-            self._execute(cypher, params)
-        else:
-            conn.execute(cypher, params)
+        self._execute(f"CREATE (:Run {{{props}}})", {f"p_{c}": row.get(c) for c in cols})
 
     def save_failed_run(self, run: RunInfo, replace: bool = False) -> None:
         """Store only the Run node, status "failed", for a script that raised or was
@@ -1129,12 +1173,8 @@ class ProfileDB:
         run = profile.run.name
         digest = integrity.run_digest(profile.run, tables)
         if rewrite:
-
-            def load_new(conn: kuzu.Connection) -> None:
-                self._insert_run(profile.run, status, len(profile.ops), conn, digest)
-                self._load_tables(tables, conn)
-
-            self._rebuild(*self._run_rows(run), then=load_new)
+            run_row = (S.RUN, _run_table(profile.run, status, len(profile.ops), digest))
+            self._rebuild(*self._run_rows(run), add=[run_row, *tables])
             return
         self._claim_name(run, replace)
         self._insert_run(profile.run, "loading", len(profile.ops), checksum=digest)

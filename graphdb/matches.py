@@ -41,14 +41,19 @@ def _started(db: Any, run: str) -> str:
     return rows[0][0] if rows else ""
 
 
-def delete_diff(db: Any, a: str, b: str) -> None:
-    """Remove the stored diff of (a, b), if any."""
+def delete_diff(db: Any, a: str, b: str, add: list[tuple[str, list[dict]]] | None = None) -> None:
+    """Remove the stored diff of (a, b), if any, with the EXPLAINS rels of its findings
+    (they name findings by id, which a new diff of the pair reuses for others), then
+    insert the rows of `add` (a new diff's: they go into the same rewrite)."""
     # Never DETACH DELETE: in Kùzu 0.11.3 it can lose rels of untouched runs (see
-    # ProfileDB.delete_where); that rewrites the DB without these rows instead.
+    # ProfileDB.delete_where); that rewrites the DB without these rows instead. Deleting
+    # the EXPLAINS rels here also spares `rules.link_explanations` a second rewrite.
     pred = "{v}.run_a = $a AND {v}.run_b = $b"
     db.delete_where(
         nodes={t: pred for t in ("MatchedRegion", "DiffFinding", "Diff")},
+        rels={"EXPLAINS": pred},
         params={"a": a, "b": b},
+        add=add,
     )
 
 
@@ -68,34 +73,38 @@ def store_diff(
     a, b = result.a.run, result.b.run
     uid = diff_uid(a, b)
     finding_of_region = finding_of_region or {}
-    delete_diff(db, a, b)
-    db.bulk_insert(
-        "Diff",
-        [
-            {
-                "uid": uid,
-                "run_a": a,
-                "run_b": b,
-                "started_a": _started(db, a),
-                "started_b": _started(db, b),
-                "threshold": result.threshold,
-                "tau": tau,
-                "matched_pairs": result.matched_pairs,
-                "findings": len(result.findings),
-                "message": result.message,
-                "created_at": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-                "result_json": json.dumps(_result_dict(result, regions), separators=(",", ":")),
-            }
-        ],
-    )
+    diff_row = [
+        {
+            "uid": uid,
+            "run_a": a,
+            "run_b": b,
+            "started_a": _started(db, a),
+            "started_b": _started(db, b),
+            "threshold": result.threshold,
+            "tau": tau,
+            "matched_pairs": result.matched_pairs,
+            "findings": len(result.findings),
+            "message": result.message,
+            "created_at": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "result_json": json.dumps(_result_dict(result, regions), separators=(",", ":")),
+        }
+    ]
     region_rows, in_region = _region_rows(uid, a, b, regions, finding_of_region)
-    db.bulk_insert("MatchedRegion", region_rows)
-    db.bulk_insert("IN_REGION", in_region)
     finding_rows = [_finding_row(uid, a, b, f) for f in result.findings]
-    db.bulk_insert("DiffFinding", finding_rows)
-    db.bulk_insert(
-        "FLAGS",
-        [{"from": f"{uid}|{fid}", "to": f"{uid}|{k}"} for k, fid in finding_of_region.items()],
+    flags = [{"from": f"{uid}|{fid}", "to": f"{uid}|{k}"} for k, fid in finding_of_region.items()]
+    # one call: when an older diff of the pair is deleted (a rewrite), these rows go
+    # into the rewritten file instead of five COPYs after it
+    delete_diff(
+        db,
+        a,
+        b,
+        add=[
+            ("Diff", diff_row),
+            ("MatchedRegion", region_rows),
+            ("DiffFinding", finding_rows),
+            ("IN_REGION", in_region),
+            ("FLAGS", flags),
+        ],
     )
 
 

@@ -358,7 +358,9 @@ CORE_TABLES: list[Table] = [
 # column (and `uid` first, as the primary key) so `ProfileDB.delete_run` removes their
 # rows with the run; load rows with `ProfileDB.bulk_insert(table_name, rows)`, and remove
 # rows ONLY with `ProfileDB.delete_where(nodes={...}, rels={...}, params)`: in Kùzu 0.11.3
-# `DELETE` / `DETACH DELETE` followed by a checkpoint or COPY loses rels of other rows.
+# every in-place `DELETE` / `DETACH DELETE` form tried loses rels of other rows
+# (graphdb/kuzu_defects.py). Rows that replace deleted ones go in the same call
+# (`add=[(table, rows), ...]`), so they ride the rewrite instead of a COPY each after it.
 # --------------------------------------------------------------------------------------
 
 # ---- differential matching (graphdb/matches.py writes these; `magneton diff`) --------

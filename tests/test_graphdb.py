@@ -449,6 +449,71 @@ def test_kuzu_delete_regression_sequence(dbdir: Path) -> None:
             assert same(db.load_profile(name), without_windows(p)), name
 
 
+def _rel_counts(db) -> dict[str, int]:
+    return {
+        t.name: db.query(f"MATCH ()-[r:{t.name}]->() RETURN count(r)").rows[0][0]
+        for t in S.all_tables()
+        if isinstance(t, S.RelTable)
+    }
+
+
+def _expected_rels(live: dict[str, Profile]) -> dict[str, int]:
+    ops = [o for p in live.values() for o in p.ops]
+    produced = {(name, t.idx) for name, p in live.items() for t in p.tensors if t.producer >= 0}
+    flows = sum((name, i) in produced for name, p in live.items() for o in p.ops for i in o.inputs)
+    mods = [m for p in live.values() for m in p.modules]
+    return {
+        "FLOWS": flows,
+        "INPUT": sum(len(o.inputs) for o in ops),
+        "IN_MODULE": sum(o.module_idx >= 0 for o in ops),
+        "CHILD_OF": sum(m.parent >= 0 for m in mods),
+        "CALLED_FROM": sum(len(o.frames) for o in ops),
+        "LAUNCHED": sum(len(o.kernels) for o in ops),
+    }
+
+
+def test_replace_and_rm_leave_every_other_run_exact(dbdir: Path) -> None:
+    """A seeded random sequence of saves, replaces and removals over four run names,
+    each in its own open (as separate commands are): after every step each remaining
+    run reads back exactly as saved and every rel table holds exactly the live runs'
+    rels; at the end the same holds after a read-only reopen. (In-place deletion in
+    Kùzu 0.11.3 loses other runs' rels: graphdb/kuzu_defects.py.)"""
+    rng = random.Random(7)
+    live: dict[str, Profile] = {}
+    for step in range(8):
+        name = rng.choice("abcd")
+        with open_db(dbdir) as db:
+            if name in live and rng.random() < 0.4:
+                db.delete_run(name)
+                del live[name]
+            else:
+                p = synthetic_profile(name, n_ops=rng.randrange(20, 160), seed=step)
+                db.save_profile(p, replace=True)
+                live[name] = without_windows(p)
+            assert sorted(r.name for r in db.list_runs()) == sorted(live), step
+            for other, p in live.items():
+                assert same(db.load_profile(other), p), (step, other)
+            counts = _rel_counts(db)
+            assert {k: counts[k] for k in _expected_rels(live)} == _expected_rels(live), step
+    with open_db(dbdir, read_only=True) as db:
+        for other, p in live.items():
+            assert same(db.load_profile(other), p), other
+        counts = _rel_counts(db)
+        assert {k: counts[k] for k in _expected_rels(live)} == _expected_rels(live)
+
+
+def test_engine_still_loses_rels_when_deleting_in_place() -> None:
+    """Why deleting rewrites the DB: in Kùzu 0.11.3 deleting one run's rels (here by
+    their source end, then CHECKPOINT, then the nodes) drops every forward rel of a run
+    nothing touched. If this fails after an engine upgrade, the defect is gone and
+    `ProfileDB.delete_where` may delete in place (re-check all forms with
+    `python -m magneton.graphdb.kuzu_defects --trials 20`)."""
+    from magneton.graphdb import kuzu_defects
+
+    loss = kuzu_defects.run_steps(kuzu_defects.SHORTEST, "src")
+    assert loss is not None and loss.expected == {"r": 4935} and loss.forward == {}
+
+
 def test_invalid_profile_is_refused_before_writing(dbdir: Path) -> None:
     _earlier(dbdir)
     bad = synthetic_profile("bad", n_ops=30)
@@ -857,6 +922,59 @@ def test_extension_tables_are_created_and_bulk_loaded(dbdir: Path, monkeypatch) 
             db.delete_where(nodes={"NoSuchTable": "true"})
     with open_db(dbdir, read_only=True) as db:
         assert same(db.load_profile("b"), without_windows(synthetic_profile("b", 5, seed=2)))
+
+
+def test_restoring_a_diff_replaces_its_rows_and_explanations_in_one_rewrite(
+    dbdir: Path, monkeypatch
+) -> None:
+    """`matches.delete_diff(..., add=...)`: the pair's old Diff rows and EXPLAINS rels
+    go, the new rows come in (with the rewrite, or by COPY when nothing was stored),
+    and another pair's rows and every run stay."""
+    from magneton.graphdb.matches import delete_diff
+
+    a, b = synthetic_profile("a", n_ops=20, seed=1), synthetic_profile("b", n_ops=20, seed=2)
+    with open_db(dbdir) as db:
+        db.save_profile(a)
+        db.save_profile(b)
+        db.bulk_insert("Rule", [{"id": "r1"}])
+
+    def rows(pair: tuple[str, str], ops: list[int], note: str) -> list:
+        x, y = pair
+        uid = f"{x}|{y}"
+        diff = {"uid": uid, "run_a": x, "run_b": y, "message": note}
+        region = {"uid": f"{uid}|0", "run_a": x, "run_b": y, "region": 0}
+        return [
+            ("Diff", [diff]),
+            ("MatchedRegion", [region]),
+            ("IN_REGION", [{"from": f"{x}/{i}", "to": f"{uid}|0", "side": "a"} for i in ops]),
+            ("EXPLAINS", [{"from": "r1", "to": f"{x}/{i}", "run_a": x, "run_b": y} for i in ops]),
+        ]
+
+    rebuilds = []
+    real_rebuild = dbmod.ProfileDB._rebuild
+    monkeypatch.setattr(
+        dbmod.ProfileDB,
+        "_rebuild",
+        lambda self, *a, **k: rebuilds.append(1) or real_rebuild(self, *a, **k),
+    )
+    explains = "MATCH (:Rule)-[e:EXPLAINS]->(o:Operator) RETURN e.run_a, e.run_b, o.idx ORDER BY e.run_a, o.idx"
+    with open_db(dbdir) as db:
+        delete_diff(db, "a", "b", add=rows(("a", "b"), [1, 2], "first"))  # nothing stored yet
+        delete_diff(db, "b", "a", add=rows(("b", "a"), [5], "other pair"))
+        assert rebuilds == []
+        delete_diff(db, "a", "b", add=rows(("a", "b"), [3], "second"))  # replaces in one rewrite
+        assert rebuilds == [1]
+        assert db.query("MATCH (d:Diff) RETURN d.uid, d.message ORDER BY d.uid").rows == [
+            ["a|b", "second"],
+            ["b|a", "other pair"],
+        ]
+        assert db.query(explains).rows == [["a", "b", 3], ["b", "a", 5]]
+        assert db.query(
+            "MATCH (o:Operator)-[:IN_REGION]->(m:MatchedRegion) RETURN m.uid, o.run, o.idx ORDER BY m.uid"
+        ).rows == [["a|b|0", "a", 3], ["b|a|0", "b", 5]]
+    with open_db(dbdir, read_only=True) as db:
+        assert same(db.load_profile("a"), without_windows(a))
+        assert same(db.load_profile("b"), without_windows(b))
 
 
 def test_read_only_db_refuses_saves(shared: dict) -> None:

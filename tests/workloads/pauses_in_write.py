@@ -18,6 +18,7 @@ _real_load = _db.ProfileDB._load_tables
 
 
 def _paused_load(self, tables, conn=None):
+    tables = list(tables)  # a rewrite passes them as a generator
     nodes = [t for t in tables if isinstance(t[0], _db.S.NodeTable)]
     rels = [t for t in tables if not isinstance(t[0], _db.S.NodeTable)]
     _real_load(self, nodes, conn)
