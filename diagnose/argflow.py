@@ -13,7 +13,9 @@ conversion) and the walk stops there. A tensor with no producer is a source: a p
 a buffer or an entry input, whose property was set before the measured region — in
 `setup()` or where the model was built — and the walk continues into the source
 (`setup_origin`) with the libcst slicer of dataflow.py: the keyword that sets the
-property (`memory_format=`, `dtype=`, `device=`) in the user's code.
+property (`memory_format=`, `dtype=`, `device=`) in the user's code. Where no keyword
+names it (a transposed view kept, a helper's argument, a statement one side lacks),
+setupflow.py compares the two sides' source from where this walk stopped.
 
 Two sides are walked separately: the side whose value is the library's default usually
 reaches a source whose code never mentions the property, and that absence is itself the
@@ -29,6 +31,7 @@ import libcst as cst
 from magneton.diagnose.dataflow import Origin, SourceIndex, find_attribute_origin, source_index
 from magneton.diagnose.divergence import layout
 from magneton.graphdb.model import OperandProperty, Profile, TensorRecord
+from magneton.graphdb.vocab import IGNORED_OPS
 
 MAX_HOPS = 256
 
@@ -44,11 +47,17 @@ def _value(t: TensorRecord, name: str) -> Any:
     return getattr(t, name)
 
 
-def trace_property(p: Profile, op: int, operand: int, name: str) -> dict[str, Any]:
-    """Where the value of property `name` of operand `operand` of operator `op` was set:
-    {"tensor", "kind", "name", "op", "hops"}: kind "op" with the operator that set it, or
-    the source tensor's kind ("param", "buffer", "input", "constant")."""
-    t = p.tensors[p.ops[op].inputs[operand]]
+def trace_property(
+    p: Profile, op: int, operand: int, name: str, output: bool = False
+) -> dict[str, Any]:
+    """Where the value of property `name` of operand `operand` of operator `op` (an
+    output with `output`) was set: {"tensor", "kind", "name", "op", "hops"}: kind "op"
+    with the operator that set it, or the source tensor's kind ("param", "buffer",
+    "input", "constant"); {} when the operand's tensor was not recorded."""
+    ops = p.ops[op].outputs if output else p.ops[op].inputs
+    if not (0 <= operand < len(ops) and 0 <= ops[operand] < len(p.tensors)):
+        return {}
+    t = p.tensors[ops[operand]]
     want = _value(t, name)
     hops = 0
     while t.producer >= 0 and hops < MAX_HOPS:
@@ -69,8 +78,8 @@ def trace_property(p: Profile, op: int, operand: int, name: str) -> dict[str, An
 def trace_both(prop: OperandProperty, op_a: int, op_b: int, pa: Profile, pb: Profile) -> None:
     """Fill `prop.set_by` for both sides."""
     prop.set_by = {
-        "a": trace_property(pa, op_a, prop.operand, prop.name),
-        "b": trace_property(pb, op_b, prop.operand, prop.name),
+        "a": trace_property(pa, op_a, prop.operand, prop.name, prop.output),
+        "b": trace_property(pb, op_b, prop.operand, prop.name, prop.output),
     }
 
 
@@ -79,8 +88,9 @@ def observed(prop: OperandProperty, side: str, p: Profile) -> str | None:
     `cuda:0`), as the user would write it after `torch.`."""
     set_by = prop.set_by.get(side) or {}
     t = p.tensors[set_by["tensor"]] if "tensor" in set_by else None
-    if t is None:
-        return None
+    if t is None:  # not recorded: the operator's recorded dtype is all there is
+        v = prop.values.get(side)
+        return str(v).replace("torch.", "") if prop.name == "dtype" and v else None
     if prop.name == "strides":
         order = layout(t)
         if len(t.shape) == 4 and order and order[-1] == 1:
@@ -186,3 +196,64 @@ def absent_origin(efficient: Origin, script: str) -> Origin | None:
             f"side sets it right after its `{name}` is built"
         ),
     )
+
+
+GRAD_MODE = "torch.is_grad_enabled"
+
+
+def observed_config(p: Profile) -> dict[str, str]:
+    """The run's config snapshot, with the grad mode its operators ran in.
+
+    The snapshot is taken outside the measured call, so it reads grad mode on even when
+    the entry runs under `torch.no_grad()` / `torch.inference_mode()`. What costs is
+    whether autograd recorded the operators, which the recorder saw per operator (an
+    autograd sequence number, `OpRecord.seq >= 0`): that is the knob's value ("False"
+    too when grad mode was on but nothing required grad — no graph either way). The
+    whole run, not the finding's region, decides: a region of integer ops records no
+    autograd under grad mode too, and must not read as a grad-mode difference."""
+    seqs = [o.seq for o in p.ops if o.name not in IGNORED_OPS]
+    if not seqs:
+        return p.config
+    return {**p.config, GRAD_MODE: str(any(s >= 0 for s in seqs))}
+
+
+def _entry_def(script: str, entry: str) -> tuple[SourceIndex, cst.FunctionDef] | None:
+    idx = source_index(script)
+    if idx is None:
+        return None
+    fn = next(
+        (s for s in idx.module.body if isinstance(s, cst.FunctionDef) and s.name.value == entry),
+        None,
+    )
+    return (idx, fn) if fn is not None else None
+
+
+def grad_mode_origins(kv: Any, sides: dict[str, Any]) -> None:
+    """The grad-mode knob differs: the side that disables it does so with a context
+    manager or decorator (`@torch.inference_mode()`, found by the knob's setter search);
+    the side that never does has no statement to edit, so its origin becomes the entry
+    function and the fix adds the efficient side's setter there as a decorator."""
+    if kv is None or kv.knob is None or kv.knob.key != GRAD_MODE:
+        return
+    for side, other in (("a", "b"), ("b", "a")):
+        ow, oe = kv.origins.get(side), kv.origins.get(other)
+        if ow is None or oe is None or not ow.library_default or oe.library_default:
+            continue
+        setter = (oe.value or "").strip()
+        found = _entry_def(sides[side].script, sides[side].entry)
+        if not setter or found is None:
+            continue
+        idx, fn = found
+        line = idx.line_of(fn)  # the first decorator's line, or the def's
+        ow.file, ow.line, ow.code = idx.path, line, idx.line_text(line)
+        ow.value = kv.values.get(side)
+        ow.insert = {
+            "file": idx.path,
+            "line": line,
+            "end_line": line - 1,
+            "statement": f"@{setter}()",
+        }
+        ow.note = f"{sides[side].entry}() runs with autograd on; the other side uses {setter}"
+        # the efficient side's value is the grad mode its setter gives, not the setter
+        oe.note = f"{setter}() ({oe.note})" if oe.note else f"{setter}()"
+        oe.value = kv.values.get(other)

@@ -14,6 +14,12 @@ from Cypher (`graphdb.paths.DIVERGENCE_QUERY`); this module picks the deviation 
    way and the difference is in their arguments (shapes, dtypes, contiguity, scalar
    arguments) or outside the kernels (thread count, busy-waiting): level `kernel`.
 
+Below Python (levels `dispatch` and `kernel`) the divergence also carries the first
+operand property (device, dtype, shape, layout) in which its twin operators differ
+(`Divergence.prop`): dispatch follows the operands as well as the knobs, so a
+channels-last weight or a column-major input that adds a layout copy is explained by
+the same walk back as a kernel-argument divergence.
+
 The result is a `Divergence` of graphdb/model.py whose elements are `PathElement`s;
 `Divergence.to_json()` (documented in docs/diagnosis.md) writes:
 
@@ -128,20 +134,35 @@ def _tensor_props(t: TensorRecord) -> dict[str, Any]:
 def operand_property(
     oa: OpRecord, pa: Profile, ob: OpRecord, pb: Profile
 ) -> OperandProperty | None:
-    """The first operand (input order) of two twin operators whose recorded tensor
-    differs in device, dtype, shape or memory layout (checked in that order: a dtype
-    difference explains a stride difference, not the other way round)."""
-    for i, (ia, ib) in enumerate(zip(oa.inputs, ob.inputs, strict=False)):
-        if not (0 <= ia < len(pa.tensors) and 0 <= ib < len(pb.tensors)):
-            continue
-        ta, tb = pa.tensors[ia], pb.tensors[ib]
-        va, vb = _tensor_props(ta), _tensor_props(tb)
-        for name in ("device", "dtype", "shape", "strides"):
-            if va[name] != vb[name]:
-                values = {"a": va[name], "b": vb[name]}
-                if name == "strides":
-                    values = {"a": list(ta.stride), "b": list(tb.stride)}
-                return OperandProperty(name=name, operand=i, values=values)
+    """The first operand of two twin operators whose recorded tensor differs in device,
+    dtype, shape or memory layout (checked in that order: a dtype difference explains a
+    stride difference, not the other way round): the inputs in order, then — when the
+    inputs agree — the outputs (the operator set the property from an argument, a
+    conversion's `dtype=`). Operands without a recorded tensor (imported traces) compare
+    by the operator's recorded dtype lists."""
+    for output, ia_list, ib_list in (
+        (False, oa.inputs, ob.inputs),
+        (True, oa.outputs, ob.outputs),
+    ):
+        for i, (ia, ib) in enumerate(zip(ia_list, ib_list, strict=False)):
+            if not (0 <= ia < len(pa.tensors) and 0 <= ib < len(pb.tensors)):
+                continue
+            ta, tb = pa.tensors[ia], pb.tensors[ib]
+            va, vb = _tensor_props(ta), _tensor_props(tb)
+            for name in ("device", "dtype", "shape", "strides"):
+                if va[name] != vb[name]:
+                    values = {"a": va[name], "b": vb[name]}
+                    if name == "strides":
+                        values = {"a": list(ta.stride), "b": list(tb.stride)}
+                    return OperandProperty(name=name, operand=i, values=values, output=output)
+    for output, da, db in (
+        (False, oa.input_dtypes, ob.input_dtypes),
+        (True, oa.output_dtypes, ob.output_dtypes),
+    ):
+        for i, (x, y) in enumerate(zip(da, db, strict=False)):
+            if x and y and x != y:
+                return OperandProperty(name="dtype", operand=i, values={"a": x, "b": y},
+                                       output=output)  # fmt: skip
     return None
 
 
@@ -239,7 +260,12 @@ def _args_divergence(
         oa, ob = prof_a.ops[p.op_a], prof_b.ops[p.op_b]
         diff = _arg_diff(oa, ob)
         prop = operand_property(oa, prof_a, ob, prof_b)
-        if prop is not None and prop.name == "strides" and "input_strides" not in diff:
+        if (
+            prop is not None
+            and prop.name == "strides"
+            and not prop.output
+            and "input_strides" not in diff
+        ):
             # same shapes, dtypes and contiguity flags can still hide a layout change
             diff["input_strides"] = {"a": prop.values["a"], "b": prop.values["b"]}
         if diff:
@@ -351,8 +377,9 @@ def _build(p: PathPair, pa: Profile, pb: Profile, n_shared: int) -> Divergence:
             path_a=p.path_a,
             path_b=p.path_b,
         )
+    level = _level(p)
     return Divergence(
-        level=_level(p),
+        level=level,
         op_a=p.op_a,
         op_b=p.op_b,
         a=ea,
@@ -364,4 +391,7 @@ def _build(p: PathPair, pa: Profile, pb: Profile, n_shared: int) -> Divergence:
         common=p.common,
         path_a=p.path_a,
         path_b=p.path_b,
+        # below Python, dispatch follows the operands as well as the knobs: a
+        # channels-last weight sends the same convolution through an extra layout copy
+        prop=operand_property(oa, pa, ob, pb) if level != "python" else None,
     )

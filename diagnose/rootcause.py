@@ -8,7 +8,9 @@ finding of a `DiffResult` (paper §4.3, Algorithm 2):
 2. key variable — a re-run with line tracing at a Python deviation site, or the knob
    that differs in the config snapshots for a native one (keyvar.py);
 3. backward data-flow — from the key variable to the literal or default a user changes
-   (dataflow.py);
+   (dataflow.py); for an operand property first through the recorded graph to the op or
+   source that set it (argflow.py), then through the source: the property's keyword,
+   else the two sides' statements side by side (setupflow.py);
 4. knowledge rules name the pattern and ground it (paper tables, docs, issues) — they
    explain findings, never create them;
 5. a fix — a libcst patch of the wasteful script when the change is mechanical, guidance
@@ -31,11 +33,17 @@ import time
 import traceback
 from collections.abc import Callable
 
-from magneton.diagnose.argflow import absent_origin, observed, setup_origin, trace_both
+from magneton.diagnose.argflow import (
+    absent_origin,
+    grad_mode_origins,
+    observed,
+    observed_config,
+    setup_origin,
+    trace_both,
+)
 from magneton.diagnose.argport import counterpart_block
 from magneton.diagnose.dataflow import (
     Origin,
-    find_attribute_origin,
     is_user_file,
     source_index,
     user_files,
@@ -56,12 +64,14 @@ from magneton.diagnose.keyvar import (
     run_rerun,
     start_rerun,
 )
+from magneton.diagnose.setupflow import setup_difference
 from magneton.graphdb.model import (
     DiffResult,
     Divergence,
     Finding,
     Fix,
     FlowHop,
+    OperandProperty,
     PathElement,
     Profile,
     RootCause,
@@ -101,7 +111,7 @@ def _side_info(name: str, p: Profile, op: int | None) -> SideInfo:
         script=p.run.script,
         entry=p.run.entry or "main",
         setup=p.run.setup or "setup",
-        config=p.config,
+        config=observed_config(p),
         files=user_files(p.run.script),
         frames=frames,
         script_unchanged=script_unchanged(p),
@@ -136,38 +146,6 @@ def _site_is_user(div: Divergence, runs: RunPair) -> bool:
         return True
     same_place = os.path.realpath(sa.file or "") == os.path.realpath(sb.file or "")
     return not (same_place and (sa.branch or sa.code == sb.code))
-
-
-def _dtype_origins(div: Divergence, sides: dict[str, SideInfo]) -> dict[str, Origin] | None:
-    """Same kernels on different dtypes (a float64 input by accident is the classic):
-    the user's `dtype=` that chose each side's dtype, when the two differ."""
-    if div.a.kind != "args":
-        return None
-    diffs = {"a": div.a.diff or {}, "b": div.b.diff or {}}
-
-    def dtype_of(diff: dict) -> str | None:
-        """The dtype this side's op ran on: its dtypes, or a `dtype=` argument
-        (`aten::_to_copy` converts float64 to float32 on one side only)."""
-        for key in ("input_dtypes", "output_dtypes"):
-            if key in diff:
-                return next((str(d) for d in diff[key] if d), None)
-        for part in str(diff.get("scalar_args", "")).split(", "):
-            if part.startswith("dtype="):
-                return part.removeprefix("dtype=")
-        return None
-
-    seen = {n: dtype_of(d) for n, d in diffs.items()}
-    if None in seen.values():
-        return None
-    out: dict[str, Origin] = {}
-    for n, dtype in seen.items():
-        o = find_attribute_origin(
-            "dtype", sides[n].files, dtype.replace("torch.", ""), sides[n].config
-        )
-        if o is None or o.span is None:
-            return None
-        out[n] = o
-    return out if out["a"].value != out["b"].value else None
 
 
 def _code_lines(p: Profile, ops: list[int], op: int | None) -> list[int]:
@@ -222,10 +200,14 @@ def _counterpart_origin(
     return _block_origin(there) if there is not None else None
 
 
-def _category(kind: str, div: Divergence | None, rule: RuleMatch | None) -> str | None:
+def _category(
+    kind: str, div: Divergence | None, rule: RuleMatch | None, wasteful: str = "a"
+) -> str | None:
     if rule is not None:
         return rule.rule.category
-    if div is not None and (div.a.kind == "none" or div.b.kind == "none"):
+    # redundant: the wasteful side ran work the efficient one has nothing in place of
+    # (the efficient side's extra layout copy that buys a faster kernel is not)
+    if div is not None and (div.b if wasteful == "a" else div.a).kind == "none":
         return "redundant"
     if kind == "code":
         return "api-misuse"
@@ -446,15 +428,13 @@ class Diagnoser:
         if kv is None:
             kv = native_key_variable(knobs, sides, self.kb, level=div.level)
             self._kv_cache[key] = kv
+        grad_mode_origins(kv, sides)
         ow = kv.origins.get(w)
         if ow is not None:
             return ow.kind, kv, kv.origins
         props = self._property_origins(div, sides)
-        if props is not None:
-            return props[w].kind, kv, props
-        dtypes = _dtype_origins(div, sides)
-        if dtypes is not None:
-            return dtypes[w].kind, kv, dict(dtypes)
+        if props is not None and props.get(w) is not None:
+            return props[w].kind, kv, props  # type: ignore[union-attr]
         if div.a.kind == "args" and div.a.diff:
             return "code", kv, self._code_origins(finding, div)
         return "unknown", kv, kv.origins
@@ -464,13 +444,21 @@ class Diagnoser:
     ) -> dict[str, Origin | None] | None:
         """A kernel-argument divergence: walk the differing operand back through the
         recorded dataflow to the op or source that set its property (argflow.py), then
-        into the user's code to the keyword that set it. One side may never set it (the
-        library default): its origin is where the other side's setting belongs."""
+        into the user's code: the keyword that sets that property (`memory_format=`,
+        `dtype=`; one side may never set it — the library default — and its origin is
+        where the other side's setting belongs), else, for a source set before the
+        region, the statement of setup() where the two sides differ (setupflow.py)."""
         prop = div.prop
         if prop is None or div.op_a is None or div.op_b is None:
             return None
         profs = {"a": self.runs.a, "b": self.runs.b}
         trace_both(prop, div.op_a, div.op_b, profs["a"], profs["b"])
+        return self._keyword_origins(prop, profs, sides) or self._setup_origins(prop, profs)
+
+    @staticmethod
+    def _keyword_origins(
+        prop: OperandProperty, profs: dict[str, Profile], sides: dict[str, SideInfo]
+    ) -> dict[str, Origin | None] | None:
         found: dict[str, Origin | None] = {
             n: setup_origin(prop, n, profs[n], sides[n].files, sides[n].config) for n in "ab"
         }
@@ -487,6 +475,19 @@ class Diagnoser:
         absent.value = f"torch.{seen}" if seen else None
         found[other] = absent
         return found
+
+    @staticmethod
+    def _setup_origins(
+        prop: OperandProperty, profs: dict[str, Profile]
+    ) -> dict[str, Origin | None] | None:
+        """No keyword names the value: compare the two sides' source from where the walk
+        stopped — the operator that set the property (its user line, then its callers)
+        or, for a source tensor, setup() — statement by statement (setupflow.py)."""
+        kinds = {prop.set_by.get(n, {}).get("kind") for n in "ab"}
+        if None in kinds or (len(kinds) > 1 and "op" in kinds):
+            return None
+        found = setup_difference(profs["a"], profs["b"], prop.set_by)
+        return dict(found) if found is not None else None
 
     def _code_origins(self, finding: Finding, div: Divergence) -> dict[str, Origin | None]:
         out = {
@@ -516,7 +517,7 @@ class Diagnoser:
         kind, kv, origins = self._key_variable(finding, div, matches)
         matches = _explaining_rules(matches, kv, origins.get(w), kind, self.kb)
         best = matches[0] if matches else None
-        finding.category = _category(kind, div, best)
+        finding.category = _category(kind, div, best, w)
         finding.root_cause = _root_cause(kind, kv, origins, w, matches)
         if div is not None and div.same_everything() and kind == "unknown":
             finding.verdict = "noise"

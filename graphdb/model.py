@@ -763,19 +763,25 @@ class OperandProperty:
     (diagnose/argflow.py, the backward walk over the recorded dataflow)."""
 
     name: str  # "device" | "dtype" | "shape" | "strides"
-    operand: int  # input position of the operator
+    operand: int  # input position of the operator (output position when `output`)
     values: dict[str, Any] = field(default_factory=dict)  # side -> the operand's value
     # side -> where the walk stopped: {"tensor", "kind" ("param" | "input" | ... | "op"),
     # "name" (parameter name or operator), "op" (idx, for kind "op"), "hops"}
     set_by: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the operator's inputs agree and its output differs: the operator set the property
+    # from an argument (`x.to(dtype=...)` converting to another dtype on one side)
+    output: bool = False
 
     def to_json(self) -> dict:
-        return {
+        d = {
             "name": self.name,
             "operand": self.operand,
             "values": dict(self.values),
             "set_by": dict(self.set_by),
         }
+        if self.output:
+            d["output"] = True
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> OperandProperty:

@@ -102,7 +102,9 @@ def test_memory_format_set_in_setup_is_found_and_the_patch_applies(tmp_path):
     assert mf, [(f.get("divergence"), f.get("root_cause")) for f in findings]
     f = mf[0]
     div, rc = f["divergence"], f["root_cause"]
-    assert div["kind"] == "args" and div["property"]["name"] == "strides"
+    # the relu regions differ in their operand's strides (`args`); the first conv's
+    # region in its dispatch (an extra layout copy on b, `extra`): both name the weight
+    assert div["kind"] in ("args", "extra") and div["property"]["name"] == "strides"
     assert div["property"]["set_by"]["b"]["kind"] == "param"
     assert rc["kind"] == "api-argument"
     assert rc["values"] == {"a": "torch.contiguous_format", "b": "torch.channels_last"}
@@ -129,3 +131,25 @@ def test_memory_format_set_in_setup_is_found_and_the_patch_applies(tmp_path):
         "    model = make_model().eval()\n    model = model.to(memory_format=torch.channels_last)\n"
         in patched
     )
+
+
+def test_a_dispatch_divergence_carries_the_operand_property_that_chose_it():
+    """Below Python the operands steer dispatch as well as the knobs: with a
+    channels-last weight the same convolution runs an extra layout copy. The divergence
+    names the weight's strides, so the walk back (and the root cause) can follow them."""
+    from magneton.diagnose.divergence import _build
+    from magneton.graphdb.paths import PathPair
+
+    pa = _conv_relu_mean(W_NCHW, NCHW)
+    pb = _conv_relu_mean(W_NHWC, NHWC)
+    common = ("at:aten::convolution", "at:aten::_convolution")
+    pair = PathPair(0, 0, common + ("at:aten::mkldnn_convolution",),
+                    common + ("at:aten::contiguous",), 2)  # fmt: skip
+    d = _build(pair, pa, pb, 0)
+    assert d.level == "dispatch" and d.prop is not None
+    assert (d.prop.name, d.prop.operand) == ("strides", 1)  # the weight, not the input
+    trace_both(d.prop, 0, 0, pa, pb)
+    assert d.prop.set_by["b"]["kind"] == "param" and d.prop.set_by["b"]["name"] == "0.weight"
+    # a Python-level divergence is a choice made in code: no operand property
+    py = PathPair(0, 0, ("py:lib.py:3:f",), ("py:lib.py:5:g",), 0)
+    assert _build(py, pa, pb, 0).prop is None
