@@ -133,6 +133,114 @@ def test_case_diagnosis(case):
         assert f.root_cause.file and f.root_cause.line
 
 
+# Cases with checks of their own, run on the recording the `case` fixture made (before
+# test_patch_closes_the_gap edits the case's a.py), each on a copy it may patch.
+
+ARGUMENT_PORTS = {
+    # redundant copies one argument away from gone: F.pad writes a padded copy where b's
+    # F.conv2d pads itself; `.contiguous()` copies a channels-last batch where b's call
+    # passes memory_format (no work, no operator: b's statement is found by where it
+    # stands, not by a recorded frame)
+    "pad_copy": (
+        "return F.conv2d(F.pad(x, (1, 1, 1, 1)), weight, stride=2, groups=CHANNELS)",
+        "return F.conv2d(x, weight, stride=2, padding=1, groups=CHANNELS)",
+    ),
+    "contiguous_copy": (
+        "images = images.contiguous()",
+        "images = images.contiguous(memory_format=torch.channels_last)",
+    ),
+}
+
+
+def _run_script(path: Path):
+    import runpy
+
+    ns = runpy.run_path(str(path))
+    return ns["main"](*ns["setup"]())
+
+
+def _own_copy(d: Path, tmp_path: Path) -> Path:
+    work = tmp_path / d.name
+    shutil.copytree(d, work, ignore=shutil.ignore_patterns("fix.patch", "__pycache__"))
+    return work
+
+
+def test_redundant_copy_gets_an_argument_port_that_applies(case, tmp_path):
+    """The patch ports the efficient side's arguments into the wasteful call, applies
+    with `git apply`, changes only that line, and computes the same result."""
+    import torch
+
+    name, d, db, diff, expect = case
+    if name not in ARGUMENT_PORTS:
+        pytest.skip("not an argument-port case")
+    old_call, new_call = ARGUMENT_PORTS[name]
+    work = _own_copy(d, tmp_path)
+    db = str(db)
+    findings = diff["findings"]
+    assert_no_noop_fix(findings)
+    lines = (work / "a.py").read_text().splitlines()
+    copy_line = next(i for i, ln in enumerate(lines, 1) if ln.strip() == old_call)
+    mine = [
+        f
+        for f in findings
+        if (f.get("root_cause") or {}).get("line") == copy_line
+        and (f.get("fix") or {}).get("patch")
+    ]
+    assert mine, [(f.get("root_cause"), f.get("fix")) for f in findings]
+    # every finding rooted at the copy's line (contiguous_copy has a second one: the
+    # scaling reads the other layout, followed back to the same call's memory_format)
+    # ports the argument rather than adding a statement that would copy back
+    for g in mine:
+        assert f"+    {new_call}\n" in g["fix"]["patch"], g["fix"]
+        assert "with the efficient side's arguments" in g["fix"]["summary"]
+        assert g["root_cause"]["origins"]["b"]["code"] == new_call  # b's own statement
+    f = next(g for g in mine if g["category"] == "redundant")
+    assert f["wasteful"] == "a" and f["root_cause"]["kind"] == "code"
+    assert os.path.basename(f["root_cause"]["file"]) == "a.py"
+    patch = tmp_path / "fix.patch"
+    magneton("export-patch", "--db", db, "a", "b", "--finding", str(f["id"]), "-o", str(patch))
+    before = _run_script(work / "a.py")
+    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+    subprocess.run(["git", "apply", str(patch)], cwd=work, check=True)
+    patched = (work / "a.py").read_text().splitlines()
+    # only the wasteful call changed, to the efficient side's call
+    assert patched[copy_line - 1].strip() == new_call
+    assert [ln for i, ln in enumerate(patched, 1) if i != copy_line] == [
+        ln for i, ln in enumerate(lines, 1) if i != copy_line
+    ]
+    torch.testing.assert_close(_run_script(work / "a.py"), before, rtol=0, atol=0)
+
+
+def test_root_line_is_the_first_diverging_line_and_the_patch_applies(case, tmp_path):
+    """The root line is the divergence's own user line (root_line_below): the region opens
+    with a statement both sides share, the sides part one line below; the patch applies
+    with `git apply` and leaves the shared line alone."""
+    name, d, db, diff, expect = case
+    if name != "root_line_below":
+        pytest.skip("checked on root_line_below")
+    work = _own_copy(d, tmp_path)
+    db = str(db)
+    findings = diff["findings"]
+    assert_no_noop_fix(findings)
+    code = [f for f in findings if (f.get("root_cause") or {}).get("kind") == "code"]
+    assert code, [f.get("root_cause") for f in findings]
+    f = code[0]
+    lines = (work / "a.py").read_text().splitlines()
+    sum_line = next(i for i, ln in enumerate(lines, 1) if ".sum(-1)" in ln)
+    rc = f["root_cause"]
+    assert f["wasteful"] == "a" and f["category"] == "api-misuse"
+    assert (os.path.basename(rc["file"]), rc["line"]) == ("a.py", sum_line)
+    assert "F.normalize" not in rc["code"]  # the shared line above is not the cause
+    assert rc["origins"]["b"]["code"] == "return F.linear(x, w)"
+    patch = tmp_path / "fix.patch"
+    magneton("export-patch", "--db", db, "a", "b", "--finding", str(f["id"]), "-o", str(patch))
+    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+    subprocess.run(["git", "apply", str(patch)], cwd=work, check=True)
+    patched = (work / "a.py").read_text().splitlines()
+    assert patched[sum_line - 1].strip() == "return F.linear(x, w)"
+    assert patched[sum_line - 2] == lines[sum_line - 2]  # the normalization kept
+
+
 def test_patch_closes_the_gap(case):
     name, d, db, diff, expect = case
     if name not in PATCHED_CASES:
