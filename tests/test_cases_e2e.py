@@ -249,7 +249,6 @@ def test_patch_closes_the_gap(case):
     assert f is not None and f.fix.patch
     before = f.saving_j
     patch = d / "fix.patch"
-    magneton("export-patch", "--db", str(db), "a", "b", "--finding", str(f.id), "-o", str(patch))
     original = (d / "a.py").read_text()
     magneton(
         "export-patch",
