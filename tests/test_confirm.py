@@ -303,3 +303,41 @@ def test_a_region_the_efficient_side_does_not_run_is_confirmed_from_the_wasteful
     iv = SavingInterval(ratio, low, high, 0.08, 0.12, 0.95, 8, 8, confirmed=True, rounds=8)
     text = json.dumps(iv.to_json(), allow_nan=False)  # strict JSON: no Infinity
     assert SavingInterval.from_json(json.loads(text)) == iv
+
+
+def test_identical_work_measured_apart_in_the_same_rounds_widens_every_interval():
+    # two worker processes can differ in ways pairing does not cancel (allocations, core
+    # placement under load); identical work re-measured in the same rounds shows it
+    from types import SimpleNamespace
+
+    from magneton.diagnose.confirm import between_workers_log_sd
+
+    rng = np.random.default_rng(5)
+    n = 8
+
+    def rounds(*cols):
+        s = np.stack(cols, axis=1)
+        return SimpleNamespace(samples_j=s, interp_samples_j=np.zeros_like(s))
+
+    def jitter(x):
+        return x * np.exp(rng.normal(0.0, 0.01, n))
+
+    # op 0: the candidate, 1.3x on a; op 1: identical work, also 1.3x on a (a bias)
+    biased = {
+        "a": rounds(jitter(np.full(n, 1.3)), jitter(np.full(n, 13.0))),
+        "b": rounds(jitter(np.full(n, 1.0)), jitter(np.full(n, 10.0))),
+    }
+    sd = between_workers_log_sd(biased, [([1], [1])])
+    assert sd > 0.2
+    _, low, _ = paired_interval(
+        biased["a"].samples_j[:, 0], biased["b"].samples_j[:, 0], between_sd=sd
+    )
+    assert not confident(low, 0.10)
+    # the same candidate next to identical work that agrees: confirmed
+    fair = {
+        "a": rounds(jitter(np.full(n, 1.3)), jitter(np.full(n, 10.0))),
+        "b": rounds(jitter(np.full(n, 1.0)), jitter(np.full(n, 10.0))),
+    }
+    sd = between_workers_log_sd(fair, [([1], [1])])
+    _, low, _ = paired_interval(fair["a"].samples_j[:, 0], fair["b"].samples_j[:, 0], between_sd=sd)
+    assert sd < 0.05 and confident(low, 0.10)
