@@ -79,10 +79,7 @@ class WorkerError(Exception):
 
 
 def paired_interval(
-    wasteful_j: np.ndarray,
-    efficient_j: np.ndarray,
-    confidence: float = CONFIDENCE,
-    between_sd: float = 0.0,
+    wasteful_j: np.ndarray, efficient_j: np.ndarray, confidence: float = CONFIDENCE
 ) -> tuple[float, float, float] | None:
     """(ratio, low, high) of E_wasteful / E_efficient from paired rounds: the geometric
     mean of the per-round ratios and its one-sided bounds at `confidence` (Student's t on
@@ -96,10 +93,7 @@ def paired_interval(
     if n < 2:
         return None
     mean = float(d.mean())
-    # `between_sd`: how far identical work measured apart in the same rounds
-    # (`between_workers_log_sd`), a bias of the two worker processes that pairing
-    # cannot cancel
-    se = float(np.sqrt(d.var(ddof=1) / n + between_sd**2))
+    se = float(d.std(ddof=1)) / np.sqrt(n)
     q = float(stats.t.ppf(confidence, n - 1))
     return float(np.exp(mean)), float(np.exp(mean - q * se)), float(np.exp(mean + q * se))
 
@@ -320,39 +314,12 @@ def _region_j(att, ops: list[int], kind: str = "region") -> np.ndarray:
     return rows[:, ops].sum(axis=1)
 
 
-def between_workers_log_sd(att: dict, witnesses: list[tuple[list[int], list[int]]]) -> float:
-    """How far identical work measured apart in the same rounds, in log units: the
-    energy-weighted root mean square of the witnesses' mean log ratios (detect.py's
-    `witnesses`: same operators, inputs, kernels on both sides). Pairing cancels drift
-    over time, not what differs between the two worker processes (their allocations,
-    cache and core placement under load): an A/A diff under load had one region
-    confirmed 1.3x apart while its identical neighbours agreed less well than the rounds
-    alone said. 0 without witnesses."""
-    num = den = 0.0
-    run_a = max(float(att["a"].samples_j.sum(axis=1).mean()), 1e-300)
-    run_b = max(float(att["b"].samples_j.sum(axis=1).mean()), 1e-300)
-    for ops_a, ops_b in witnesses:
-        ea, eb = _region_j(att["a"], ops_a), _region_j(att["b"], ops_b)
-        ok = (ea > 0) & (eb > 0)
-        if ok.sum() < 2:
-            continue
-        d = float(np.mean(np.log(ea[ok]) - np.log(eb[ok])))
-        w = 0.5 * (ea.mean() / run_a + eb.mean() / run_b)
-        num += w * d * d
-        den += w
-    return float(np.sqrt(num / den)) if den > 0 else 0.0
-
-
-def _intervals(
-    findings: list[Finding], att: dict, witnesses: list[tuple[list[int], list[int]]] = ()
-) -> list[tuple[float, float, float] | None]:
-    sd = between_workers_log_sd(att, list(witnesses))
+def _intervals(findings: list[Finding], att: dict) -> list[tuple[float, float, float] | None]:
     out = []
     for f in findings:
         ea = _region_j(att["a"], f.region_a.ops, f.kind)
         eb = _region_j(att["b"], f.region_b.ops, f.kind)
-        w, e = (ea, eb) if f.wasteful == "a" else (eb, ea)
-        out.append(paired_interval(w, e, between_sd=sd))
+        out.append(paired_interval(ea, eb) if f.wasteful == "a" else paired_interval(eb, ea))
     return out
 
 
@@ -370,7 +337,6 @@ def interleave(
     findings: list[Finding],
     profiles: dict[str, Profile],
     threshold: float,
-    witnesses: list[tuple[list[int], list[int]]] = (),
 ) -> tuple[Rounds, dict]:
     """Alternate rounds until every candidate is decided (module docstring); returns the
     rounds and the last pricing of each side."""
@@ -385,7 +351,7 @@ def interleave(
         if rounds.n < MIN_ROUNDS:
             continue
         att = {s: rounds.priced(s, profiles[s]) for s in ("a", "b")}
-        ivs = _intervals(findings, att, witnesses)
+        ivs = _intervals(findings, att)
         if all(_decided(iv, threshold) for iv in ivs) or time.monotonic() - t0 > BUDGET_S:
             break
     if not att:
@@ -471,19 +437,11 @@ def mark_unconfirmed(findings: list[Finding], why: str) -> None:
 
 
 def confirm_findings(
-    pa: Profile,
-    pb: Profile,
-    findings: list[Finding],
-    threshold: float,
-    *,
-    rerun: bool = True,
-    witnesses: list[tuple[list[int], list[int]]] = (),
+    pa: Profile, pb: Profile, findings: list[Finding], threshold: float, *, rerun: bool = True
 ) -> tuple[list[Finding], str]:
     """The findings that interleaved re-measurement confirms (re-ranked), and a one-line
     note of what it did. Findings it cannot confirm are returned as they are, marked
-    unconfirmed with the reason (module docstring). `witnesses`: (ops a, ops b) of the
-    matched pairs that did identical work; their spread in the same rounds widens every
-    interval (`between_workers_log_sd`)."""
+    unconfirmed with the reason (module docstring)."""
     if not findings:
         return findings, ""
     why = ""
@@ -507,7 +465,7 @@ def confirm_findings(
                 for w in workers.values():
                     w.read(STARTUP_TIMEOUT_S)
                 t_ready = time.monotonic()
-                rounds, att = interleave(workers, findings, profiles, threshold, witnesses)
+                rounds, att = interleave(workers, findings, profiles, threshold)
             finally:
                 for w in workers.values():
                     w.close()
@@ -520,7 +478,7 @@ def confirm_findings(
         return findings, f"findings unconfirmed: {why}"
     n = rounds.n
     kept = []
-    for f, iv in zip(findings, _intervals(findings, att, witnesses), strict=True):
+    for f, iv in zip(findings, _intervals(findings, att), strict=True):
         if iv is not None and confident(iv[1], threshold):
             g = _confirmed(f, iv, att, rounds)
             if g is not None:

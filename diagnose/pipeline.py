@@ -139,11 +139,8 @@ def diff_run_pair(
 
         # before anything is reported or diagnosed: a candidate that interleaved
         # re-measurement does not confirm is not a finding (diagnose/confirm.py)
-        from .detect import witnesses
-
-        same = [(rp.a.ops, rp.b.ops) for rp in witnesses(pa, pb, m.pairs)]
         result.findings, result.confirm_note = confirm_findings(
-            pa, pb, result.findings, threshold, rerun=rerun, witnesses=same
+            pa, pb, result.findings, threshold, rerun=rerun
         )
     out = DiffOutcome(
         result=result,
