@@ -236,6 +236,20 @@ def between_runs_log_sd(pa: Profile, pb: Profile, pairs: list[RegionPair]) -> fl
     return float(np.sqrt(num / (den + PRIOR_WEIGHT)))
 
 
+def point_candidate(
+    ea: float, eb: float, e_run_a: float, e_run_b: float, threshold: float
+) -> str | None:
+    """The point rule (module docstring): the side that spends more when the two
+    energies differ by the threshold and either reaches the tiny-share floor of its run;
+    None otherwise."""
+    big = max(ea, eb)
+    if big <= 0.0 or abs(ea - eb) < threshold * big:
+        return None
+    if ea < TINY_SHARE * e_run_a and eb < TINY_SHARE * e_run_b:
+        return None
+    return "a" if ea > eb else "b"
+
+
 def confident(ratio_low: float, threshold: float) -> bool:
     """Whether the saving's lower bound, as a share of the wasteful side, reaches it."""
     return ratio_low > 1.0 and 1.0 - 1.0 / ratio_low >= threshold
@@ -334,12 +348,9 @@ def detect(
         ra = _union(pa, [rp.a for rp in group])
         rb = _union(pb, [rp.b for rp in group])
         ea, eb = ra.energy_j, rb.energy_j
-        big = max(ea, eb)
-        if big <= 0.0 or abs(ea - eb) < threshold * big:
+        wasteful = point_candidate(ea, eb, e_run_a, e_run_b, threshold)
+        if wasteful is None:
             continue
-        if ea < TINY_SHARE * e_run_a and eb < TINY_SHARE * e_run_b:
-            continue
-        wasteful = "a" if ea > eb else "b"
         e_w, e_eff = (ea, eb) if wasteful == "a" else (eb, ea)
         interval = _interval(
             region_samples(samp_a, ra.ops),

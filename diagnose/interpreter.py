@@ -197,8 +197,8 @@ def interpreter_findings(
     """Findings for the places whose interpreter energy differs confidently (ids 0; the
     caller numbers them with the operator findings). `pairs`: the matched region pairs,
     whose identical work calibrates the noise between the two recordings."""
-    from .detect import TINY_SHARE, between_runs_log_sd, confident, run_energy_j
     from .detect import _interval as saving_interval_of
+    from .detect import between_runs_log_sd, confident, point_candidate, run_energy_j
 
     pl_a, pl_b = places(pa, pb), places(pb, pa)
     if not pl_a and not pl_b:
@@ -210,12 +210,9 @@ def interpreter_findings(
         a = pl_a.get(key, Place(key=key))
         b = pl_b.get(key, Place(key=key))
         ea, eb = a.energy_j, b.energy_j
-        big = max(ea, eb)
-        if big <= 0.0 or abs(ea - eb) < threshold * big:
+        wasteful = point_candidate(ea, eb, e_run_a, e_run_b, threshold)
+        if wasteful is None:
             continue
-        if ea < TINY_SHARE * e_run_a and eb < TINY_SHARE * e_run_b:
-            continue
-        wasteful = "a" if ea > eb else "b"
         e_w, e_eff = (ea, eb) if wasteful == "a" else (eb, ea)
         interval = saving_interval_of(a.samples_j, b.samples_j, wasteful, e_w, e_eff, between_sd)
         if interval is not None and not confident(interval.ratio_low, threshold):
