@@ -31,7 +31,8 @@ stored). Choices and the failures they prevent:
   statements in one text.
 - Failure modes are named, never lumped as "corrupt": a DB in use (`DBLocked`), not
   writable (`DBNotWritable`), out of disk (checked before writing, `check_space`), a
-  commit cut in its checkpoint (`.shadow`, finished by `_finish_commit`), and a run whose
+  commit cut in its checkpoint (`.shadow`, finished by `_finish_commit`, or set aside
+  beside the DB when a full disk cut the shadow pages short), and a run whose
   numbers or references are implausible on load (`_check_plausible`: damaged pages).
 - Damage (graphdb/integrity.py): each Run stores a checksum of its rows, verified by
   every `load_profile`; a file that is not byte for byte what a writer's clean close left
@@ -56,7 +57,9 @@ import operator
 import os
 import re
 import shutil
+import sys
 import threading
+import time
 import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
@@ -224,11 +227,50 @@ def open_db_prefer_write(path: str | Path) -> ProfileDB:
 
 def _open_kuzu(file: Path, read_only: bool) -> kuzu.Database:
     try:
-        return _kuzu_database(file, read_only)
+        return _kuzu_database(file, read_only) if read_only else _kuzu_writable(file)
     except RuntimeError as e:  # kuzu raises RuntimeError for everything
         if read_only and "shadow" in str(e).lower():
             return _finish_commit(file)
         raise _open_error(file, e, read_only) from None
+
+
+def _kuzu_writable(file: Path) -> kuzu.Database:
+    """A writable open, which replays an unfinished commit; one that cannot be finished
+    is set aside first."""
+    try:
+        return _kuzu_database(file, read_only=False)
+    except RuntimeError as e:
+        if not _shadow_cut(e):
+            raise
+    _set_aside_unfinished(file)
+    return _kuzu_database(file, read_only=False)
+
+
+def _shadow_cut(e: BaseException) -> bool:
+    """Kùzu cannot finish a commit whose shadow file is shorter than its WAL says: the
+    disk filled while the checkpoint wrote it (reproduced in tests/test_faults.py; the
+    writer then spun and was killed). No later open can finish that commit."""
+    msg = str(e).lower()
+    return ".shadow" in msg and "past the end of the file" in msg
+
+
+def _set_aside_unfinished(file: Path) -> None:
+    """Move the WAL and the cut shadow pages of a commit that cannot be finished into a
+    folder beside the DB (kept, never deleted), so the DB opens as of its last finished
+    commit. The commit was the write that ran out of disk; the runs before it stay, and
+    their checksums are still verified when loaded (graphdb/integrity.py)."""
+    aside = file.with_name(f"{file.name}.unfinished-{time.strftime('%Y%m%d-%H%M%S')}")
+    aside.mkdir(exist_ok=True)
+    for suffix in (".wal", ".shadow"):
+        part = file.with_name(file.name + suffix)
+        if part.exists():
+            part.rename(aside / part.name)
+    print(
+        f"magneton: the last commit to {file.parent} could not be finished (its shadow "
+        f"pages were cut short, by a full disk or a kill); it was set aside in {aside} "
+        "and the DB is as of the commit before it",
+        file=sys.stderr,
+    )
 
 
 def _kuzu_database(file: Path, read_only: bool) -> kuzu.Database:
@@ -244,7 +286,7 @@ def _finish_commit(file: Path) -> kuzu.Database:
     writable open, so one is made and closed first; when that is impossible the user
     is told the one command that finishes it, and never that the DB is corrupt."""
     try:
-        _kuzu_database(file, read_only=False).close()
+        _kuzu_writable(file).close()
     except RuntimeError as e:
         err = _open_error(file, e, read_only=False)
         if isinstance(err, DBLocked):

@@ -169,6 +169,9 @@ def _run_probe(file: Path) -> dict[str, str]:
     steps = [ln[len("reading ") :] for ln in lines if ln.startswith("reading ")]
     result = next((ln[len("result ") :] for ln in reversed(lines) if ln.startswith("result ")), "")
     if proc.returncode == 0 and result:
+        for line in proc.stderr.splitlines():  # what the open told the user (a set-aside)
+            if line.startswith("magneton: "):
+                print(line, file=sys.stderr)
         return json.loads(result)
     if proc.returncode == 3 and proc.stderr.strip():  # its one-line MagnetonError
         raise MagnetonError(proc.stderr.strip().splitlines()[-1])

@@ -96,7 +96,11 @@ def test_memory_format_set_in_setup_is_found_and_the_patch_applies(tmp_path):
     db = str(tmp_path / "db")
     for side in ("a", "b"):
         magneton("record", str(work / f"{side}.py"), "--db", db, "--run", side, "--repeat", "10")
-    findings = json.loads(magneton("diff", "--db", db, "a", "b", "--json"))["findings"]
+    # detection only (--no-rerun): this is about the walk back into setup(); whether the
+    # layout gap survives interleaved re-measurement is the CPU's call (on the 2-core CI
+    # machine the convolutions came out within noise and only a Python-time row stayed)
+    diff = magneton("diff", "--db", db, "a", "b", "--json", "--no-rerun")
+    findings = json.loads(diff)["findings"]
     assert_no_noop_fix(findings)
     mf = [f for f in findings if (f.get("root_cause") or {}).get("variable") == "memory_format"]
     assert mf, [(f.get("divergence"), f.get("root_cause")) for f in findings]
