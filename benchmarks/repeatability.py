@@ -11,7 +11,8 @@ record` (separate processes, as a user would), then:
 * every A/A pair diffed as a user would (`magneton diff --json`: candidates confirmed by
   interleaved re-measurement, under the same load): the number of findings of each
   verdict (goal: zero of any verdict); printed as shown/detected, where "detected" is
-  what detection alone flagged (`--no-rerun`).
+  what detection alone flagged (`--no-rerun`), plus how many confirmed differences
+  diagnosis dismissed (the same kernels, arguments and settings on both sides: no finding).
 
 Timings on a shared machine mean little; run it alone.
 
@@ -64,18 +65,20 @@ def _run_stats(db: Path, run: str) -> dict:
     }
 
 
-def _findings(db: Path, a: str, b: str, *extra: str) -> list[dict]:
+def _findings(db: Path, a: str, b: str, *extra: str) -> tuple[list[dict], list[dict]]:
+    """(findings, dismissed: differences diagnosis found no software cause for)."""
     p = magneton("diff", "--db", str(db), a, b, *extra, "--json")
     if p.returncode not in (0, 1):
         raise SystemExit(f"diff {a} {b} failed: {p.stderr.strip()}")
-    return json.loads(p.stdout)["findings"]
+    out = json.loads(p.stdout)
+    return out["findings"], out.get("dismissed", [])
 
 
 def _diff_counts(db: Path, a: str, b: str) -> dict:
     """What a user is shown (`diff`: candidates confirmed by interleaved re-measurement,
     diagnosed) and what detection alone flagged (`diff --no-rerun`)."""
-    shown = _findings(db, a, b)
-    detected = _findings(db, a, b, "--no-rerun")
+    shown, dismissed = _findings(db, a, b)
+    detected = _findings(db, a, b, "--no-rerun")[0]
     counts: dict[str, int] = {}
     for f in shown:
         counts[f["verdict"]] = counts.get(f["verdict"], 0) + 1
@@ -84,6 +87,7 @@ def _diff_counts(db: Path, a: str, b: str) -> dict:
         "b": b,
         "findings": len(shown),
         "by_verdict": counts,
+        "dismissed": len(dismissed),
         "detected_unconfirmed": len(detected),
     }
 
@@ -142,7 +146,11 @@ def main(argv: list[str] | None = None) -> int:
             results.append(r)
             js = " ".join(f"{s['energy_j']:.3g}" for s in r["runs"])
             cvs = " ".join(f"{100 * (s['cv'] or 0):.0f}%" for s in r["runs"])
-            counts = [f"{d['findings']}/{d['detected_unconfirmed']}" for d in r["diffs"]]
+            counts = [
+                f"{d['findings']}/{d['detected_unconfirmed']}"
+                + (f" ({d['dismissed']} dismissed)" if d["dismissed"] else "")
+                for d in r["diffs"]
+            ]
             print(
                 f"{r['script'][-36:]:36s} {cond:5s} {js:34s} {r['spread']:7.3f} {cvs:>12s} {counts}"
             )

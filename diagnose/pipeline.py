@@ -163,6 +163,10 @@ def diff_run_pair(
         out.kb = default_knowledge()
         diagnose_result(db, result, rerun=rerun, profiles=(pa, pb), progress=step, kb=out.kb)
         out.diagnosed = True
+        # a confirmed difference with no software cause is not a finding (model.py)
+        result.dismiss_noise()
+        kept = {f.id for f in result.findings}
+        out.finding_of_region = {k: i for k, i in out.finding_of_region.items() if i in kept}
     return out
 
 

@@ -324,6 +324,16 @@ class DiffResult:
     # what interleaved confirmation did (diagnose/confirm.py), printed by `magneton diff`;
     # each finding's interval says whether it was confirmed
     confirm_note: str = ""
+    # confirmed differences that diagnosis found no software cause for (verdict "noise":
+    # the same kernels, call paths, arguments and settings on both sides): what two
+    # processes running identical work measured apart, so not findings. `diff` says how
+    # many in one line; --json lists them under "dismissed".
+    dismissed: list[Finding] = field(default_factory=list)
+
+    def dismiss_noise(self) -> None:
+        """Move the findings diagnosed as noise from `findings` to `dismissed`."""
+        self.dismissed += [f for f in self.findings if f.verdict == "noise"]
+        self.findings = [f for f in self.findings if f.verdict != "noise"]
 
     def ordered(self) -> list[Finding]:
         """Findings to act on first (by id = largest saving), then those judged noise:
@@ -347,6 +357,7 @@ class DiffResult:
             "matched_pairs": self.matched_pairs,
             "message": self.message,
             "findings": [f.to_json() for f in self.findings],
+            "dismissed": [f.to_json() for f in self.dismissed],
         }
 
 

@@ -130,7 +130,16 @@ def test_tanh_gelu_chain_is_waste_against_the_fused_gelu(db, capsys):
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     # DiffResult.to_json's keys, plus the findings grouped by cause (one per cause)
-    assert set(out) == {"a", "b", "threshold", "matched_pairs", "message", "findings", "groups"}
+    assert set(out) == {
+        "a",
+        "b",
+        "threshold",
+        "matched_pairs",
+        "message",
+        "findings",
+        "dismissed",
+        "groups",
+    }
     grouped = sorted(i for g in out["groups"] for i in g["finding_ids"])
     assert grouped == sorted(f["id"] for f in out["findings"])
     assert (
@@ -236,7 +245,8 @@ def test_a_timing_blip_on_identical_code_is_noise_not_waste(db, capsys, tmp_path
     """One recording stored twice, where in the copy the layer-1 LayerNorm came out 3×
     costlier (what a busy neighbour does to a time-based estimate): the difference is
     flagged, but diagnosis finds the same kernels, call paths, arguments and settings on
-    both sides, so the finding is "noise", listed last and not counted as one to fix."""
+    both sides, so it is no finding: it is dismissed, said in one line and listed under
+    "dismissed" in --json (issue 13: an A/A diff shows no finding of any verdict)."""
     from magneton.graphdb import open_db
 
     script = tmp_path / "ln.py"
@@ -256,15 +266,19 @@ def test_a_timing_blip_on_identical_code_is_noise_not_waste(db, capsys, tmp_path
             o.energy_j *= 3.0
         d.save_profile(p)
     out = diff_json(capsys, db, "ln_src", "ln_blip", "--no-rerun")
-    assert out["findings"], "the blip is over the threshold and must be flagged"
-    assert {f["verdict"] for f in out["findings"]} == {"noise"}
-    f = out["findings"][0]
+    assert out["findings"] == [] and out["groups"] == []
+    assert out["dismissed"], "the blip is over the threshold and must be examined"
+    assert {f["verdict"] for f in out["dismissed"]} == {"noise"}
+    f = out["dismissed"][0]
     assert f["wasteful"] == "b" and "aten::native_layer_norm" in f["ops"]["b"]
     assert "same kernels" in f["root_cause"]["note"] and not (f["fix"] or {}).get("patch")
     rc, text, _ = run(capsys, "diff", "--db", str(db), "ln_src", "ln_blip", "--no-rerun")
     assert rc == 0
-    assert "0 finding(s)" in text and "1 more judged noise" in text
-    assert "noise: both sides ran the same kernels" in text and "waste" not in text
+    assert "none differs in energy" in text and "software cause" in text
+    assert "dismissed (not findings): 1 difference(s) over the threshold" in text
+    assert "native_layer_norm" in text and "waste" not in text
+    with open_db(db) as d:  # what the TUI and export-patch read: no finding stored
+        assert d.query("MATCH (f:DiffFinding) RETURN count(f)").rows[0][0] == 0
 
 
 def test_fail_on_waste_is_a_ci_gate_with_exit_3(db, capsys):

@@ -150,6 +150,28 @@ def print_diagnosis(result: DiffResult, groups: list[CauseGroup] | None = None) 
         rc = noise[0].root_cause
         note = (rc.note if rc is not None else None) or ""
         print(f"{ids} noise: {note}")
+    if result.dismissed:
+        where = ", ".join(
+            f"{_short_ops(f)} {f.saving_share:.1%} of {f.wasteful}" for f in result.dismissed
+        )
+        print(
+            f"dismissed (not findings): {len(result.dismissed)} difference(s) over the "
+            f"threshold in "
+            f"which {_SAME_WORK}: {where}; --json lists them under "
+            '"dismissed"'
+        )
+
+
+_SAME_WORK = (
+    "both sides ran the same kernels, reached the same way, with the same arguments and "
+    "settings (what two processes running identical work measure apart)"
+)
+
+
+def _short_ops(f: Finding) -> str:
+    ops = f.ops_a if f.wasteful == "a" else f.ops_b
+    names = list(dict.fromkeys(n.removeprefix("aten::") for n in ops))
+    return " ".join(names[:3]) + (" …" if len(names) > 3 else "")
 
 
 def _ids(g: CauseGroup) -> str:
@@ -234,7 +256,7 @@ def print_result(result: DiffResult, groups: list[CauseGroup] | None = None) -> 
         console.print(
             f"{result.matched_pairs} matched region pairs; none differs in energy by "
             f"≥{result.threshold:.0%} of the larger side with 95% confidence (regions under "
-            "0.1% of a run ignored)"
+            "0.1% of a run ignored)" + (" and a software cause" if result.dismissed else "")
         )
         return
     groups = group_by_cause(result.findings) if groups is None else groups
