@@ -241,6 +241,9 @@ def test_user_errors_are_one_line(db, capsys):
     assert rc == 2 and "no Magneton DB" in err
 
 
+PAIR_FINDINGS = "MATCH (f:DiffFinding) WHERE f.run_a = $a AND f.run_b = $b RETURN count(f)"
+
+
 def test_a_timing_blip_on_identical_code_is_noise_not_waste(db, capsys, tmp_path):
     """One recording stored twice, where in the copy the layer-1 LayerNorm came out 3×
     costlier (what a busy neighbour does to a time-based estimate): the difference is
@@ -278,7 +281,7 @@ def test_a_timing_blip_on_identical_code_is_noise_not_waste(db, capsys, tmp_path
     assert "dismissed (not findings): 1 difference(s) over the threshold" in text
     assert "native_layer_norm" in text and "waste" not in text
     with open_db(db) as d:  # what the TUI and export-patch read: no finding stored
-        assert d.query("MATCH (f:DiffFinding) RETURN count(f)").rows[0][0] == 0
+        assert d.query(PAIR_FINDINGS, {"a": "ln_src", "b": "ln_blip"}).rows[0][0] == 0
 
 
 def test_fail_on_waste_is_a_ci_gate_with_exit_3(db, capsys):
