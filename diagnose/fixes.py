@@ -89,6 +89,14 @@ def _literal_code(value: str | None) -> str | None:
     return repr(value)
 
 
+def _is_expression(text: str | None) -> bool:
+    try:
+        cst.parse_expression(text or "")
+    except cst.ParserSyntaxError:
+        return False
+    return True
+
+
 def _rel(path: str | None, base: str) -> str:
     if not path:
         return ""
@@ -234,11 +242,27 @@ def _new_code(x: _FixInput) -> str | None:
     new_code = None
     if oe is not None and oe.value is not None and oe.span is not None:
         new_code = oe.value
+    elif oe is not None and oe.library_default and _is_expression(oe.value):
+        new_code = oe.value  # the default the efficient side leaves, written out
     elif kv is not None:
         new_code = _literal_code(kv.values.get(x.e))
     if x.rule is not None and x.rule.rule.efficient_value is not None and new_code is None:
         new_code = _literal_code(x.rule.rule.efficient_value)
     return new_code
+
+
+def _runs_extra_statement(x: _FixInput) -> bool:
+    """The wasteful side runs a setting statement the efficient side lacks (setupflow's
+    statement origin: no value span; the efficient side's origin is the default)."""
+    ow, oe = x.origins[x.w], x.origins.get(x.e)
+    return (
+        ow is not None
+        and ow.span is None
+        and not ow.library_default
+        and bool(ow.value and ow.file and ow.line)
+        and oe is not None
+        and oe.library_default
+    )
 
 
 def _setting_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
@@ -282,6 +306,15 @@ def _setting_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
             f"{ow.variable} is the library default {ow.value} "
             f"({_rel(ow.file, base)}:{ow.line}); pass {ins['keyword']}={new_code} "
             f"where the script builds it ({where})."
+        )
+    elif _runs_extra_statement(x):
+        oe = x.origins[e]
+        fix.summary = (
+            f"{_rel(ow.file, base)}:{ow.line} runs `{ow.value}`, which sets {ow.variable} "
+            f"to {kv.values.get(w) if kv is not None else 'another value'}; the efficient "
+            f"side has no such statement ({ow.variable} stays {oe.value if oe.value != '(not run)' else 'the default'}). "
+            "Remove it or make it conditional (no patch: deleting a statement can change "
+            "what the code after it reads)."
         )
     elif x.kind == "global-flag" and kv is not None and kv.knob is not None:
         fix.summary = (

@@ -164,3 +164,31 @@ def test_patch_of_the_default_applies_with_git(tmp_path):
     _run_with_fix(x, fix, "")
     assert fix.patch is None and "used `--attn-implementation eager`" in fix.summary
     assert json.loads(json.dumps(fix.to_json()))["patch"] is None
+
+
+def test_an_explicit_setting_is_patched_back_to_the_default_the_efficient_side_keeps(tmp_path):
+    """The wasteful side sets a keyword (`memory_format=torch.channels_last`) that the
+    efficient side never passes (it keeps the default): the patch writes the default out
+    in the wasteful call (was: "Use the efficient run's setting.", no patch)."""
+    from magneton.diagnose.dataflow import Origin
+    from magneton.diagnose.fixes import _setting_fix
+    from magneton.diagnose.source import Span
+
+    script = tmp_path / "serve.py"
+    line = "    model = model.to(memory_format=torch.channels_last)"
+    script.write_text(f"import torch\n\n\ndef setup(model):\n{line}\n    return model\n")
+    col = line.index("torch.channels_last")
+    ow = Origin(kind="api-argument", variable="memory_format", file=str(script), line=5,
+                code=line.strip(), value="torch.channels_last",
+                span=Span(5, col, 5, col + len("torch.channels_last")))  # fmt: skip
+    oe = Origin(kind="api-argument", variable="memory_format", file=str(script), line=5,
+                value="torch.contiguous_format", library_default=True)  # fmt: skip
+    side = SimpleNamespace(run=SimpleNamespace(script=str(script)))
+    x = _FixInput(_finding(), None, {"a": ow, "b": oe}, RunPair(side, side), None, "api-argument")  # type: ignore[arg-type]
+    fix = Fix()
+    _setting_fix(x, fix, "")
+    assert "from torch.channels_last to torch.contiguous_format" in fix.summary and fix.patch
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "fix.patch").write_text(fix.patch)
+    subprocess.run(["git", "apply", "fix.patch"], cwd=tmp_path, check=True)
+    assert "model.to(memory_format=torch.contiguous_format)" in script.read_text()
