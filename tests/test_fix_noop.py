@@ -192,3 +192,23 @@ def test_an_explicit_setting_is_patched_back_to_the_default_the_efficient_side_k
     (tmp_path / "fix.patch").write_text(fix.patch)
     subprocess.run(["git", "apply", "fix.patch"], cwd=tmp_path, check=True)
     assert "model.to(memory_format=torch.contiguous_format)" in script.read_text()
+
+
+def test_an_extra_setting_statement_is_named_with_what_to_do(tmp_path):
+    """The wasteful side runs a setting statement the efficient side lacks: deleting a
+    statement is not a mechanical fix, but the advice names it and what to do."""
+    from magneton.diagnose.dataflow import Origin
+    from magneton.diagnose.fixes import _setting_fix
+
+    script = tmp_path / "serve.py"
+    script.write_text("import torch\n\n\ndef setup(x):\n    return x.to(torch.float64)\n")
+    stmt = "return x.to(torch.float64)"
+    ow = Origin(kind="api-argument", variable="dtype", file=str(script), line=5, code=stmt,
+                value=stmt)  # fmt: skip
+    oe = Origin(kind="api-argument", variable="dtype", value="(not run)", library_default=True)
+    side = SimpleNamespace(run=SimpleNamespace(script=str(script)))
+    x = _FixInput(_finding(), None, {"a": ow, "b": oe}, RunPair(side, side), None, "api-argument")  # type: ignore[arg-type]
+    fix = Fix()
+    _setting_fix(x, fix, "")
+    assert fix.patch is None and f"serve.py:5 runs `{stmt}`" in fix.summary
+    assert "Remove it or make it conditional" in fix.summary and "stays the default" in fix.summary
