@@ -47,6 +47,7 @@ from magneton.graphdb.model import (
 )
 from magneton.graphdb.vocab import BOOKKEEPING_OPS, IN_PLACE_WRITE_OPS
 from magneton.tracer.invariants import summarize
+from magneton.tracer.nested import recorded_view
 
 _TAG = "magneton#"
 
@@ -94,7 +95,7 @@ def _device_str(t: torch.Tensor) -> str:
 def _storage_key(t: torch.Tensor) -> tuple[str, int] | None:
     try:
         return (t.device.type, t.untyped_storage().data_ptr())
-    except Exception:  # sparse, meta, nested: no plain storage to alias
+    except Exception:  # sparse, meta: no plain storage to alias
         return None
 
 
@@ -282,17 +283,20 @@ class StructureCapture(TorchDispatchMode):
 
     def _register(self, t: torch.Tensor, rec: TensorRecord) -> int:
         rec.idx = len(self.result.tensors)
-        rec.shape = list(t.shape)
+        # a nested tensor is recorded through its packed components (`nested.py`); the
+        # tensor itself stays the identity key below, as that is what operators pass on
+        dense = recorded_view(t)
+        rec.shape = list(dense.shape)
         rec.dtype = str(t.dtype).replace("torch.", "")
         try:
-            rec.stride = list(t.stride())
-            rec.contiguous = bool(t.is_contiguous())
-        except Exception:
+            rec.stride = list(dense.stride())
+            rec.contiguous = bool(dense.is_contiguous())
+        except Exception:  # sparse: no strides
             rec.stride, rec.contiguous = [], False
         rec.device = _device_str(t)
-        rec.numel = t.numel()
+        rec.numel = dense.numel()
         if self.summaries:
-            for k, v in summarize(t).items():
+            for k, v in summarize(dense).items():
                 setattr(rec, k, v)
         self.result.tensors.append(rec)
         key = id(t)
@@ -342,6 +346,7 @@ class StructureCapture(TorchDispatchMode):
         flat_in, _ = tree_flatten((args, kwargs))
         in_tensors = [a for a in flat_in if isinstance(a, torch.Tensor)]
         inputs = [self._lookup(t) for t in in_tensors]
+        in_dense = [recorded_view(t) for t in in_tensors]
         op = OpRecord(
             idx=idx,
             name=name,
@@ -349,9 +354,9 @@ class StructureCapture(TorchDispatchMode):
             thread=threading.get_ident(),
             module=self.modules.current,
             inputs=inputs,
-            input_shapes=[list(t.shape) for t in in_tensors],
-            input_dtypes=[str(t.dtype).replace("torch.", "") for t in in_tensors],
-            input_contiguous=[bool(t.is_contiguous()) for t in in_tensors],
+            input_shapes=[list(t.shape) for t in in_dense],
+            input_dtypes=[str(t.dtype).replace("torch.", "") for t in in_dense],
+            input_contiguous=[bool(t.is_contiguous()) for t in in_dense],
             scalar_args=_scalar_args(func, args, kwargs),
             frames=self._stack(),
         )
