@@ -19,6 +19,10 @@ Linking a dispatched operator to its profiler subtree by timestamps would be fra
 (the profiler has its own clock); instead each intercepted call runs inside a
 `record_function("magneton#<idx>")` tag, so the profiler tree says exactly which aten
 calls belong to which recorded operator.
+
+Every shape, stride, element count and value summary of a tensor is read from
+`nested.recorded_view(t)`: the tensor itself, or for a nested tensor (which has no single
+size, and made a recording fail) its components packed one after another.
 """
 
 from __future__ import annotations
