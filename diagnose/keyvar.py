@@ -812,7 +812,7 @@ def analyze_site(
         note=note,
     )
     kv.origins = _origins_from_flow(flow, sides, ctx, kb, results)
-    kv.knob = flow_knob(flow, kb)  # the global setting the key variable's value came from
+    kv.knob = differing_knob(flow, kb, sides)  # the setting the key variable came from
     return kv
 
 
@@ -834,11 +834,12 @@ def _origins_from_flow(
                 origin = _library_default(flow.attribute, last, name, side, results)
         elif flow.terminal == "knob" and flow.knob_name:
             knob = flow_knob(flow, kb)
-            if knob is not None:
-                # the knob's value on this side is its recorded setting (the re-run saw
-                # only the expression that read it)
-                snap = next((side.config[k] for k in knob.snapshot_keys if k in side.config), None)
-                origin = _knob_origin(knob, sides, name, observed or snap)
+            if knob is not None and knob is differing_knob(flow, kb, sides):
+                # its value on this side is the recorded setting (the re-run saw only the
+                # expression that read it); never set here: the library default
+                origin = _knob_origin(knob, sides, name, observed or _snapshot(knob, side))
+            elif knob is not None:
+                origin = find_knob_origin(knob, side.files, observed, side.config)
         elif flow.terminal == "literal" and last is not None:
             user = is_user_file(last.file, side.script)
             origin = Origin(
@@ -862,6 +863,20 @@ def flow_knob(flow: DataFlow, kb: KnowledgeBase) -> Knob | None:
     return kb.knob(flow.knob_name) or next(
         (k for k in kb.knobs.values() if flow.knob_name in k.assign), None
     )
+
+
+def _snapshot(knob: Knob, side: SideInfo) -> str | None:
+    return next((side.config[k] for k in knob.snapshot_keys if k in side.config), None)
+
+
+def differing_knob(flow: DataFlow, kb: KnowledgeBase, sides: dict[str, SideInfo]) -> Knob | None:
+    """The knob the data-flow ended at when its recorded values differ between the sides:
+    only then does it explain the divergence (a knob both runs had alike cannot)."""
+    knob = flow_knob(flow, kb)
+    if knob is None:
+        return None
+    values = [_snapshot(knob, side) for side in sides.values()]
+    return knob if None not in values and len(set(values)) > 1 else None
 
 
 def _library_default(
