@@ -78,7 +78,10 @@ def summarize(v: object) -> str:
     torch = sys.modules.get("torch")  # never import torch just to describe a value
     if torch is not None:
         if isinstance(v, torch.Tensor):
-            return f"<Tensor {str(v.dtype).replace('torch.', '')} {list(v.shape)}>"
+            dtype = str(v.dtype).replace("torch.", "")
+            if v.is_nested:  # no single shape: the components it packs
+                return f"<Tensor {dtype} nested, {v.size(0)} components>"
+            return f"<Tensor {dtype} {list(v.shape)}>"
         if isinstance(v, torch.nn.Module):
             t = type(v)
             return f"<module {t.__module__}.{t.__qualname__}>"

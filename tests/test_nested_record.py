@@ -116,3 +116,13 @@ def test_recorded_view_of_nested_layouts():
     assert torch.equal(recorded_view(transposed), torch.cat([a.t().reshape(-1), b.t().reshape(-1)]))
     plain = torch.randn(2, 3)
     assert recorded_view(plain) is plain
+
+
+def test_rerun_describes_a_nested_value():
+    """The key-variable re-run describes every watched value; a nested tensor has no
+    shape to print and is described by its components."""
+    from magneton.diagnose.keyvar import summarize as describe
+
+    nested = torch.nested.nested_tensor([torch.ones(2, 3), torch.ones(4, 3)])
+    assert describe(nested) == "<Tensor float32 nested, 2 components>"
+    assert describe(torch.ones(2, 3)) == "<Tensor float32 [2, 3]>"
