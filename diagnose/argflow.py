@@ -235,9 +235,14 @@ def grad_mode_origins(kv: Any, sides: dict[str, Any]) -> None:
     function and the fix adds the efficient side's setter there as a decorator."""
     if kv is None or kv.knob is None or kv.knob.key != GRAD_MODE:
         return
+    # the grad mode each side ran in (`observed_config`), also when the key variable is a
+    # library's branch on `torch.is_grad_enabled()` whose own values are something else
+    values = {n: s.config.get(GRAD_MODE) for n, s in sides.items()}
     for side, other in (("a", "b"), ("b", "a")):
         ow, oe = kv.origins.get(side), kv.origins.get(other)
         if ow is None or oe is None or not ow.library_default or oe.library_default:
+            continue
+        if ow.insert:  # done already: the key variable is shared by a site's findings
             continue
         setter = (oe.value or "").strip()
         found = _entry_def(sides[side].script, sides[side].entry)
@@ -246,7 +251,7 @@ def grad_mode_origins(kv: Any, sides: dict[str, Any]) -> None:
         idx, fn = found
         line = idx.line_of(fn)  # the first decorator's line, or the def's
         ow.file, ow.line, ow.code = idx.path, line, idx.line_text(line)
-        ow.value = kv.values.get(side)
+        ow.value = values[side]
         ow.insert = {
             "file": idx.path,
             "line": line,
@@ -256,4 +261,4 @@ def grad_mode_origins(kv: Any, sides: dict[str, Any]) -> None:
         ow.note = f"{sides[side].entry}() runs with autograd on; the other side uses {setter}"
         # the efficient side's value is the grad mode its setter gives, not the setter
         oe.note = f"{setter}() ({oe.note})" if oe.note else f"{setter}()"
-        oe.value = kv.values.get(other)
+        oe.value = values[other]

@@ -134,6 +134,7 @@ class SliceContext:
     values: dict[tuple[str, int, str], dict[str, str]] = field(default_factory=dict)
     call_sites: dict[str, dict[tuple[str, int], tuple[str, int]]] = field(default_factory=dict)
     config_attributes: frozenset[str] = frozenset()  # knob attributes known to the KB
+    knob_names: frozenset[str] = frozenset()  # global knobs known to the KB (dotted names)
 
 
 _CONFIG_HINTS = ("config", "cfg", "hparams", "settings", "options", "opts", "args")
@@ -243,18 +244,28 @@ class BackwardSlicer:
         note: str,
         flow: DataFlow,
     ) -> None:
-        seen: set[tuple[str, int, int]] = set()
+        seen: set[tuple[str, Span]] = set()
         for _ in range(MAX_HOPS):
-            sp = idx.span(node)
-            key = (idx.path, sp.line, sp.col)
+            # the whole range: a condition and its first operand start at the same place
+            # (`torch.is_grad_enabled() and ...`), and stepping from one to the other is
+            # no loop
+            key = (idx.path, idx.span(node))
             if key in seen:
                 flow.unresolved = "the data-flow loops back on itself"
                 return
             seen.add(key)
             self._hop(flow, idx, node, note)
             if is_literal(node):
-                flow.terminal = "literal"
-                return
+                test = _selecting_test(idx, node) if is_library_file(idx.path) else None
+                if test is None:
+                    flow.terminal = "literal"
+                    return
+                # A library's literal is no line a user can change: which literal the
+                # variable got was decided by the branch it sits in (torch's
+                # `elif torch.is_grad_enabled() and ...: why_not = "grad is enabled..."`),
+                # so the walk continues through that branch's condition.
+                node, note = test, "condition that chose this value"
+                continue
             step = self._step(idx, fn, node, flow)
             if step is None:
                 return
@@ -347,7 +358,8 @@ class BackwardSlicer:
         self, idx: SourceIndex, cands: list[cst.BaseExpression]
     ) -> cst.BaseExpression | None:
         """The operand whose observed values differ between sides; else the most
-        setting-like one (config attribute > self attribute > parameter > local)."""
+        setting-like one (known knob > config attribute > self attribute > parameter >
+        local)."""
         if not cands:
             return None
         for c in cands:
@@ -359,6 +371,11 @@ class BackwardSlicer:
     def _score(self, idx: SourceIndex, node: cst.BaseExpression) -> int:
         if is_literal(node):
             return 0
+        if isinstance(node, cst.Attribute) and idx.qualified_names(node) & self.ctx.knob_names:
+            # a global knob the KB knows (`torch.is_grad_enabled` in
+            # `torch.is_grad_enabled() and any(x.requires_grad ...)`): the one operand of
+            # the condition that is a setting, whatever order the condition reads them in
+            return 12
         if isinstance(node, cst.Attribute):
             if (
                 _is_config_base(node.value)
@@ -484,6 +501,20 @@ class BackwardSlicer:
             if hit:
                 return [tuple(hit)]
         return []
+
+
+def _selecting_test(idx: SourceIndex, node: cst.CSTNode) -> cst.BaseExpression | None:
+    """The condition of the innermost `if`/`elif`/`else` whose block holds `node` (an
+    assigned value), within its function; None when no branch encloses it."""
+    child, parent = node, idx.parent(node)
+    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
+        if isinstance(parent, cst.If) and child is not parent.test:
+            return parent.test
+        if isinstance(parent, cst.Else):  # `else:` belongs to the `if` above it
+            owner = idx.parent(parent)
+            return owner.test if isinstance(owner, cst.If) else None
+        child, parent = parent, idx.parent(parent)
+    return None
 
 
 def _descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:

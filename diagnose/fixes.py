@@ -292,9 +292,13 @@ def _setting_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
         fix.file = _rel(ins["file"], base)
         oe = x.origins.get(e)
         there = f" ({os.path.basename(oe.file or '')}:{oe.line})" if oe is not None else ""
+        # `end_line` is the last line the statement goes after: one before `line` when it
+        # goes before that line's statement (a decorator above its `def`)
+        after = ins["end_line"] >= ins["line"]
+        where_to = f"{'after' if after else 'before'} line {ins['line']}"
         fix.summary = (
             f"{ow.variable} is never set in {_rel(ins['file'], base)} (the default, "
-            f"{ow.value}); add `{ins['statement']}` after line {ins['line']}, as the "
+            f"{ow.value}); add `{ins['statement']}` {where_to}, as the "
             f"efficient side does{there}."
         )
     elif ow.library_default and ow.insert and new_code:
@@ -493,7 +497,11 @@ def insert_statement(file: str, after_line: int, statement: str) -> str:
     that line (the statement it follows)."""
     with open(file, encoding="utf-8") as f:
         lines = f.read().splitlines(keepends=True)
-    ref = lines[after_line - 1]
+    ref = lines[after_line - 1].rstrip("\r\n") if after_line >= 1 else ""
+    if not ref.strip() and after_line < len(lines):
+        # a blank line (or the top of the file) says nothing about the indentation: take
+        # the statement the new one comes before (a decorator goes before its `def`)
+        ref = lines[after_line].rstrip("\r\n")
     indent = ref[: len(ref) - len(ref.lstrip())]
     lines.insert(after_line, f"{indent}{statement}\n")
     return "".join(lines)

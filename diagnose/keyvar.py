@@ -78,7 +78,10 @@ def summarize(v: object) -> str:
     torch = sys.modules.get("torch")  # never import torch just to describe a value
     if torch is not None:
         if isinstance(v, torch.Tensor):
-            return f"<Tensor {str(v.dtype).replace('torch.', '')} {list(v.shape)}>"
+            dtype = str(v.dtype).replace("torch.", "")
+            if v.is_nested:  # no single shape: the components it packs
+                return f"<Tensor {dtype} nested, {v.size(0)} components>"
+            return f"<Tensor {dtype} {list(v.shape)}>"
         if isinstance(v, torch.nn.Module):
             t = type(v)
             return f"<module {t.__module__}.{t.__qualname__}>"
@@ -651,6 +654,7 @@ def plan_site(
         config_attributes=frozenset(
             k.attribute.lstrip("_") for k in kb.knobs.values() if k.attribute
         ),
+        knob_names=frozenset(n for k in kb.knobs.values() for n in (k.key, *k.snapshot_keys)),
     )
     slicer = BackwardSlicer(ctx)
     watches, targets, branches = _static_watches(idx, fn, line, slicer)
@@ -811,6 +815,7 @@ def analyze_site(
         note=note,
     )
     kv.origins = _origins_from_flow(flow, sides, ctx, kb, results)
+    kv.knob = differing_knob(flow, kb, sides)  # the setting the key variable came from
     return kv
 
 
@@ -831,10 +836,12 @@ def _origins_from_flow(
             if origin is None and last is not None:
                 origin = _library_default(flow.attribute, last, name, side, results)
         elif flow.terminal == "knob" and flow.knob_name:
-            knob = kb.knob(flow.knob_name) or next(
-                (k for k in kb.knobs.values() if flow.knob_name in k.assign), None
-            )
-            if knob is not None:
+            knob = flow_knob(flow, kb)
+            if knob is not None and knob is differing_knob(flow, kb, sides):
+                # its value on this side is the recorded setting (the re-run saw only the
+                # expression that read it); never set here: the library default
+                origin = _knob_origin(knob, sides, name, observed or _snapshot(knob, side))
+            elif knob is not None:
                 origin = find_knob_origin(knob, side.files, observed, side.config)
         elif flow.terminal == "literal" and last is not None:
             user = is_user_file(last.file, side.script)
@@ -850,6 +857,29 @@ def _origins_from_flow(
             )
         out[name] = origin
     return out
+
+
+def flow_knob(flow: DataFlow, kb: KnowledgeBase) -> Knob | None:
+    """The KB's knob a data-flow ended at (by key, or by one of its assignment targets)."""
+    if flow.terminal != "knob" or not flow.knob_name:
+        return None
+    return kb.knob(flow.knob_name) or next(
+        (k for k in kb.knobs.values() if flow.knob_name in k.assign), None
+    )
+
+
+def _snapshot(knob: Knob, side: SideInfo) -> str | None:
+    return next((side.config[k] for k in knob.snapshot_keys if k in side.config), None)
+
+
+def differing_knob(flow: DataFlow, kb: KnowledgeBase, sides: dict[str, SideInfo]) -> Knob | None:
+    """The knob the data-flow ended at when its recorded values differ between the sides:
+    only then does it explain the divergence (a knob both runs had alike cannot)."""
+    knob = flow_knob(flow, kb)
+    if knob is None:
+        return None
+    values = [_snapshot(knob, side) for side in sides.values()]
+    return knob if None not in values and len(set(values)) > 1 else None
 
 
 def _library_default(
@@ -944,28 +974,34 @@ def native_key_variable(
         knob=chosen,
         note=note,
     )
-    for name, side in sides.items():
-        observed = va if name == "a" else vb
-        origin = find_knob_origin(chosen, side.files, observed, side.config)
-        if origin is None:
-            env_keys = [k for k in chosen.snapshot_keys if k.startswith("env.")]
-            env_diff = next((k for k in env_keys if cfg_a.get(k, "") != cfg_b.get(k, "")), None)
-            if env_diff:
-                var = env_diff[4:]
-                origin = Origin(
-                    kind="env",
-                    variable=var,
-                    env_var=var,
-                    value=side.config.get(env_diff, "") or "(unset)",
-                    note="set in the environment the run was recorded in",
-                )
-            else:
-                origin = Origin(
-                    kind="global-flag",
-                    variable=chosen.key,
-                    value=observed,
-                    library_default=True,
-                    note="not set in the script (library default or set by a library)",
-                )
-        kv.origins[name] = origin
+    for name in sides:
+        kv.origins[name] = _knob_origin(chosen, sides, name, va if name == "a" else vb)
     return kv
+
+
+def _knob_origin(knob: Knob, sides: dict[str, SideInfo], name: str, observed: str | None) -> Origin:
+    """Where side `name` sets the knob: its statement in the user's code, else the
+    environment it was recorded in, else the library default."""
+    side = sides[name]
+    origin = find_knob_origin(knob, side.files, observed, side.config)
+    if origin is not None:
+        return origin
+    cfg_a, cfg_b = sides["a"].config, sides["b"].config
+    env_keys = [k for k in knob.snapshot_keys if k.startswith("env.")]
+    env_diff = next((k for k in env_keys if cfg_a.get(k, "") != cfg_b.get(k, "")), None)
+    if env_diff:
+        var = env_diff[4:]
+        return Origin(
+            kind="env",
+            variable=var,
+            env_var=var,
+            value=side.config.get(env_diff, "") or "(unset)",
+            note="set in the environment the run was recorded in",
+        )
+    return Origin(
+        kind="global-flag",
+        variable=knob.key,
+        value=observed,
+        library_default=True,
+        note="not set in the script (library default or set by a library)",
+    )

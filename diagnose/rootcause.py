@@ -419,6 +419,7 @@ class Diagnoser:
             if kv is None:
                 kv = python_key_variable(div.site_a, sides, self.kb, rerun=self.rerun)
                 self._kv_cache[key] = kv
+            grad_mode_origins(kv, sides)  # a library branch on `torch.is_grad_enabled()`
             ow = kv.origins.get(w)
             return (ow.kind if ow is not None else "unknown"), kv, kv.origins
         knob_keys = [m.rule.knob for m in matches if m.rule.knob]

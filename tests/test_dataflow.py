@@ -325,3 +325,39 @@ def test_positional_dtype_of_to_is_an_origin_and_a_device_is_not(tmp_path):
     assert origin.note.startswith("WIDE, passed at line") and "argument of x.to" in origin.note
     text = replace_value(str(script), origin.span, "torch.float32")
     assert "WIDE = torch.float32" in text and 'model.to("cpu")' in text
+
+
+def test_a_library_literal_continues_to_the_condition_that_chose_it(tmp_path):
+    """torch's TransformerEncoderLayer skips its fused fast path for a reason string
+    assigned in an `elif torch.is_grad_enabled() and ...` block: the user cannot edit
+    that literal, so the walk goes on through the condition to the grad-mode knob. A
+    literal in the user's own branch stays the end of the walk (the patch edits it)."""
+    import torch.nn.modules.transformer as transformer
+
+    kb = default_knowledge()
+    script = tmp_path / "a.py"
+    script.write_text(
+        'def main(fast):\n    if fast:\n        mode = "sdpa"\n    else:\n'
+        '        mode = "eager"\n    return run(mode)\n'
+    )
+    ctx = SliceContext(
+        sides={"a": SideContext(script=str(script), files=[str(script)])},
+        knob_names=frozenset(n for k in kb.knobs.values() for n in (k.key, *k.snapshot_keys)),
+    )
+    idx = source_index(transformer.__file__)
+    fused = _line(Path(transformer.__file__), "return torch._transformer_encoder_layer_fwd(")
+    use = next(
+        n
+        for n in idx.nodes_of(cst.If)
+        if idx.code(n.test) == "not why_not_sparsity_fast_path" and 0 < fused - idx.line_of(n) < 5
+    )
+    flow = BackwardSlicer(ctx).from_node(idx, use.test.expression, "key variable")
+    assert flow.terminal == "knob" and flow.knob_name == "torch.is_grad_enabled", flow
+    notes = [h.note for h in flow.hops]
+    assert notes[-2:] == ["condition that chose this value", "operand of the condition"]
+    assert "grad is enabled" in flow.hops[-3].expr
+
+    uidx = source_index(script)
+    name = uidx.calls_on_line(6)[0].args[0].value
+    flow = BackwardSlicer(ctx).from_node(uidx, name, "key variable")
+    assert flow.terminal == "literal" and flow.hops[-1].expr == '"eager"'

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from magneton.graphdb.model import OpRecord
@@ -97,3 +99,37 @@ def test_count_op_uses_record_fields():
     )
     w = count_op(op)
     assert w.flops == 48 and w.bytes == pytest.approx((6 + 12 + 8) * 4)
+
+
+def test_fused_transformer_fast_path_flops():
+    """nn.TransformerEncoderLayer's fused inference op: its projections from the weight
+    shapes, plus the attention scores when the batch is (B, T, E); a packed nested batch
+    (recorded as its (tokens, E)) is charged the projections only."""
+    e, f, b, t = 16, 64, 2, 5
+    weights = [[3 * e, e], [3 * e], [e, e], [e], [e], [e], [e], [e], [f, e], [f], [e, f], [e]]
+    proj = 2 * (3 * e * e + e * e + f * e + e * f)
+    dense = count_work(
+        "aten::_transformer_encoder_layer_fwd",
+        [[b, t, e], *weights],
+        [F32] * 13,
+        [[b, t, e]],
+        [F32],
+    )
+    assert dense.known and dense.flops > b * t * proj + b * 4 * t * t * e
+    packed = count_work(
+        "aten::_transformer_encoder_layer_fwd",
+        [[7, e], *weights],
+        [F32] * 13,
+        [[7, e]],
+        [F32],
+    )
+    assert 7 * proj < packed.flops < 7 * proj * 1.2
+    assert packed.bytes == (7 * e * 2 + sum(math.prod(w) for w in weights)) * 4
+    mha = count_work(
+        "aten::_native_multi_head_attention",
+        [[b, t, e], [b, t, e], [b, t, e], [3 * e, e], [3 * e], [e, e], [e]],
+        [F32] * 7,
+        [[b, t, e]],
+        [F32],
+    )
+    assert mha.flops == 2 * e * e * 3 * b * t + 2 * b * t * e * e + b * (4 * t * t * e + 5 * t * t)

@@ -19,6 +19,10 @@ Linking a dispatched operator to its profiler subtree by timestamps would be fra
 (the profiler has its own clock); instead each intercepted call runs inside a
 `record_function("magneton#<idx>")` tag, so the profiler tree says exactly which aten
 calls belong to which recorded operator.
+
+Every shape, stride, element count and value summary of a tensor is read from
+`nested.recorded_view(t)`: the tensor itself, or for a nested tensor (which has no single
+size, and made a recording fail) its components packed one after another.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from magneton.graphdb.model import (
 )
 from magneton.graphdb.vocab import BOOKKEEPING_OPS, IN_PLACE_WRITE_OPS
 from magneton.tracer.invariants import summarize
+from magneton.tracer.nested import recorded_view
 
 _TAG = "magneton#"
 
@@ -94,7 +99,7 @@ def _device_str(t: torch.Tensor) -> str:
 def _storage_key(t: torch.Tensor) -> tuple[str, int] | None:
     try:
         return (t.device.type, t.untyped_storage().data_ptr())
-    except Exception:  # sparse, meta, nested: no plain storage to alias
+    except Exception:  # sparse, meta: no plain storage to alias
         return None
 
 
@@ -282,17 +287,20 @@ class StructureCapture(TorchDispatchMode):
 
     def _register(self, t: torch.Tensor, rec: TensorRecord) -> int:
         rec.idx = len(self.result.tensors)
-        rec.shape = list(t.shape)
+        # a nested tensor is recorded through its packed components (`nested.py`); the
+        # tensor itself stays the identity key below, as that is what operators pass on
+        dense = recorded_view(t)
+        rec.shape = list(dense.shape)
         rec.dtype = str(t.dtype).replace("torch.", "")
         try:
-            rec.stride = list(t.stride())
-            rec.contiguous = bool(t.is_contiguous())
-        except Exception:
+            rec.stride = list(dense.stride())
+            rec.contiguous = bool(dense.is_contiguous())
+        except Exception:  # sparse: no strides
             rec.stride, rec.contiguous = [], False
         rec.device = _device_str(t)
-        rec.numel = t.numel()
+        rec.numel = dense.numel()
         if self.summaries:
-            for k, v in summarize(t).items():
+            for k, v in summarize(dense).items():
                 setattr(rec, k, v)
         self.result.tensors.append(rec)
         key = id(t)
@@ -342,6 +350,7 @@ class StructureCapture(TorchDispatchMode):
         flat_in, _ = tree_flatten((args, kwargs))
         in_tensors = [a for a in flat_in if isinstance(a, torch.Tensor)]
         inputs = [self._lookup(t) for t in in_tensors]
+        in_dense = [recorded_view(t) for t in in_tensors]
         op = OpRecord(
             idx=idx,
             name=name,
@@ -349,9 +358,9 @@ class StructureCapture(TorchDispatchMode):
             thread=threading.get_ident(),
             module=self.modules.current,
             inputs=inputs,
-            input_shapes=[list(t.shape) for t in in_tensors],
-            input_dtypes=[str(t.dtype).replace("torch.", "") for t in in_tensors],
-            input_contiguous=[bool(t.is_contiguous()) for t in in_tensors],
+            input_shapes=[list(t.shape) for t in in_dense],
+            input_dtypes=[str(t.dtype).replace("torch.", "") for t in in_dense],
+            input_contiguous=[bool(t.is_contiguous()) for t in in_dense],
             scalar_args=_scalar_args(func, args, kwargs),
             frames=self._stack(),
         )

@@ -385,7 +385,52 @@ def _conv_work(c: _Call) -> WorkCount | None:
 def _attention_work(c: _Call) -> WorkCount | None:
     if "scaled_dot_product" in c.base or c.base in ("_flash_attention_forward",):
         return WorkCount(_sdpa_flops(c.ins), c.nbytes, True)
+    if c.base == "_transformer_encoder_layer_fwd" and len(c.ins) >= 13:
+        return WorkCount(_encoder_layer_flops(c.ins), c.nbytes, True)
+    if c.base == "_native_multi_head_attention" and len(c.ins) >= 7:
+        return WorkCount(_native_mha_flops(c.ins), c.nbytes, True)
     return None
+
+
+# The fused inference fast path of nn.TransformerEncoderLayer / nn.MultiheadAttention.
+# Its tensor operands, in schema order: src (or query, key, value), then the weights
+# and biases. The projections are exact from the shapes. The attention scores are counted
+# for a batched (B, T, E) operand only: a packed nested batch is recorded as its
+# (sum of lengths, E) tokens, which no longer say how long each sequence was, so its
+# per-sequence T² term is left out (an under-count, as for unknown operators).
+
+
+def _tokens(x: list[int]) -> float:
+    return _numel(x[:-1]) if x else 0.0
+
+
+def _scores_flops(q: list[int], k: list[int]) -> float:
+    """QKᵀ, softmax and attention·V of a batched (B, T, E) query against (B, S, E) keys."""
+    if len(q) != 3 or len(k) != 3:
+        return 0.0
+    (b, t, e), s = q, k[1]
+    return b * (4.0 * t * s * e + 5.0 * t * s)
+
+
+def _encoder_layer_flops(ins: list[list[int]]) -> float:
+    src = ins[0]
+    n, e = _tokens(src), (src[-1] if src else 0)
+    weights = [ins[1], ins[3], ins[9], ins[11]]  # qkv, out proj, ffn 1, ffn 2
+    biases = [ins[2], ins[4], ins[10], ins[12]]
+    flops = 2.0 * n * sum(_numel(w) for w in weights if w)
+    flops += n * sum(_numel(b) for b in biases if b)
+    flops += n * e * (2 * 5 + 2)  # two layer norms, two residual adds
+    flops += n * (ins[9][0] if ins[9] else 0)  # the activation
+    return flops + _scores_flops(src, src)
+
+
+def _native_mha_flops(ins: list[list[int]]) -> float:
+    q, k, v, qkv_w, proj_w = ins[0], ins[1], ins[2], ins[3], ins[5]
+    e = q[-1] if q else 0
+    # one third of the packed qkv weight per input, then the output projection
+    flops = 2.0 * e * e * (_tokens(q) + _tokens(k) + _tokens(v)) if qkv_w else 0.0
+    flops += 2.0 * _tokens(q) * _numel(proj_w) if proj_w else 0.0
+    return flops + _scores_flops(q, k)
 
 
 def _movement_work(c: _Call) -> WorkCount | None:

@@ -72,6 +72,8 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from .nested import recorded_view
+
 # The layout of a summary (which unfoldings, in which order) is torch-free and lives in
 # `unfoldings.py`, so diagnosis can read summaries without importing torch; re-exported.
 from .unfoldings import (  # noqa: F401
@@ -122,12 +124,14 @@ def _cache_key(t: torch.Tensor) -> tuple | None:
 def summarize(t: torch.Tensor) -> dict:
     """Layout-invariant summary of `t`: keys are `TensorRecord` field names.
 
-    Never raises for an odd tensor (sparse, meta, nested, quantized...): what cannot be
-    read gives an empty dict, and such a tensor simply never matches anything.
+    A nested tensor is summarized through its packed components (`nested.recorded_view`).
+    Never raises for an odd tensor (sparse, meta, quantized...): what cannot be read gives
+    an empty dict, and such a tensor simply never matches anything.
     """
     try:
-        if not isinstance(t, torch.Tensor) or t.device.type == "meta" or t.is_nested:
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta":
             return {}
+        t = recorded_view(t)
         key = None
         if t.numel() >= CACHE_MIN_NUMEL:
             key = _cache_key(t)

@@ -414,6 +414,8 @@ def _same(a, b) -> bool:
     import torch
 
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.is_nested or b.is_nested:  # no single shape: compare component by component
+            return a.is_nested == b.is_nested and _same(a.unbind(), b.unbind())
         if a.shape != b.shape or a.dtype != b.dtype:
             return False
         if torch.equal(a, b):
