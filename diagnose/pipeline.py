@@ -23,6 +23,13 @@ confirm is dropped, so neither the progress callback nor diagnosis ever gets a f
 that was drift between the recordings. `rerun=False` turns this off with the re-runs of
 diagnosis (findings are then labelled unconfirmed).
 
+Both stages that re-run the scripts share one warm worker per recorded environment
+(tracer/warm.py `WarmPool`), started as soon as detection has candidates that can be
+confirmed and closed in a `finally` when the diff ends (also on errors, Ctrl-C and
+SIGTERM): confirmation's per-side workers and diagnosis's key-variable re-run are forks
+of it. Each stage starting its own processes imported the scripts' libraries three times
+per diff (5-7 s of CPU each for transformers), most of a diff's time.
+
 A name that is not a run but has runs `NAME/rank0`, `NAME/rank1`, ... is a multi-rank
 job (tracer/distributed.py records them so); two such names are compared rank by rank
 (diagnose/jobdiff.py), whose redundant-collective findings come diagnosed. Their
