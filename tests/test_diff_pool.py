@@ -124,3 +124,69 @@ def test_a_diff_starts_one_warm_worker_per_environment(pool_db, monkeypatch, b, 
     assert rerun["workers_started"] == 0  # the re-run forked from the diff's zygote(s)
     kv = f.root_cause.to_json()["key_variable"]
     assert kv["values"]["a"].endswith("poolact.slow>"), kv
+
+
+def _group(pgid: int) -> set[int]:
+    """Live (not zombie) processes of process group `pgid`."""
+    out = set()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.add(int(d.name))
+    return out
+
+
+def _zygote_of(tmp: str) -> int:
+    for d in Path("/proc").iterdir():
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"--zygote" in cmd and any(c.startswith(tmp.encode()) for c in cmd):
+            return int(d.name)
+    return 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_a_diff_stopped_during_confirmation_leaves_no_worker(pool_db, sig):
+    import signal
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(pool_db.parent / "site")}
+    env.pop("TOKENIZERS_PARALLELISM", None)
+    before = _pool_dirs()
+    diff = subprocess.Popen(
+        [sys.executable, "-m", "magneton", "diff", "--db", str(pool_db), "slow", "fast"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        zygote, workers, deadline = 0, set(), time.monotonic() + 240
+        while time.monotonic() < deadline and diff.poll() is None:
+            new = _pool_dirs() - before
+            if new and not zygote:
+                zygote = _zygote_of(next(iter(new)))
+            if zygote:
+                workers = _group(zygote) - {zygote}
+                if len(workers) >= 2 and any(Path(d, "confirm-b.sock").exists() for d in new):
+                    break  # both sides' workers are running
+            time.sleep(0.05)
+        assert zygote and len(workers) >= 2, "the diff never reached confirmation"
+        diff.send_signal(getattr(signal, sig))
+        diff.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (_group(zygote) or _pool_dirs() - before):
+            time.sleep(0.1)
+        assert not _group(zygote)  # the zygote and every worker are gone
+        assert _pool_dirs() == before  # and so is their directory
+    finally:
+        if diff.poll() is None:
+            diff.kill()
+            diff.wait()
