@@ -60,6 +60,12 @@ What the zygote imports, and why the children are as good as fresh processes:
   instead of initialising the driver; the children get the variable back as it was.
   OpenBLAS (numpy, scipy) starts its threads at import but stops them around a fork
   (it registers `pthread_atfork` handlers).
+* The allocator is the one thing a fork does not start fresh: glibc raises its mmap
+  threshold whenever a large mmapped block is freed, so the zygote's import history
+  decides whether a child's large tensors are mmapped or come from the heap, which moved
+  single operators by up to ±18% against a fresh process (docs/benchmarks.md). Fixing the
+  threshold would change the measured program itself, so it is left alone; confirmation
+  only ever compares forks of the same zygote (or of zygotes that imported alike).
 * The zygote has no Python threads: it waits on its command pipe and the children's
   pidfds with `select`, so nothing holds a lock when it forks.
 
