@@ -1,9 +1,11 @@
 """Offline diagnosis time per case of examples/cases (target: ≤ 10 s per case).
 
-Offline = everything after recording: `run_diff` (matching + detection), then
-`diagnose_result` — divergence (Cypher), static analysis, the key-variable re-run of
-both scripts (for Python-level divergences) and the backward data-flow. Recording is
-done first (or reused with --db-dir) and not timed: it is the recorder's cost.
+Offline = everything after recording, as one `run_diff` (what `magneton diff` runs):
+matching, detection and confirmation ("diff", up to its "detected" progress), then
+diagnosis — divergence (Cypher), static analysis, the key-variable re-run of both
+scripts (for Python-level divergences) and the backward data-flow. Confirmation and the
+re-run share the diff's warm workers (tracer/warm.py `WarmPool`). Recording is done
+first (or reused with --db-dir) and not timed: it is the recorder's cost.
 
 Reported per case: diff seconds, diagnosis seconds, the re-run's phases — the warm
 worker's imports (wall and CPU, tracer/warm.py), then per side (the slowest) the script's
@@ -161,17 +163,23 @@ def _phases(rr: dict) -> dict[str, float | None]:
 
 def _diagnose_case(db_path: str, name: str, mode: str, args: argparse.Namespace) -> dict:
     from magneton.diagnose.pipeline import run_diff
-    from magneton.diagnose.rootcause import Diagnoser
     from magneton.graphdb import open_db
+
+    detected: list[float] = []
+
+    def progress(stage: str, result: object, done: int, total: int) -> None:
+        if stage == "detected":
+            detected.append(time.perf_counter())
 
     with open_db(db_path) as db:
         k0, c0, t0 = _children_cpu_s(), time.process_time(), time.perf_counter()
-        result = run_diff(db, "a", "b", diagnose=False).result
-        t1 = time.perf_counter()
-        d = Diagnoser(db, result, rerun=not args.no_rerun)
-        d.diagnose_all(result.findings)
+        # one diff as `magneton diff` runs it: confirmation and diagnosis share the
+        # diff's warm workers (tracer/warm.py WarmPool)
+        out = run_diff(db, "a", "b", rerun=not args.no_rerun, progress=progress)
         t2, c2, k2 = time.perf_counter(), time.process_time(), _children_cpu_s()
-    rr = d.rerun_info or {}
+    result = out.result
+    t1 = detected[0] if detected else t2
+    rr = out.rerun_info or {}
     return {
         "case": name,
         "mode": mode,

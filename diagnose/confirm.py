@@ -7,7 +7,7 @@ drifted 10-30% between two recordings on a shared 2-core machine; detection's be
 term widens the interval by the drift that identical work showed, but it cannot tell a
 setting that slows every kernel alike from load. So a candidate is confirmed before it is
 reported: one warm worker per side (tracer/remeasure.py, loaded like `magneton record`
-loads the script) runs the entry once per round, the rounds alternate between the sides
+loads the script, forked from the diff's zygote as below) runs the entry once per round, the rounds alternate between the sides
 (A B, B A, A B, ... so neither side always runs second), and each round's operator
 windows are priced with the recording's own pricing (tracer/energy.py `reprice`). A round
 gives each candidate one log ratio ln(E_wasteful / E_efficient) of two measurements taken
@@ -35,6 +35,26 @@ that raised, timed out or ran other operators than the recording. Runs priced on
 bytes alone (a model with no static power) have nothing to re-measure. A worker can never
 hang the diff: every wait has a deadline, Ctrl-C, SIGTERM and errors stop both workers
 and remove their directory, and a worker whose diff died (even SIGKILLed) ends itself.
+
+Where the workers come from, and the failure each choice prevents:
+
+* **Jobs of the diff's warm worker, not fresh interpreters.** Each side's worker is a
+  job (`remeasure.serve`) forked from a zygote (tracer/warm.py `WarmPool`, one per
+  recorded environment) that the diff starts as soon as detection has candidates and
+  that the key-variable re-run of diagnosis reuses: a fresh interpreter per side, then
+  another zygote for the re-run, imported transformers three times per diff (5-7 s of
+  CPU each). warm.py gives the fork a fresh process's torch thread count, so its rounds
+  measure like one. Without a pool (or one started for other scripts) confirmation
+  starts its own and ends it.
+* **A Unix socket per side** in the zygote's private directory carries the commands and
+  answers: a fork of the zygote cannot inherit the diff's pipes. The diff listens before
+  it submits the job, waits for the connection with the startup deadline, and watches
+  the job's exit meanwhile, so a job that dies before connecting is an "unconfirmed
+  (side x stopped: ...)" at once, not a four-minute wait.
+* **Ending.** Closing the socket ends the job after its round; one that lingers (a hung
+  round) is killed by the zygote; a diff that dies outright closes the zygote's command
+  pipe and the zygote kills its process group. SIGTERM unwinds through the `finally`s
+  that do this (`sigterm_unwinds`, also around the pipeline's pool).
 """
 
 from __future__ import annotations
@@ -45,9 +65,7 @@ import math
 import os
 import select
 import signal
-import subprocess
-import sys
-import tempfile
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -57,6 +75,8 @@ import numpy as np
 from scipy import stats
 
 from magneton.graphdb.model import Finding, Profile, SavingInterval
+from magneton.tracer.warm import WarmPool
+from magneton.tracer.warm import WorkerError as WarmWorkerError
 
 from .detect import CONFIDENCE, confident, ranked, verdict_of
 
@@ -162,58 +182,93 @@ def work_only(p: Profile) -> bool:
 # --------------------------------------------------------------------------------------
 
 
-class Worker:
-    """One side's warm worker process (tracer/remeasure.py) and its two pipes."""
+# the modules a diff's warm workers preload: the jobs of confirmation and of the
+# key-variable re-run (diagnose/keyvar.py), so neither imports Magneton's side in a child
+PRELOAD = ("magneton.tracer.remeasure", "magneton.tracer.record", "magneton.diagnose.keyvar")
 
-    def __init__(self, side: str, p: Profile, tmp: str):
+
+def start_pool(pa: Profile, pb: Profile, tmp_prefix: str = "magneton-diff-") -> WarmPool:
+    """The warm workers for re-running both sides of a diff (one per recorded
+    environment), importing their libraries from now on."""
+    from .keyvar import env_of
+
+    return WarmPool(
+        {s: (p.run.script, env_of(p.config)) for s, p in (("a", pa), ("b", pb))},
+        preload=PRELOAD,
+        tmp_prefix=tmp_prefix,
+    )
+
+
+def _covers(pool: WarmPool, profiles: dict[str, Profile]) -> bool:
+    from .keyvar import env_of
+
+    return all(pool.worker([p.run.script], env_of(p.config)) for p in profiles.values())
+
+
+class Worker:
+    """One side's re-measurement job (tracer/remeasure.py `serve`), forked from the
+    diff's warm worker, and the Unix socket it answers on."""
+
+    def __init__(self, side: str, p: Profile, pool: WarmPool):
         from .keyvar import env_of
 
         self.side, self.profile = side, p
-        spec = {
-            "script": p.run.script,
-            "entry": p.run.entry,
-            "setup": p.run.setup,
-            "env": env_of(p.config),
-            "warmup": max(1, p.run.warmup),
-            "sync": p.run.device == "cuda",
-            "cpu_clock": p.energy.clock == "process-cpu",
-            "parent": os.getpid(),
-        }
-        spec_path = os.path.join(tmp, f"{side}.spec.json")
-        with open(spec_path, "w") as fh:
-            json.dump(spec, fh)
-        self.log_path = os.path.join(tmp, f"{side}.log")
-        cmd_r, self._cmd_w = os.pipe()
-        self._res_r, res_w = os.pipe()
-        env = {**os.environ, **spec["env"]}
-        env.setdefault("KINETO_LOG_LEVEL", "5")
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "magneton.tracer.remeasure", spec_path]
-                + [str(cmd_r), str(res_w)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                pass_fds=(cmd_r, res_w),
-                env=env,
-                cwd=os.path.dirname(p.run.script) or None,
+        warm = pool.worker([p.run.script], env_of(p.config))
+        if warm is None:
+            raise WorkerError(f"side {side} has no warm worker started for its script")
+        self.warm = warm
+        self.pid = 0  # the job's process, once it answered
+        self.sock_path = os.path.join(warm.tmp, f"confirm-{side}.sock")
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._conn: socket.socket | None = None
+        try:
+            self._listener.bind(self.sock_path)  # in the worker's private (0700) directory
+            self._listener.listen(1)
+            spec = {
+                "script": p.run.script,
+                "entry": p.run.entry,
+                "setup": p.run.setup,
+                "env": env_of(p.config),
+                "warmup": max(1, p.run.warmup),
+                "sync": p.run.device == "cuda",
+                "cpu_clock": p.energy.clock == "process-cpu",
+                "socket": self.sock_path,
+            }
+            self.job = warm.submit(
+                "magneton.tracer.remeasure:serve", spec, cwd=os.path.dirname(p.run.script) or None
             )
-        os.close(cmd_r)
-        os.close(res_w)
+        except BaseException:
+            self._listener.close()
+            raise
         self._buf = b""
         self.round_timeout_s = max(ROUND_TIMEOUT_MIN_S, 30.0 * max(p.run.time_s, 0.0))
+
+    def _accept(self, deadline: float, timeout_s: float) -> socket.socket:
+        """The job's connection; WorkerError when it exited first or never connected."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerError(f"side {self.side} did not answer within {timeout_s:.0f} s")
+            ready, _, _ = select.select([self._listener], [], [], min(left, 0.25))
+            if ready:
+                conn, _ = self._listener.accept()
+                return conn
+            if self.warm.finished(self.job):  # it died before connecting: say why
+                raise WorkerError(f"side {self.side} stopped: {self._log_tail()}")
 
     def read(self, timeout_s: float) -> dict:
         """The worker's next answer; WorkerError on its error, death or silence."""
         deadline = time.monotonic() + timeout_s
+        if self._conn is None:
+            self._conn = self._accept(deadline, timeout_s)
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise WorkerError(f"side {self.side} did not answer within {timeout_s:.0f} s")
-            ready, _, _ = select.select([self._res_r], [], [], min(left, 1.0))
+            ready, _, _ = select.select([self._conn], [], [], min(left, 1.0))
             if not ready:
                 continue
-            chunk = os.read(self._res_r, 1 << 20)
+            chunk = self._conn.recv(1 << 20)
             if not chunk:
                 raise WorkerError(f"side {self.side} stopped: {self._log_tail()}")
             self._buf += chunk
@@ -221,12 +276,15 @@ class Worker:
         msg = json.loads(line)
         if "error" in msg:
             raise WorkerError(f"side {self.side} raised {msg['error']}")
+        self.pid = int(msg.get("pid", self.pid))
         return msg
 
     def round(self) -> tuple[np.ndarray, np.ndarray | None]:
         """One timed call: (wall, cpu) windows per operator, (ops, 2) each."""
+        if self._conn is None:
+            raise WorkerError(f"side {self.side} has not started")
         try:
-            os.write(self._cmd_w, b"round\n")
+            self._conn.sendall(b"round\n")
         except OSError as e:
             raise WorkerError(f"side {self.side} stopped: {self._log_tail()}") from e
         msg = self.read(self.round_timeout_s)
@@ -240,25 +298,19 @@ class Worker:
         return np.asarray(msg["wall"], np.int64), None if cpu is None else np.asarray(cpu, np.int64)
 
     def _log_tail(self) -> str:
-        try:
-            with open(self.log_path, errors="replace") as fh:
-                lines = [ln.strip() for ln in fh.read().splitlines() if ln.strip()]
-        except OSError:
-            lines = []
-        return lines[-1][:300] if lines else f"exit status {self.proc.poll()}"
+        return self.warm.job_log_tail(self.job)[:300] or "it exited"
 
     def close(self) -> None:
-        """End the worker: closing its command pipe asks it to exit; kill if it lingers."""
-        for fd in (self._cmd_w, self._res_r):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        try:
-            self.proc.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        """End the job: closing its socket asks it to exit; the zygote kills it if it
+        lingers (a round that hangs)."""
+        for s in (self._conn, self._listener):
+            if s is not None:
+                with contextlib.suppress(OSError):
+                    s.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.sock_path)
+        with contextlib.suppress(Exception):  # WarmWorkerError: timed out (killed) or died
+            self.warm.result(self.job, timeout_s=2.0)
 
 
 # --------------------------------------------------------------------------------------
@@ -407,7 +459,7 @@ def _confirmed(
 
 
 @contextlib.contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
+def sigterm_unwinds() -> Iterator[None]:
     """While workers run, SIGTERM (the TUI ending its diff child, a CI cancel) exits
     through the `finally` blocks that stop the workers and remove their directory,
     instead of killing the process where it stands. Only from the main thread, and only
@@ -436,32 +488,46 @@ def mark_unconfirmed(findings: list[Finding], why: str) -> None:
             f.interval.unconfirmed = why
 
 
+def not_confirmable(pa: Profile, pb: Profile, rerun: bool = True) -> str:
+    """Why confirmation will not re-measure this pair ('' when it will)."""
+    if not rerun:
+        return "re-measurement disabled (--no-rerun)"
+    if work_only(pa) and work_only(pb):
+        return "energies priced on FLOPs and bytes alone: re-measuring cannot change them"
+    return unconfirmable(pa) or unconfirmable(pb)
+
+
 def confirm_findings(
-    pa: Profile, pb: Profile, findings: list[Finding], threshold: float, *, rerun: bool = True
+    pa: Profile,
+    pb: Profile,
+    findings: list[Finding],
+    threshold: float,
+    *,
+    rerun: bool = True,
+    pool: WarmPool | None = None,
 ) -> tuple[list[Finding], str]:
     """The findings that interleaved re-measurement confirms (re-ranked), and a one-line
     note of what it did. Findings it cannot confirm are returned as they are, marked
-    unconfirmed with the reason (module docstring)."""
+    unconfirmed with the reason (module docstring). `pool`: the diff's warm workers
+    (`start_pool`), left open for the diagnosis; without one (or one started for other
+    scripts) confirmation starts its own and closes it."""
     if not findings:
         return findings, ""
-    why = ""
-    if not rerun:
-        why = "re-measurement disabled (--no-rerun)"
-    elif work_only(pa) and work_only(pb):
-        why = "energies priced on FLOPs and bytes alone: re-measuring cannot change them"
-    else:
-        why = unconfirmable(pa) or unconfirmable(pb)
+    why = not_confirmable(pa, pb, rerun)
     if why:
         mark_unconfirmed(findings, why)
         return findings, f"findings unconfirmed: {why}"
     profiles = {"a": pa, "b": pb}
     t0 = time.monotonic()
     workers: dict[str, Worker] = {}
+    own: WarmPool | None = None
     try:
-        with _sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="magneton-confirm-") as tmp:
+        with sigterm_unwinds():
             try:
+                if pool is None or not _covers(pool, profiles):
+                    pool = own = start_pool(pa, pb, tmp_prefix="magneton-confirm-")
                 for side in ("a", "b"):
-                    workers[side] = Worker(side, profiles[side], tmp)
+                    workers[side] = Worker(side, profiles[side], pool)
                 for w in workers.values():
                     w.read(STARTUP_TIMEOUT_S)
                 t_ready = time.monotonic()
@@ -469,7 +535,9 @@ def confirm_findings(
             finally:
                 for w in workers.values():
                     w.close()
-    except (WorkerError, OSError, ValueError) as e:  # ValueError: a garbled answer
+                if own is not None:
+                    own.close()
+    except (WorkerError, WarmWorkerError, OSError, ValueError) as e:  # ValueError: garbled
         mark_unconfirmed(findings, str(e) or type(e).__name__)
         return findings, f"findings unconfirmed: {e}"
     if att["a"] is None or att["b"] is None:
@@ -483,9 +551,15 @@ def confirm_findings(
             g = _confirmed(f, iv, att, rounds)
             if g is not None:
                 kept.append(g)
+    forked = all(w.warm.stats is not None and w.warm.stats.forking for w in workers.values())
     note = (
         f"interleaved re-measurement ({n} rounds per side in {time.monotonic() - t_ready:.1f} s, "
-        f"after {t_ready - t0:.0f} s loading both scripts): "
+        f"after {t_ready - t0:.0f} s loading both scripts in {_zygotes(workers)} warm "
+        f"worker(s){'' if forked else ', fresh processes'}): "
         f"{len(kept)} of {len(findings)} candidate(s) confirmed at {CONFIDENCE:.0%}"
     )
     return ranked(kept), note
+
+
+def _zygotes(workers: dict[str, Worker]) -> int:
+    return len({id(w.warm) for w in workers.values()})

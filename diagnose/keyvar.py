@@ -17,8 +17,11 @@ Paper §4.3 (FindKeyVar). Two situations:
   mkldnn.enabled = False`) and must not leak them into Magneton or into each other. The
   processes are forks of one warm worker (tracer/warm.py) that imported the libraries
   both scripts import once — two cold imports of transformers were over 90% of the
-  re-run — started as soon as the first Python deviation site is found; the two sides run
-  in parallel.
+  re-run; the two sides run in parallel. In a diff (diagnose/pipeline.py) that worker is
+  the diff's own (`WarmPool`), started when detection found candidates and already used
+  by confirmation, so the libraries are not imported a third time for diagnosis; a
+  caller without one (export-patch's lookup) starts a worker as soon as the first Python
+  deviation site is found.
 * **Native divergence** — inside C++ dispatch (`aten::_convolution` → `mkldnn_convolution`
   vs `thnn_conv2d`) or the same kernels with other arguments. No Python line decides it;
   the knowledge rules name the knobs that steer that dispatch, and the knob whose value
@@ -58,7 +61,7 @@ from magneton.diagnose.dataflow import (
 from magneton.graphdb.model import KeyVariableInfo, PathElement
 from magneton.knowledge.base import Knob, KnowledgeBase
 from magneton.tracer.program import program_config
-from magneton.tracer.warm import WarmWorker, WorkerError
+from magneton.tracer.warm import WarmPool, WarmWorker, WorkerError
 
 RERUN_TIMEOUT_S = 240.0
 
@@ -388,30 +391,42 @@ class Rerun:
     The workers (tracer/warm.py) begin importing the scripts' libraries at once, so the
     caller's static analysis overlaps them; `run(watches)` then forks one child per side.
     Sides recorded in the same environment share one worker: the libraries both scripts
-    import are imported once. `close()` (or leaving the `with`) kills every process and
-    removes the temporary directories, also on timeouts and Ctrl-C.
+    import are imported once. With `pool` (the diff's warm workers, tracer/warm.py
+    `WarmPool`, which confirmation already used), a group the pool has a worker for runs
+    there, so a diff imports its libraries once in all; groups it lacks get a worker of
+    their own. `close()` (or leaving the `with`) kills the processes of the workers it
+    started, and removes their temporary directories, also on timeouts and Ctrl-C; the
+    pool's belong to its owner.
     """
 
-    def __init__(self, sides: dict[str, RerunSide]):
+    def __init__(self, sides: dict[str, RerunSide], pool: WarmPool | None = None):
         self.sides = sides
         self.t0 = time.perf_counter()
         self.workers: list[tuple[WarmWorker, dict[str, RerunSide]]] = []
+        self._own: list[WarmWorker] = []
+        self.started = 0  # zygotes started for this re-run (0: all from the pool)
         groups: dict[tuple, dict[str, RerunSide]] = {}
         for name, side in sides.items():
             groups.setdefault(tuple(sorted(side.env.items())), {})[name] = side
         try:
             for group in groups.values():
-                worker = WarmWorker(
-                    [s.script for s in group.values()],
-                    env=next(iter(group.values())).env,
-                    preload=[__name__],
-                    # removed by close(): one directory per diagnosed finding piled up in /tmp
-                    tmp_prefix="magneton-rerun-",
-                )
+                env = next(iter(group.values())).env
+                scripts = [s.script for s in group.values()]
+                worker = pool.worker(scripts, env) if pool is not None else None
+                if worker is None:
+                    worker = WarmWorker(
+                        scripts,
+                        env=env,
+                        preload=[__name__],
+                        # removed by close(): one directory per diagnosed finding piled up
+                        tmp_prefix="magneton-rerun-",
+                    )
+                    self._own.append(worker)
                 self.workers.append((worker, group))
         except BaseException:
             self.close()
             raise
+        self.started = len(self._own)
 
     def run(self, watches: list[Watch]) -> dict[str, RerunResult]:
         """Re-run every side (in parallel) with the watches installed."""
@@ -424,7 +439,7 @@ class Rerun:
         return {n: _side_result(w, job, deadline) for w, js in jobs for n, job in js.items()}
 
     def close(self) -> None:
-        for worker, _ in self.workers:
+        for worker in self._own:
             worker.close()
 
     def __enter__(self) -> Rerun:
@@ -686,16 +701,20 @@ def _rerun_skipped(sides: dict[str, SideInfo], rerun: bool) -> str | None:
     return None
 
 
-def start_rerun(sides: dict[str, SideInfo], rerun: bool) -> Rerun | None:
-    """Start the re-run's workers now (None when it will be skipped); pass the result to
-    `run_rerun` once the watches are known, and close it in any case."""
+def start_rerun(
+    sides: dict[str, SideInfo], rerun: bool, pool: WarmPool | None = None
+) -> Rerun | None:
+    """Start the re-run's workers now (None when it will be skipped), in `pool` where it
+    has them; pass the result to `run_rerun` once the watches are known, and close it in
+    any case."""
     if _rerun_skipped(sides, rerun) is not None:
         return None
     return Rerun(
         {
             n: RerunSide(s.script, s.entry, s.setup, env_of(s.config), program_config(s.config))
             for n, s in sides.items()
-        }
+        },
+        pool,
     )
 
 
@@ -704,16 +723,18 @@ def run_rerun(
     watches: list[Watch],
     rerun: bool,
     started: Rerun | None = None,
+    pool: WarmPool | None = None,
 ) -> tuple[dict[str, RerunResult], dict]:
     """Re-run both scripts with the watches (unless disabled, stale or missing), in the
-    workers `start_rerun` started for these sides if given (closed here)."""
+    workers `start_rerun` started for these sides if given (closed here), else in
+    `pool`'s where it has them."""
     skipped = _rerun_skipped(sides, rerun)
     if skipped is not None:
         if started is not None:
             started.close()
         return {}, {"ran": False, "skipped": skipped}
     t0 = time.perf_counter()
-    with started or start_rerun(sides, rerun) as job:
+    with started or start_rerun(sides, rerun, pool) as job:
         results = job.run(watches)
     rerun_info: dict = {
         "ran": True,
@@ -726,18 +747,25 @@ def run_rerun(
     # where the time went (docs/benchmarks.md): the workers' imports, then each side
     rerun_info["since_start_s"] = round(time.perf_counter() - job.t0, 2)
     rerun_info["forked"] = all(r.forked for r in results.values())
+    rerun_info["workers_started"] = job.started  # 0: it ran in the diff's warm workers
     rerun_info["phases"] = {n: r.phases for n, r in results.items()}
     return results, rerun_info
 
 
 def python_key_variable(
-    site: PathElement, sides: dict[str, SideInfo], kb: KnowledgeBase, *, rerun: bool
+    site: PathElement,
+    sides: dict[str, SideInfo],
+    kb: KnowledgeBase,
+    *,
+    rerun: bool,
+    pool: WarmPool | None = None,
 ) -> KeyVariable:
-    """Key variable of a divergence decided at a Python line both sides executed."""
+    """Key variable of a divergence decided at a Python line both sides executed (the
+    re-run in `pool`'s warm workers where it has them)."""
     plan = plan_site(site, sides, kb)
     if isinstance(plan, KeyVariable):
         return plan
-    results, info = run_rerun(sides, plan.watches, rerun)
+    results, info = run_rerun(sides, plan.watches, rerun, pool=pool)
     return analyze_site(plan, sides, kb, results, info)
 
 

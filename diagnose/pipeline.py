@@ -23,6 +23,13 @@ confirm is dropped, so neither the progress callback nor diagnosis ever gets a f
 that was drift between the recordings. `rerun=False` turns this off with the re-runs of
 diagnosis (findings are then labelled unconfirmed).
 
+Both stages that re-run the scripts share one warm worker per recorded environment
+(tracer/warm.py `WarmPool`), started as soon as detection has candidates that can be
+confirmed and closed in a `finally` when the diff ends (also on errors, Ctrl-C and
+SIGTERM): confirmation's per-side workers and diagnosis's key-variable re-run are forks
+of it. Each stage starting its own processes imported the scripts' libraries three times
+per diff (5-7 s of CPU each for transformers), most of a diff's time.
+
 A name that is not a run but has runs `NAME/rank0`, `NAME/rank1`, ... is a multi-rank
 job (tracer/distributed.py records them so); two such names are compared rank by rank
 (diagnose/jobdiff.py), whose redundant-collective findings come diagnosed. Their
@@ -61,6 +68,7 @@ class DiffOutcome:
     # a job diff: the rank-pair diffs it matched by value (stored as ordinary diffs)
     parts: list[DiffOutcome] = field(default_factory=list)
     job: bool = False
+    rerun_info: dict = field(default_factory=dict)  # the key-variable re-run's (keyvar.py)
 
 
 def is_job(db: Any, name: str) -> bool:
@@ -134,40 +142,85 @@ def diff_run_pair(
             progress("detected", result, len(result.findings), len(result.findings))
         return out
     result, m = diff_profiles(pa, pb, threshold=threshold, tau=tau)
-    if result.findings:
-        from .confirm import confirm_findings
-
-        # before anything is reported or diagnosed: a candidate that interleaved
-        # re-measurement does not confirm is not a finding (diagnose/confirm.py)
-        result.findings, result.confirm_note = confirm_findings(
-            pa, pb, result.findings, threshold, rerun=rerun
-        )
     out = DiffOutcome(
         result=result,
         tau=tau,
         regions=[(rp.kind, rp.a, rp.b) for rp in m.pairs],
         finding_of_region=region_findings(result, m),
     )
+    if not result.findings:
+        if progress is not None:
+            progress("detected", result, 0, 0)
+        return out
+    from .confirm import sigterm_unwinds
+
+    pool = None
+    try:
+        with sigterm_unwinds():  # SIGTERM unwinds through the finally that ends the pool
+            pool = _start_pool(pa, pb, rerun)
+            _confirm_and_diagnose(db, out, m, (pa, pb), threshold, rerun, diagnose, progress, pool)
+    finally:
+        if pool is not None:
+            pool.close()
+    return out
+
+
+def _start_pool(pa: Profile, pb: Profile, rerun: bool) -> Any:
+    """The diff's warm workers (tracer/warm.py `WarmPool`), importing the scripts'
+    libraries from now on, when confirmation will re-measure the runs; confirmation and
+    the key-variable re-run both fork from them. None when nothing is re-run that way."""
+    from .confirm import not_confirmable, start_pool
+
+    if not_confirmable(pa, pb, rerun):
+        return None
+    return start_pool(pa, pb)
+
+
+def _confirm_and_diagnose(
+    db: Any,
+    out: DiffOutcome,
+    m: Any,
+    profiles: tuple[Profile, Profile],
+    threshold: float,
+    rerun: bool,
+    diagnose: bool,
+    progress: Progress | None,
+    pool: Any,
+) -> None:
+    """Confirm the candidates, then diagnose what was confirmed, both re-running the
+    scripts in `pool` (None: each stage starts workers of its own where it needs them)."""
+    from .confirm import confirm_findings
+    from .diff import region_findings
+
+    result = out.result
+    # before anything is reported or diagnosed: a candidate that interleaved
+    # re-measurement does not confirm is not a finding (diagnose/confirm.py)
+    result.findings, result.confirm_note = confirm_findings(
+        *profiles, result.findings, threshold, rerun=rerun, pool=pool
+    )
+    out.finding_of_region = region_findings(result, m)  # numbers of the confirmed findings
     n = len(result.findings)
     if progress is not None:
         progress("detected", result, n, n)
-    if diagnose and result.findings:
-        from magneton.knowledge.base import default_knowledge
+    if not (diagnose and result.findings):
+        return
+    from magneton.knowledge.base import default_knowledge
 
-        from .rootcause import diagnose_result
+    from .rootcause import Diagnoser
 
-        def step(done: int, total: int) -> None:
-            if progress is not None:
-                progress("diagnosed", result, done, total)
+    def step(done: int, total: int) -> None:
+        if progress is not None:
+            progress("diagnosed", result, done, total)
 
-        out.kb = default_knowledge()
-        diagnose_result(db, result, rerun=rerun, profiles=(pa, pb), progress=step, kb=out.kb)
-        out.diagnosed = True
-        # a confirmed difference with no software cause is not a finding (model.py)
-        result.dismiss_noise()
-        kept = {f.id for f in result.findings}
-        out.finding_of_region = {k: i for k, i in out.finding_of_region.items() if i in kept}
-    return out
+    out.kb = default_knowledge()
+    d = Diagnoser(db, result, rerun=rerun, profiles=profiles, kb=out.kb, pool=pool)
+    d.diagnose_all(result.findings, step)
+    out.rerun_info = d.rerun_info
+    out.diagnosed = True
+    # a confirmed difference with no software cause is not a finding (model.py)
+    result.dismiss_noise()
+    kept = {f.id for f in result.findings}
+    out.finding_of_region = {k: i for k, i in out.finding_of_region.items() if i in kept}
 
 
 def store_outcome(db: Any, out: DiffOutcome) -> None:

@@ -79,6 +79,7 @@ from magneton.graphdb.model import (
 from magneton.graphdb.vocab import IGNORED_OPS
 from magneton.knowledge.base import KnowledgeBase, default_knowledge
 from magneton.knowledge.match import RuleMatch, SideFacts, match_rules
+from magneton.tracer.warm import WarmPool
 
 # progress(done, total): called after each diagnosed finding
 Progress = Callable[[int, int], None]
@@ -301,10 +302,14 @@ class Diagnoser:
         rerun: bool = True,
         kb: KnowledgeBase | None = None,
         profiles: tuple[Profile, Profile] | None = None,
+        pool: WarmPool | None = None,
     ):
         self.db = db
         self.result = result
         self.rerun = rerun
+        # the diff's warm workers (tracer/warm.py), owned by the caller: the re-run forks
+        # from them instead of importing the scripts' libraries once more
+        self.pool = pool
         self.kb = kb or default_knowledge()
         if profiles is None:
             profiles = (db.load_profile(result.a.run), db.load_profile(result.b.run))
@@ -352,7 +357,7 @@ class Diagnoser:
                             "b": _side_info("b", self.runs.b, div.op_b),
                         }
                         if not plans:
-                            started = start_rerun(sides, self.rerun)
+                            started = start_rerun(sides, self.rerun, self.pool)
                         plans[key] = (plan_site(div.site_a, sides, self.kb), sides)
             self.timings["prepare"] = round(time.perf_counter() - t0, 3)
             self._rerun_sites(plans, started)
@@ -417,7 +422,9 @@ class Diagnoser:
             key = ("py", div.site_a.file, div.site_a.line)
             kv = self._kv_cache.get(key)
             if kv is None:
-                kv = python_key_variable(div.site_a, sides, self.kb, rerun=self.rerun)
+                kv = python_key_variable(
+                    div.site_a, sides, self.kb, rerun=self.rerun, pool=self.pool
+                )
                 self._kv_cache[key] = kv
             grad_mode_origins(kv, sides)  # a library branch on `torch.is_grad_enabled()`
             ow = kv.origins.get(w)
@@ -537,17 +544,18 @@ def diagnose_result(
     profiles: tuple[Profile, Profile] | None = None,
     progress: Progress | None = None,
     kb: KnowledgeBase | None = None,
+    pool: WarmPool | None = None,
 ) -> DiffResult:
     """Fill category, divergence, root_cause and fix of every finding (in place; returned).
 
     Pure: nothing is written to the DB (`store_diagnosis` does that). `profiles`: the
     two runs' profiles when the caller already loaded them, to skip loading them again.
     `rerun=False` skips the key-variable re-run. `progress(done, total)` is called after
-    each diagnosed finding.
+    each diagnosed finding. `pool`: the diff's warm workers to re-run in (left open).
     """
     if not result.findings:
         return result
-    d = Diagnoser(db, result, rerun=rerun, profiles=profiles, kb=kb)
+    d = Diagnoser(db, result, rerun=rerun, profiles=profiles, kb=kb, pool=pool)
     d.diagnose_all(result.findings, progress)
     return result
 

@@ -211,6 +211,15 @@ def gelu_db(tmp_path_factory) -> Path:
     return d / "db"
 
 
+def _running(pid: int) -> bool:
+    """Whether process `pid` still exists and has not exited (a zombie has)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def _confirm_dirs() -> set[str]:
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "magneton-confirm-*")))
 
@@ -279,7 +288,7 @@ def test_a_worker_that_hangs_is_killed_and_the_finding_unconfirmed(gelu_db, monk
 
     def init(self, *args, **kwargs):
         real_init(self, *args, **kwargs)
-        spawned.append(self.proc)
+        spawned.append(self)
 
     monkeypatch.setattr(confirm.Worker, "__init__", init)
     monkeypatch.setattr(confirm, "ROUND_TIMEOUT_MIN_S", 2.0)
@@ -288,7 +297,8 @@ def test_a_worker_that_hangs_is_killed_and_the_finding_unconfirmed(gelu_db, monk
         out = run_diff(db, "composite", "fused", diagnose=False)
     iv = out.result.findings[0].interval
     assert not iv.confirmed and "did not answer within 2 s" in iv.unconfirmed
-    assert len(spawned) == 2 and all(p.poll() is not None for p in spawned)  # none left
+    assert len(spawned) == 2 and all(w.pid for w in spawned)  # both answered "ready"
+    assert not any(_running(w.pid) for w in spawned)  # none left
 
 
 def test_a_region_the_efficient_side_does_not_run_is_confirmed_from_the_wasteful_rounds():

@@ -1,31 +1,38 @@
 """A warm re-measurement worker: one side of a diff, loaded once, timed round by round.
 
-Interleaved confirmation (diagnose/confirm.py) starts one of these per side as
-`python -m magneton.tracer.remeasure SPEC CMD_FD RES_FD` and then alternates rounds
-between them (A B A B ...). The worker loads the recorded script exactly as `magneton
-record` does (tracer/record.py: imported as a module, `sys.argv = [script]`, the recorded
-environment, `setup()`, then warm-up calls of the entry) and keeps the model and inputs in
-memory; each "round" command runs the entry once under the recorder's timing pass
-(tracer/timing.py: the same CPU-clock capture, the same GC handling) and answers with that
-iteration's operator names and windows. The parent prices them with the recording's own
-pricing (tracer/energy.py `reprice`).
+Interleaved confirmation (diagnose/confirm.py) runs `serve` once per side as a job of the
+diff's warm worker (tracer/warm.py: a fork of the zygote that already imported the
+scripts' libraries) and then alternates rounds between the two jobs (A B A B ...). The
+job loads the recorded script exactly as `magneton record` does (tracer/record.py:
+imported as a module, `sys.argv = [script]`, the recorded environment, `setup()`, then
+warm-up calls of the entry) and keeps the model and inputs in memory; each "round"
+command runs the entry once under the recorder's timing pass (tracer/timing.py: the same
+CPU-clock capture, the same GC handling) and answers with that iteration's operator names
+and windows. The diff prices them with the recording's own pricing (tracer/energy.py
+`reprice`).
 
 Choices, and the failure each prevents:
 
-* **A child per side, kept warm.** Scripts set process-wide flags at import
+* **A process per side, kept warm.** Scripts set process-wide flags at import
   (`torch.backends.mkldnn.enabled = False`) that must not leak into the other side or into
   Magneton; and loading a model costs seconds, so it is paid once, not per round.
-* **Commands and answers travel on their own pipes** (two inherited fds, JSON lines), not
-  on stdin/stdout: a script that prints would corrupt the stream otherwise. Its stdout
-  is discarded and its stderr goes to a log the parent reads for the error line.
-* **End of the command pipe ends the worker.** If the parent dies (Ctrl-C, the TUI
-  terminating its diff child) the pipe closes and the worker exits after its round
-  instead of idling forever with a model in memory.
-* **It dies with its parent.** A worker in the middle of a long round does not read
-  its pipe; on Linux it asks the kernel for SIGTERM when the diff process goes away
-  (`PR_SET_PDEATHSIG`), so even a SIGKILLed diff leaves no worker behind.
+* **Forked from the diff's zygote, not launched.** A fresh interpreter per side imported
+  transformers again (5-7 s of CPU each), on top of the key-variable re-run's import; the
+  fork starts with the libraries loaded, and warm.py restores torch's thread count in it,
+  so its rounds measure what a fresh process's would.
+* **Commands and answers travel on a Unix socket of their own** (the path in `arg`,
+  inside the worker's private temporary directory; JSON lines), not on stdin/stdout: a
+  script that prints would corrupt the stream, and a fork of the zygote cannot inherit
+  pipes from the diff process. The job's stdout is discarded and its stderr goes to the
+  worker's log for that job, whose last line the diff reports.
+* **End of the socket ends the worker.** If the diff closes its end (done, Ctrl-C, an
+  error) the job sees end-of-file and exits after its round instead of idling with a
+  model in memory; a diff that dies outright (even SIGKILLed) closes the zygote's
+  command pipe, and the zygote kills its whole process group, this job included.
+* **It dies with its zygote.** On Linux the job asks the kernel for SIGTERM when its
+  parent goes away (`PR_SET_PDEATHSIG`), so no job outlives a killed zygote.
 * **A failure is an answer, not a crash.** Whatever the script raises (at import, in
-  `setup()`, in a round) is sent as `{"error": ...}`; the parent then marks the findings
+  `setup()`, in a round) is sent as `{"error": ...}`; the diff then marks the findings
   unconfirmed with that reason.
 """
 
@@ -34,8 +41,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import sys
-from pathlib import Path
 from typing import IO, Any
 
 
@@ -78,29 +85,34 @@ def _round(call: Any, sync: bool, cpu_clock: bool) -> dict:
     }
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def _die_with_parent() -> None:
+    parent = os.getppid()
     if sys.platform.startswith("linux"):
         import ctypes
         import signal
 
         pr_set_pdeathsig = 1
-        with contextlib.suppress(Exception):  # best effort: the pipe's EOF still ends us
+        with contextlib.suppress(Exception):  # best effort: the socket's EOF still ends us
             ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM))
-    if parent_pid and os.getppid() != parent_pid:  # the parent died before prctl
+    if os.getppid() != parent:  # the parent died before prctl
         sys.exit(1)
 
 
-def main(argv: list[str]) -> int:
-    spec = json.loads(Path(argv[0]).read_text())
-    _die_with_parent(int(spec.get("parent", 0)))
-    commands = os.fdopen(int(argv[1]), "r")
-    answers = os.fdopen(int(argv[2]), "w")
+def serve(spec: dict) -> int:
+    """The job (tracer/warm.py): connect to the diff's socket `spec["socket"]`, load the
+    side, answer `{"ready": true, "pid": ...}`, then one answer per "round" command until
+    the diff closes the socket (or sends anything else). 0 when it ended that way."""
+    _die_with_parent()
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(spec["socket"])
+    commands = conn.makefile("r", encoding="utf-8")
+    answers = conn.makefile("w", encoding="utf-8")
     try:
         call, sync, cpu_clock = _prepare(spec)
-    except BaseException as e:  # the user's script failed: say so, never hang the parent
+    except BaseException as e:  # the user's script failed: say so, never hang the diff
         _send(answers, {"error": _describe(e)})
         return 1
-    _send(answers, {"ready": True})
+    _send(answers, {"ready": True, "pid": os.getpid()})
     for line in commands:
         if line.strip() != "round":
             break
@@ -115,10 +127,3 @@ def main(argv: list[str]) -> int:
 def _describe(e: BaseException) -> str:
     msg = " ".join(str(e).split())
     return f"{type(e).__name__}: {msg}"[:300] if msg else type(e).__name__
-
-
-if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: leave quietly
-        sys.exit(130)

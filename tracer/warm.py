@@ -13,7 +13,14 @@ each child starts with the libraries already in `sys.modules` and runs one funct
         ra, rb = w.result(ja, timeout_s=240), w.result(jb, timeout_s=240)
 
 `submit` returns at once (the zygote may still be importing: jobs queue), so a caller
-can start the worker before its own preparation and overlap the two. A job is
+can start the worker before its own preparation and overlap the two.
+
+A diff holds one `WarmPool` (a `WarmWorker` per recorded environment) from detection to
+the end: confirmation's per-side re-measurement workers (tracer/remeasure.py, long-lived
+jobs that talk to the diff over a socket of their own, using `finished(job)` to notice a
+job that died) and the key-variable re-run are jobs of the same zygotes, so the libraries
+are imported once per diff, not once per stage (three imports of transformers were most
+of a diff of an HF pair). A job is
 `"module:function"` called with one JSON value; it returns a JSON value (`JobResult.value`)
 or raises (`JobResult.error`, one line). The function's module must be importable in the
 child: a package module (name it in `preload` too, so the zygote imports it once) or a
@@ -42,7 +49,9 @@ What the zygote imports, and why the children are as good as fresh processes:
   libgomp starts pool threads only for a team larger than one, so the zygote sets torch's
   intra-op threads to 1 (`torch.set_num_threads(1)`, which sets OpenMP's and MKL's)
   *before* any other import, and each child restores the value the zygote read first (the
-  default a fresh process computes from the same environment). If an import changed the
+  default a fresh process computes from the same environment; confirmation's timed rounds
+  depend on it: a child left at one thread would measure another program). If an
+  import changed the
   setting, or initialised CUDA (`torch.cuda.is_initialized()`; the CUDA driver does not
   survive a fork), the zygote does not fork: it runs each job in a fresh interpreter
   (`python -m magneton.tracer.warm --job ...`) instead, with the same protocol — correct,
@@ -51,6 +60,12 @@ What the zygote imports, and why the children are as good as fresh processes:
   instead of initialising the driver; the children get the variable back as it was.
   OpenBLAS (numpy, scipy) starts its threads at import but stops them around a fork
   (it registers `pthread_atfork` handlers).
+* The allocator is the one thing a fork does not start fresh: glibc raises its mmap
+  threshold whenever a large mmapped block is freed, so the zygote's import history
+  decides whether a child's large tensors are mmapped or come from the heap, which moved
+  single operators by up to ±18% against a fresh process (docs/benchmarks.md). Fixing the
+  threshold would change the measured program itself, so it is left alone; confirmation
+  only ever compares forks of the same zygote (or of zygotes that imported alike).
 * The zygote has no Python threads: it waits on its command pipe and the children's
   pidfds with `select`, so nothing holds a lock when it forks.
 
@@ -254,6 +269,22 @@ class WarmWorker:
             cpu_s=float(data.get("cpu_s", 0.0)),
         )
 
+    def finished(self, job: int, *, timeout_s: float = 0.0) -> bool:
+        """Whether the job's process has exited, reading the zygote's reports for up to
+        `timeout_s`; WorkerError when the zygote itself died. For a caller that talks to
+        a running job over a channel of its own and must not wait on a dead one."""
+        deadline = time.monotonic() + timeout_s
+        while job not in self._done:
+            if not self._pump(max(0.0, deadline - time.monotonic())):
+                raise WorkerError(self._died())
+            if time.monotonic() >= deadline:
+                break
+        return job in self._done
+
+    def job_log_tail(self, job: int) -> str:
+        """The last line the job wrote to its stderr (its crash report, if any)."""
+        return self._err_tail(f"{job}.err")
+
     def ready(self, *, timeout_s: float) -> WorkerStats:
         """Wait until the zygote has done its imports; its statistics."""
         deadline = time.monotonic() + timeout_s
@@ -329,6 +360,67 @@ class WarmWorker:
         except OSError:
             return ""
         return (text[-1:] or [""])[0][:300]
+
+
+class WarmPool:
+    """The warm workers of one diff: one zygote per recorded environment, shared by every
+    stage that runs the diff's scripts (confirmation's re-measurement workers, the
+    key-variable re-run), so each library is imported once per diff instead of once per
+    stage (three imports of transformers were most of a diff of an HF pair).
+
+    `sides`: side name -> (script, env). Sides with the same environment share a worker
+    whose zygote imports the statements all of their scripts begin with; `worker(script,
+    env)` is the one to submit a job of that script to. `starts` counts the zygotes this
+    pool launched. `close()` (or leaving the `with`) ends every worker.
+    """
+
+    def __init__(
+        self,
+        sides: Mapping[str, tuple[str, Mapping[str, str]]],
+        *,
+        preload: Iterable[str] = (),
+        tmp_prefix: str = "magneton-warm-",
+    ):
+        groups: dict[tuple, list[str]] = {}
+        envs: dict[tuple, dict[str, str]] = {}
+        for script, env in sides.values():
+            key = _env_key(env)
+            envs[key] = dict(env)
+            if script not in groups.setdefault(key, []):
+                groups[key].append(script)
+        self.workers: dict[tuple, tuple[WarmWorker, list[str]]] = {}
+        self.starts = 0
+        try:
+            for key, scripts in groups.items():
+                worker = WarmWorker(scripts, env=envs[key], preload=preload, tmp_prefix=tmp_prefix)
+                self.workers[key] = (worker, scripts)
+                self.starts += 1
+        except BaseException:
+            self.close()
+            raise
+
+    def worker(self, scripts: Iterable[str], env: Mapping[str, str]) -> WarmWorker | None:
+        """The worker for jobs of `scripts` in environment `env`; None when this pool has
+        none whose zygote was started for all of them (its imports were chosen for its
+        own scripts: another script's job could inherit a module that script lacks)."""
+        entry = self.workers.get(_env_key(env))
+        if entry is None or not set(scripts) <= set(entry[1]):
+            return None
+        return entry[0]
+
+    def close(self) -> None:
+        for worker, _ in self.workers.values():
+            worker.close()
+
+    def __enter__(self) -> WarmPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _env_key(env: Mapping[str, str]) -> tuple:
+    return tuple(sorted(env.items()))
 
 
 # --------------------------------------------------------------------------------------
