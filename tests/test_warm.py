@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from magneton.tracer import allocator
 from magneton.tracer.warm import WarmWorker, WorkerError, common_imports
 
 PROBE = """
@@ -36,6 +37,7 @@ def report(arg):
         "ppid": os.getppid(),
         "total": total,
         "mailbox": "mailbox" in sys.modules,
+        "malloc": sys.modules["magneton.tracer.allocator"]._pinned,
     }}
 
 
@@ -102,6 +104,9 @@ def test_jobs_run_in_forks_that_look_like_fresh_processes(sides, tmp_path):
         assert v["threads"] == int(fresh.stdout)
         assert v["total"] == float(1 << 22)
         assert not v["mailbox"]  # only a's script imports it: never preloaded for b
+        # glibc malloc's thresholds pinned before any import, as `magneton record` pins
+        # them before the script's (tracer/allocator.py)
+        assert v["malloc"] == allocator.pin() and v["malloc"].startswith("glibc")
     assert results["a"].value["ppid"] == results["b"].value["ppid"]  # one zygote
 
 
@@ -152,6 +157,7 @@ def test_without_fork_jobs_run_in_fresh_interpreters(sides):
     assert not stats.forking and stats.imported == []
     assert r.ok, r.error
     assert (r.value["name"], r.value["cwd"], r.value["ppid"]) == ("b", str(sides["b"]), zygote)
+    assert r.value["malloc"] == allocator.pin()  # pinned in the fresh interpreter too
 
 
 CALLER = """

@@ -17,6 +17,7 @@ import sys
 import torch
 
 from magneton.graphdb.vocab import sha256_file  # noqa: F401  (re-export: record.py uses it)
+from magneton.tracer import allocator
 
 # Environment variables that change threading or kernel choice.
 ENV_VARS = (
@@ -101,4 +102,5 @@ def snapshot(script: str = "") -> dict[str, str]:
     if script:
         cfg["script.path"] = script
         cfg["script.sha256"] = sha256_file(script)
+    cfg[allocator.CONFIG_KEY] = allocator.pin()  # pinned before the workload, or now
     return cfg

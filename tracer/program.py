@@ -533,6 +533,9 @@ def _as_main(spec: ProgramSpec) -> Iterator[None]:
 
 def _run(spec: ProgramSpec) -> None:
     """Run the program as `__main__`; a `sys.exit(0)` is a normal end."""
+    from .allocator import pin
+
+    pin()  # before the program allocates (tracer/allocator.py)
     try:
         if spec.module:
             runpy.run_module(spec.module, run_name="__main__", alter_sys=True)

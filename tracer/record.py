@@ -41,6 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from magneton.graphdb.model import MagnetonError, Profile, RunInfo
 from magneton.graphdb.wording import UNRECORDED_THREAD_OPS, unrecorded_threads_warning
+from magneton.tracer import allocator
 from magneton.tracer.capture import (
     ModuleTracker,
     StructureCapture,
@@ -598,6 +599,7 @@ def record_script(
     try:
         with _interruptible(), _no_exit(), Phases(opts.progress) as phases:
             phases.phase(f"importing {os.path.basename(script)}")
+            allocator.pin()  # before the script allocates (tracer/allocator.py)
             module = load_script(script)
             entry_fn = getattr(module, entry, None)
             if not callable(entry_fn):

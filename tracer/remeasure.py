@@ -54,6 +54,9 @@ def _send(out: IO[str], msg: dict) -> None:
 def _prepare(spec: dict) -> tuple[Any, bool, bool]:
     """Load the side as the recorder does; returns (call, sync, cpu_clock)."""
     os.environ.update(spec.get("env", {}))
+    from magneton.tracer.allocator import pin
+
+    pin()  # as the recording did (a fork has it from the zygote already)
     script = spec["script"]
     sys.argv = [script]
     from magneton.tracer.record import _as_args, load_script
