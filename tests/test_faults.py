@@ -349,7 +349,7 @@ _UNFINISHED_COMMIT = """
     # the disk fills during the checkpoint (space checks off): Kùzu leaves .shadow pages
     python=${M% -m magneton}
     # (Kùzu then segfaults or spins in close: a spinning writer is killed, as a user would)
-    timeout -s KILL 45 $python - "$D/db" <<'PY' 2>/dev/null
+    timeout -s KILL 25 $python - "$D/db" <<'PY' 2>/dev/null
 import sys
 import magneton.graphdb.db as dbm
 from magneton.tracer.record import RecordOptions, record_script
