@@ -152,13 +152,12 @@ def print_diagnosis(result: DiffResult, groups: list[CauseGroup] | None = None) 
         print(f"{ids} noise: {note}")
     if result.dismissed:
         where = ", ".join(
-            f"{_short_ops(f)} {f.saving_share:.1%} of {f.wasteful}" for f in result.dismissed
+            f"{_side_text(f, f.wasteful)} {f.saving_share:.1%} of {f.wasteful}"
+            for f in result.dismissed
         )
         print(
             f"dismissed (not findings): {len(result.dismissed)} difference(s) over the "
-            f"threshold in "
-            f"which {_SAME_WORK}: {where}; --json lists them under "
-            '"dismissed"'
+            f'threshold in which {_SAME_WORK}: {where}; --json lists them under "dismissed"'
         )
 
 
@@ -166,12 +165,6 @@ _SAME_WORK = (
     "both sides ran the same kernels, reached the same way, with the same arguments and "
     "settings (what two processes running identical work measure apart)"
 )
-
-
-def _short_ops(f: Finding) -> str:
-    ops = f.ops_a if f.wasteful == "a" else f.ops_b
-    names = list(dict.fromkeys(n.removeprefix("aten::") for n in ops))
-    return " ".join(names[:3]) + (" …" if len(names) > 3 else "")
 
 
 def _ids(g: CauseGroup) -> str:
