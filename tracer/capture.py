@@ -206,11 +206,49 @@ class ModuleTracker:
 
 
 # --------------------------------------------------------------------------------------
+# The dispatch modes' common base
+# --------------------------------------------------------------------------------------
+
+
+class RecorderMode(TorchDispatchMode):
+    """Base of every dispatch mode Magneton runs a workload under.
+
+    torch wraps a mode's `__torch_dispatch__` in `torch._dynamo.disable` so that a
+    `torch.compile` in progress never compiles the mode's own frame. That wrapper imports
+    torch._dynamo (and with it torch._inductor: 1.1 s here) at the first operator of every
+    recording, and costs ~2 µs per operator of the ~11 µs a Python mode costs at all.
+    Dynamo can only be compiling if it has been imported, and a workload that compiles has
+    imported it before any mode is entered: the warmup call runs the entry once, untraced.
+    So the wrapper is applied when a mode is entered with torch._dynamo already imported,
+    and never otherwise.
+    """
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # not at class creation: see `__enter__`
+
+    def __enter__(self):
+        cls = type(self)
+        if "torch._dynamo" in sys.modules and not cls.__dict__.get("_dynamo_disabled"):
+            import torch._dynamo
+
+            # the nearest definition (a subclass may inherit its parent's)
+            raw = next(
+                k.__dict__["__torch_dispatch__"]
+                for k in cls.__mro__
+                if "__torch_dispatch__" in k.__dict__
+            )
+            cls.__torch_dispatch__ = torch._dynamo.disable(raw, recursive=True)
+            cls._dynamo_disabled = True
+        return super().__enter__()
+
+
+# --------------------------------------------------------------------------------------
 # Timing pass
 # --------------------------------------------------------------------------------------
 
 
-class TimingCapture(TorchDispatchMode):
+class TimingCapture(RecorderMode):
     """Light mode: one tuple per operator, nothing else (what the overhead benchmark times).
 
     Everything not needed for a window is deferred: the op's name is resolved after the
@@ -258,7 +296,7 @@ class StructureResult:
     other_thread_ops: int = 0
 
 
-class StructureCapture(TorchDispatchMode):
+class StructureCapture(RecorderMode):
     """Heavy mode: dataflow, summaries, module path and Python stack per operator."""
 
     def __init__(
@@ -584,18 +622,21 @@ def _walk(e):
 
 @contextlib.contextmanager
 def call_profiler() -> Iterator[Any]:
-    """The PyTorch profiler, set up for call paths (and CUDA kernels when present).
+    """The PyTorch profiler, set up for call paths (and CUDA kernels when present); read
+    its events from `.function_events` once the block has ended.
 
     Kineto writes "USDT ... profiler_start/stop" lines straight to file descriptor 2 and
     only honours KINETO_LOG_LEVEL from the process's *initial* environment, so the start
     and stop calls run with fd 2 pointed at /dev/null; the workload's own stderr output in
     between is untouched.
-    """
-    from torch.profiler import ProfilerActivity, profile
 
-    activities = [ProfilerActivity.CPU]
-    if torch.cuda.is_available():
-        activities.append(ProfilerActivity.CUDA)
+    `torch.autograd.profiler.profile` (the Kineto profiler `torch.profiler.profile` wraps),
+    not the wrapper: the wrapper's start asks `hasattr(torch, "_inductor")`, which imports
+    torch._inductor through torch's lazy attributes — 1.1 s of every recording here, for a
+    cudagraphs setting only its schedule uses.
+    """
+    from torch.autograd.profiler import profile
+
     # every thread, not only this one: operators of the program's other threads (a pool
     # built in setup(), a worker started by the entry) are not traced by the dispatch
     # mode, and `other_thread_ops` counts them so the recording can say so
@@ -603,16 +644,22 @@ def call_profiler() -> Iterator[Any]:
         everywhere = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
     except TypeError:  # an older torch: this thread only (and `_other_threads` counts)
         everywhere = None
-    prof = profile(activities=activities, experimental_config=everywhere)
+    cuda = torch.cuda.is_available()
+    prof = profile(
+        use_cpu=True,
+        use_device="cuda" if cuda else None,
+        use_kineto=True,
+        experimental_config=everywhere,
+    )
     with _fd2_silenced():
-        prof.start()
+        prof.__enter__()
     try:
         yield prof
     finally:
-        if torch.cuda.is_available():
+        if cuda:
             torch.cuda.synchronize()
         with _fd2_silenced():
-            prof.stop()
+            prof.__exit__(None, None, None)
 
 
 @contextlib.contextmanager
@@ -641,7 +688,7 @@ def run_structure_pass(
         with call_profiler() as prof:
             with capture.modules, capture:
                 out = fn()
-        events = prof.events()
+        events = prof.function_events
         attach_call_paths(capture.result, events)
         capture.result.other_thread_ops = other_thread_ops(events)
     else:

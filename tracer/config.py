@@ -42,6 +42,12 @@ ENV_VARS = (
 _LIBRARIES = ("torch", "numpy", "transformers", "accelerate", "diffusers", "vllm", "kuzu")
 
 
+def _omp_too_late() -> bool:
+    import magneton
+
+    return magneton.OMP_POLICY_TOO_LATE
+
+
 def _get(fn, default="n/a") -> str:
     try:
         return str(fn())
@@ -103,4 +109,9 @@ def snapshot(script: str = "") -> dict[str, str]:
         cfg["script.path"] = script
         cfg["script.sha256"] = sha256_file(script)
     cfg[allocator.CONFIG_KEY] = allocator.pin()  # pinned before the workload, or now
+    cfg["magneton.omp_wait_policy"] = (
+        "libgomp default (torch was imported before magneton)"
+        if _omp_too_late()
+        else os.environ.get("OMP_WAIT_POLICY", "")
+    )
     return cfg

@@ -435,7 +435,7 @@ class _Recorder(_Controller):
         stack.close()
         res = self._capture.result
         if self._prof is not None:
-            attach_call_paths(res, self._prof.events())
+            attach_call_paths(res, self._prof.function_events)
         else:
             for op in res.ops:
                 op.api, op.call_paths = op.name, [op.name]

@@ -31,19 +31,20 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from magneton.graphdb.model import MagnetonError, Profile, RunInfo
 from magneton.graphdb.wording import UNRECORDED_THREAD_OPS, unrecorded_threads_warning
 from magneton.tracer import allocator
 from magneton.tracer.capture import (
     ModuleTracker,
+    RecorderMode,
     StructureCapture,
     attach_call_paths,
     call_profiler,
@@ -246,7 +247,7 @@ def _entry_code(fn: Callable) -> Any:
     return getattr(getattr(target, "__func__", target), "__code__", None)
 
 
-class _OpCounter(TorchDispatchMode):
+class _OpCounter(RecorderMode):
     """Counts aten operators; pushed in threads the entry starts (see `_other_threads`)."""
 
     def __init__(self, counts: list[int]):
@@ -300,6 +301,21 @@ def _merge_timing(profile: Profile, iterations: list) -> bool:
     return True
 
 
+def _warn_if_omp_spins() -> None:
+    """Say when torch was loaded before magneton could make OpenMP's workers sleep
+    (magneton/__init__.py): their spin is priced as the operators' CPU time."""
+    import magneton
+
+    if magneton.OMP_POLICY_TOO_LATE:
+        warnings.warn(
+            "torch was imported before magneton, so OpenMP's workers spin after each "
+            "parallel region and that spin is priced as operator CPU time; import magneton "
+            "first or set OMP_WAIT_POLICY=PASSIVE",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
 def record_callable(
     fn: Callable,
     args: tuple = (),
@@ -320,6 +336,8 @@ def record_callable(
     phases = phases or Phases(enabled=False)
     kwargs = kwargs or {}
     from magneton.tracer.energy import EnergySession
+
+    _warn_if_omp_spins()
 
     def call():
         return fn(*args, **kwargs)
@@ -711,7 +729,7 @@ def record_block(
             with call_profiler() as prof:
                 with capture.modules, capture:
                     yield profile
-            attach_call_paths(capture.result, prof.events())
+            attach_call_paths(capture.result, prof.function_events)
         else:
             with capture.modules, capture:
                 yield profile

@@ -242,7 +242,8 @@ def _run_replay(
     progress: bool,
 ) -> list[ReplayResult]:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from magneton.tracer.capture import RecorderMode
 
     thread0 = profile.ops[0].thread if profile.ops else 0
     expected = [op for op in profile.ops if op.thread == thread0]
@@ -256,7 +257,7 @@ def _run_replay(
         transient=True,
     )
 
-    class ReplayMode(TorchDispatchMode):
+    class ReplayMode(RecorderMode):
         def __init__(self):
             super().__init__()
             self.k = 0
