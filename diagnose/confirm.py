@@ -199,7 +199,8 @@ def start_pool(pa: Profile, pb: Profile, tmp_prefix: str = "magneton-diff-") -> 
     )
 
 
-def _covers(pool: WarmPool, profiles: dict[str, Profile]) -> bool:
+def covers(pool: WarmPool, profiles: dict[str, Profile]) -> bool:
+    """Whether `pool` has a worker started for each profile's script and environment."""
     from .keyvar import env_of
 
     return all(pool.worker([p.run.script], env_of(p.config)) for p in profiles.values())
@@ -524,7 +525,7 @@ def confirm_findings(
     try:
         with sigterm_unwinds():
             try:
-                if pool is None or not _covers(pool, profiles):
+                if pool is None or not covers(pool, profiles):
                     pool = own = start_pool(pa, pb, tmp_prefix="magneton-confirm-")
                 for side in ("a", "b"):
                     workers[side] = Worker(side, profiles[side], pool)

@@ -1,5 +1,6 @@
-"""End to end through the CLI, per case of examples/cases: record both scripts, `magneton
-diff --json`, check the diagnosis against the case's expect.toml; for the three
+"""End to end through the CLI, per case of examples/cases: `magneton eval` records both
+scripts, diffs and diagnoses every case as a user runs the suite; each case's stored diff
+(what `magneton diff --json` prints) is checked against its expect.toml; for the
 misconfiguration cases and the two argument ports (pad_copy, contiguous_copy) export the
 patch, apply it to a copy of a.py, re-record, and check that the energy gap the finding
 measured closes.
@@ -54,16 +55,12 @@ def magneton(*args: str, check_rc: bool = True) -> subprocess.CompletedProcess:
     return res
 
 
-# Cases whose expectation is about the work done, not about wall time: on a shared
-# 2-core CI machine the default model's static-power x measured-time term moves identical
-# code by more than the 10% threshold, so the negative control is judged on FLOPs/bytes.
-WORK_ONLY = {"addmm"}
-
-
 def record(script: Path, db: Path, run: str) -> None:
-    extra = ["--power", "model:work-only"] if script.parent.name in WORK_ONLY else []
+    """`magneton record` as `magneton eval` records a case's script (its `--repeat` and
+    `power` from expect.toml)."""
     expect = tomllib.loads((script.parent / "expect.toml").read_text())
-    repeat = str(max(3, int(expect.get("min_repeat", 0))))  # as `magneton eval` does
+    repeat = str(max(3, int(expect.get("min_repeat", 0))))
+    extra = ["--power", expect["power"]] if "power" in expect else []
     magneton(
         "record",
         str(script),
@@ -86,18 +83,42 @@ def _in_suite(case: Path) -> bool:
     )
 
 
-@pytest.fixture(scope="module", params=sorted(p.name for p in CASES.iterdir() if _in_suite(p)))
-def case(request, tmp_path_factory):
+SUITE = sorted(p.name for p in CASES.iterdir() if _in_suite(p))
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory) -> tuple[Path, Path, dict]:
+    """`magneton eval` over copies of the suite's cases, as a user runs it: per case both
+    recordings, the diff with its confirmation and the diagnosis with its re-run, stored
+    in DB/<case>. One command for all cases: `eval` records and re-runs each case in one
+    warm worker, where separate `record`/`record`/`diff` commands import the scripts'
+    libraries three times more."""
+    work = tmp_path_factory.mktemp("cases")
+    for name in SUITE:
+        shutil.copytree(CASES / name, work / name)
+    db = work.parent / "db"
+    cases = [arg for name in SUITE for arg in ("--case", name)]
+    res = magneton("eval", str(work), "--db", str(db), "--json", *cases, check_rc=False)
+    assert res.stdout.strip(), f"magneton eval printed nothing:\n{res.stderr[-2000:]}"
+    rows = {row["case"]: row for row in json.loads(res.stdout)["cases"]}
+    return work, db, rows
+
+
+@pytest.fixture(scope="module", params=SUITE)
+def case(request, evaluated):
+    """(name, case copy, its DB, the stored diff as `magneton diff --json` prints it,
+    expect.toml) of one case of the suite."""
+    from magneton.graphdb.matches import load_diff
+
     name = request.param
-    work = tmp_path_factory.mktemp(name)
-    shutil.copytree(CASES / name, work / name)
-    d = work / name
-    db = work / "db"
-    record(d / "a.py", db, "a")
-    record(d / "b.py", db, "b")
-    diff = json.loads(magneton("diff", "--db", str(db), "a", "b", "--json").stdout)
+    work, db_root, rows = evaluated
+    d, db = work / name, db_root / name
+    row = rows[name]
+    with open_db(db, read_only=True) as handle:
+        loaded = load_diff(handle, "a", "b") if handle.has_run("b") else None
+    assert loaded is not None, f"{name}: eval stored no diff: {row.get('reason')}"
     expect = tomllib.loads((d / "expect.toml").read_text())
-    return name, d, db, diff, expect
+    return name, d, db, loaded[0].to_json(), expect
 
 
 def _relevant(db: Path, expect: dict):

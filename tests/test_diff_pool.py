@@ -45,6 +45,9 @@ class Block:
 """
 
 SCRIPT = """
+import os
+import time
+
 import torch
 from poolact import Block
 
@@ -55,6 +58,7 @@ def setup():
 
 
 def main(block, x):
+    time.sleep(float(os.environ.get("MAGNETON_TEST_SLOW_S", "0")))  # wall time, not CPU
     return block.forward(x)
 """
 
@@ -158,7 +162,9 @@ def test_a_diff_stopped_during_confirmation_leaves_no_worker(pool_db, sig):
     import signal
     import time
 
-    env = {**os.environ, "PYTHONPATH": str(pool_db.parent / "site")}
+    # rounds of 0.3 s each (sleep: no CPU, so no change to what they price): the
+    # workers run long enough to be caught running before the signal
+    env = {**os.environ, "PYTHONPATH": str(pool_db.parent / "site"), "MAGNETON_TEST_SLOW_S": "0.3"}
     env.pop("TOKENIZERS_PARALLELISM", None)
     before = _pool_dirs()
     diff = subprocess.Popen(
@@ -190,3 +196,42 @@ def test_a_diff_stopped_during_confirmation_leaves_no_worker(pool_db, sig):
         if diff.poll() is None:
             diff.kill()
             diff.wait()
+
+
+def test_eval_records_and_diffs_a_case_in_one_warm_worker(pool_db, tmp_path, monkeypatch):
+    """`magneton eval`: both recordings are forks of the case's zygote, and the diff's
+    confirmation and re-run fork from it too — one interpreter for the whole case."""
+    import json
+
+    case = tmp_path / "cases" / "act"
+    case.mkdir(parents=True)
+    for side, act in (("a", "slow"), ("b", "fast")):
+        (case / f"{side}.py").write_text(SCRIPT.format(act=act))
+    (case / "expect.toml").write_text(
+        'region_ops = ["aten::tanh"]\nwasteful = "a"\npower = "model"\n'
+    )
+    monkeypatch.setenv("PYTHONPATH", str(pool_db.parent / "site"))
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    launches: list[list[str]] = []
+    real_popen = subprocess.Popen
+
+    class CountingPopen(real_popen):
+        def __init__(self, args, *a, **kw):
+            if isinstance(args, list) and args and args[0] == sys.executable:
+                launches.append([str(x) for x in args])
+            super().__init__(args, *a, **kw)
+
+    monkeypatch.setattr(subprocess, "Popen", CountingPopen)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = cli(["eval", str(case.parent), "--db", str(tmp_path / "db"), "--json"])
+    res = json.loads(out.getvalue())["cases"][0]
+    assert rc == 0 and res["diagnosed"], res
+    assert len(launches) == 1 and "--zygote" in launches[0], launches
+    f = res["finding"]
+    assert f["interval"]["confirmed"], f["interval"]
+    from magneton.graphdb import open_db
+
+    with open_db(tmp_path / "db" / "act", read_only=True) as db:
+        runs = {r.name: r for r in db.list_runs()}
+    assert runs["a"].status == runs["b"].status == "ok" and runs["a"].op_count > 0

@@ -61,11 +61,13 @@ What the zygote imports, and why the children are as good as fresh processes:
   OpenBLAS (numpy, scipy) starts its threads at import but stops them around a fork
   (it registers `pthread_atfork` handlers).
 * The allocator is the one thing a fork does not start fresh: glibc raises its mmap
-  threshold whenever a large mmapped block is freed, so the zygote's import history
-  decides whether a child's large tensors are mmapped or come from the heap, which moved
-  single operators by up to ±18% against a fresh process (docs/benchmarks.md). Fixing the
-  threshold would change the measured program itself, so it is left alone; confirmation
-  only ever compares forks of the same zygote (or of zygotes that imported alike).
+  threshold whenever a large mmapped block is freed, so a zygote's import history would
+  decide whether a child's large tensors are mmapped or come from the heap (it moved
+  single operators by up to ±18% against a fresh process, docs/benchmarks.md). The
+  zygote pins both thresholds before it imports anything (tracer/allocator.py), as
+  `magneton record` does in a fresh process, so forks and fresh recordings allocate
+  alike; confirmation still only compares forks of the same zygote (or of zygotes that
+  imported alike).
 * The zygote has no Python threads: it waits on its command pipe and the children's
   pidfds with `select`, so nothing holds a lock when it forks.
 
