@@ -2,6 +2,8 @@
 
 Measures the three ways Magneton can observe a forward call:
   * untraced            — plain eager PyTorch (the baseline);
+  * empty mode          — a dispatch mode that only calls the operator (Magneton's
+                          `RecorderMode` base): the floor any Python dispatch mode pays;
   * timing pass         — `TimingCapture`, the only instrumentation present while energy is
                           measured (what the paper's 4.4% overhead figure is about);
   * timing pass + CPU   — `CpuTimingCapture` (tracer/timing.py), which also reads the process
@@ -56,10 +58,15 @@ def main() -> None:
     from magneton.tracer import invariants
     from magneton.tracer.capture import (
         ModuleTracker,
+        RecorderMode,
         StructureCapture,
         TimingCapture,
         run_structure_pass,
     )
+
+    class EmptyMode(RecorderMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **kwargs) if kwargs else func(*args)
 
     load_start = os.getloadavg()[0]
     model, ids = build(args.layers, args.seq, args.batch)
@@ -73,11 +80,15 @@ def main() -> None:
 
     from magneton.tracer.timing import CpuTimingCapture
 
-    untraced, timing, timing_cpu, ops = [], [], [], 0
+    untraced, empty, timing, timing_cpu, ops = [], [], [], [], 0
     for _ in range(args.iters):
         t0 = time.perf_counter()
         forward()
         untraced.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        with EmptyMode():
+            forward()
+        empty.append(time.perf_counter() - t0)
         tc = TimingCapture()
         t0 = time.perf_counter()
         with tc:
@@ -108,6 +119,8 @@ def main() -> None:
         "model": f"gpt2 {args.layers}L seq{args.seq} batch{args.batch}",
         "operators_per_call": ops,
         "untraced_s": base,
+        "empty_mode_s": statistics.median(empty),
+        "empty_mode_ratio": statistics.median(empty) / base,
         "timing_pass_s": statistics.median(timing),
         "structure_pass_s": statistics.median(structure),
         "timing_overhead_ratio": statistics.median(timing) / base,
@@ -125,6 +138,11 @@ def main() -> None:
     for col in ("variant", "median s/call", "ratio vs untraced"):
         table.add_column(col, justify="right" if col != "variant" else "left")
     table.add_row("untraced", f"{base:.4f}", "1.000")
+    table.add_row(
+        "empty dispatch mode (floor)",
+        f"{res['empty_mode_s']:.4f}",
+        f"{res['empty_mode_ratio']:.3f}",
+    )
     table.add_row(
         "timing pass", f"{res['timing_pass_s']:.4f}", f"{res['timing_overhead_ratio']:.3f}"
     )

@@ -98,14 +98,11 @@ def run_diff(
     diagnose: bool = True,
     rerun: bool = True,
     progress: Progress | None = None,
-    pool: Any = None,
 ) -> DiffOutcome:
     """Diff runs or jobs `a` and `b` of an open ProfileDB (read only; see the module
     docstring). `diagnose=False` stops after detection; `rerun=False` neither confirms candidates by
     re-measuring them (they are reported unconfirmed) nor re-runs the scripts to
-    diagnose. `pool`: the caller's warm workers (tracer/warm.py `WarmPool`, e.g. the one
-    `magneton eval` recorded both runs with), used where they cover both runs' scripts
-    and environments, and left open; otherwise the diff starts and ends its own."""
+    diagnose."""
     check_threshold(threshold)
     if is_job(db, a):
         from .jobdiff import diff_jobs_outcome
@@ -116,15 +113,7 @@ def run_diff(
             progress("detected", out.result, n, n)
         return out
     return diff_run_pair(
-        db,
-        a,
-        b,
-        threshold=threshold,
-        tau=tau,
-        diagnose=diagnose,
-        rerun=rerun,
-        progress=progress,
-        pool=pool,
+        db, a, b, threshold=threshold, tau=tau, diagnose=diagnose, rerun=rerun, progress=progress
     )
 
 
@@ -138,7 +127,6 @@ def diff_run_pair(
     diagnose: bool = True,
     rerun: bool = True,
     progress: Progress | None = None,
-    pool: Any = None,
 ) -> DiffOutcome:
     """`run_diff` for two single runs."""
     from .diff import diff_profiles, region_findings
@@ -164,17 +152,16 @@ def diff_run_pair(
         if progress is not None:
             progress("detected", result, 0, 0)
         return out
-    from .confirm import covers, sigterm_unwinds
+    from .confirm import sigterm_unwinds
 
-    own = None
+    pool = None
     try:
         with sigterm_unwinds():  # SIGTERM unwinds through the finally that ends the pool
-            if pool is None or not covers(pool, {"a": pa, "b": pb}):
-                pool = own = _start_pool(pa, pb, rerun)
+            pool = _start_pool(pa, pb, rerun)
             _confirm_and_diagnose(db, out, m, (pa, pb), threshold, rerun, diagnose, progress, pool)
     finally:
-        if own is not None:
-            own.close()
+        if pool is not None:
+            pool.close()
     return out
 
 

@@ -214,13 +214,15 @@ class RecorderMode(TorchDispatchMode):
     """Base of every dispatch mode Magneton runs a workload under.
 
     torch wraps a mode's `__torch_dispatch__` in `torch._dynamo.disable` so that a
-    `torch.compile` in progress never compiles the mode's own frame. That wrapper imports
-    torch._dynamo (and with it torch._inductor: 1.1 s here) at the first operator of every
-    recording, and costs ~2 µs per operator of the ~11 µs a Python mode costs at all.
-    Dynamo can only be compiling if it has been imported, and a workload that compiles has
-    imported it before any mode is entered: the warmup call runs the entry once, untraced.
-    So the wrapper is applied when a mode is entered with torch._dynamo already imported,
-    and never otherwise.
+    compiled function running under the mode never has dynamo trace the mode's own frame
+    (inside `__torch_dispatch__` the mode is off the stack, so dynamo's "a dispatch mode is
+    active" skip does not protect it). That wrapper imports torch._dynamo and
+    torch._inductor (1.1 s here) at the first operator of every recording, and costs ~2 µs
+    of the ~11 µs a Python mode adds to each operator. It is needed only where dynamo has
+    compiled something, and a workload that compiles has done so before any mode is
+    entered: the warmup call runs the entry once, untraced. So a mode takes the wrapper
+    when it is entered after dynamo compiled a frame (`_dynamo_compiled`), and never
+    otherwise: not for a workload that merely imported dynamo (transformers does).
     """
 
     @classmethod
@@ -229,7 +231,7 @@ class RecorderMode(TorchDispatchMode):
 
     def __enter__(self):
         cls = type(self)
-        if "torch._dynamo" in sys.modules and not cls.__dict__.get("_dynamo_disabled"):
+        if not cls.__dict__.get("_dynamo_disabled") and _dynamo_compiled():
             import torch._dynamo
 
             # the nearest definition (a subclass may inherit its parent's)
@@ -241,6 +243,19 @@ class RecorderMode(TorchDispatchMode):
             cls.__torch_dispatch__ = torch._dynamo.disable(raw, recursive=True)
             cls._dynamo_disabled = True
         return super().__enter__()
+
+
+def _dynamo_compiled() -> bool:
+    """Whether dynamo has processed a frame in this process (its own frame counter); a
+    torch without that counter is taken to have."""
+    if "torch._dynamo" not in sys.modules:
+        return False
+    try:
+        from torch._dynamo.utils import counters
+
+        return counters["frames"]["total"] > 0
+    except Exception:
+        return True
 
 
 # --------------------------------------------------------------------------------------

@@ -2,11 +2,9 @@
 
 Each case is a directory with `a.py` and `b.py` (same task, two implementations, each with
 `setup()` and `main(*setup())`) and `expect.toml` (what a correct diagnosis says). For each
-case: record both scripts, diff, diagnose, and compare with the expectation. Each
-recording is a fork of one warm worker per case (`case_pool`), a fresh process for the
-recording: scripts set global flags at import, which must not leak from one recording into
-the next; the diff's re-runs fork from the same worker, so a case imports its libraries
-once. Prints a table like the paper's Table 2: case,
+case: record both scripts (each in its own `magneton record` process — scripts set global
+flags at import, which must not leak from one recording into the next), diff, diagnose,
+and compare with the expectation. Prints a table like the paper's Table 2: case,
 diagnosed ✓/✗ (with the first failed check), end-to-end energy and time difference,
 category and root cause.
 
@@ -27,16 +25,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from magneton.graphdb.model import Finding, MagnetonError, RootCause
-
-RECORD_TIMEOUT_S = 1800.0  # one recording (a fork of the case's warm worker)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -119,41 +116,31 @@ def load_expect(case: Path) -> dict:
         raise MagnetonError(f"{f}: invalid TOML: {e}") from None
 
 
-def case_pool(case: Path) -> Any:
-    """The warm worker of one case (tracer/warm.py `WarmPool`): a zygote that imports torch
-    and the imports both scripts begin with, once. Both recordings are forks of it, each a
-    fresh process for the recording (a flag a script sets at import dies with its fork,
-    never reaching the other side), and the diff's confirmation and key-variable re-run
-    fork from the same zygote: it is keyed by the environment the recordings note
-    (tracer/config.py `ENV_VARS`), which is what the diff looks its workers up by. Per
-    case this saves two interpreter starts and two to four imports of the scripts'
-    libraries (transformers: 3-4 s each)."""
-    from magneton.diagnose.confirm import PRELOAD
-    from magneton.tracer.warm import WarmPool
-
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # torch.profiler's banner on stderr
-    env = _recorded_env()
-    sides = {s: (str((case / f"{s}.py").resolve()), env) for s in ("a", "b")}
-    preload = (*PRELOAD, "magneton.commands.record")
-    return WarmPool(sides, preload=preload, tmp_prefix="magneton-eval-")
-
-
-def _recorded_env() -> dict[str, str]:
-    """The variables a recording notes in its config (non-empty `ENV_VARS`)."""
-    from magneton.tracer.config import ENV_VARS
-
-    return {v: os.environ[v] for v in ENV_VARS if os.environ.get(v)}
-
-
-def record(pool: Any, script: Path, db: str, run: str, repeat: int, extra: list[str]) -> None:
-    """Record one script as a fork of the case's warm worker (`case_pool`)."""
-    script = script.resolve()
-    worker = pool.worker([str(script)], _recorded_env())
-    argv = [str(script), "--db", db, "--run", run, "--replace", "--repeat", str(repeat), "-q"]
-    job = worker.submit("magneton.commands.record:job", argv + extra)
-    res = worker.result(job, timeout_s=RECORD_TIMEOUT_S)
-    if not res.ok:
-        msg = worker.job_log_tail(job) or res.error
+def record(script: Path, db: str, run: str, repeat: int, extra: list[str]) -> None:
+    """Record one script in its own process, as a user runs `magneton record`: global flags
+    a script sets must not leak into the next recording, and a recording forked from a
+    warm interpreter was tried and measured differently (attn_impl: the case's region
+    difference found in 12 of 17 forked evaluations, 13 of 14 fresh ones)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "magneton",
+        "record",
+        str(script),
+        "--db",
+        db,
+        "--run",
+        run,
+        "--replace",
+        "--repeat",
+        str(repeat),
+        *extra,
+    ]
+    env = dict(os.environ)
+    env.setdefault("KINETO_LOG_LEVEL", "5")
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if res.returncode != 0:
+        msg = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise MagnetonError(f"recording {script} failed: {msg}")
 
 
@@ -238,23 +225,22 @@ def eval_case(case: Path, db_dir: str, repeat: int, rerun: bool) -> CaseResult:
     # a case whose difference is small on a CPU asks for more timed calls (`min_repeat`)
     repeat = max(repeat, int(expect.get("min_repeat", 0)))
     extra = ["--power", expect["power"]] if "power" in expect else []
+    for side in ("a", "b"):
+        record(case / f"{side}.py", db_path, side, repeat, extra)
+    t1 = time.perf_counter()
     detected: list[float] = []
 
     def progress(stage: str, *_: object) -> None:
         if stage == "detected":
             detected.append(time.perf_counter())
 
-    with case_pool(case) as pool:
-        for side in ("a", "b"):
-            record(pool, case / f"{side}.py", db_path, side, repeat, extra)
-        t1 = time.perf_counter()
-        with open_db(db_path) as db:
-            out = run_diff(db, "a", "b", rerun=rerun, progress=progress, pool=pool)
-            t3 = time.perf_counter()
-            store_outcome(db, out)
-            result = out.result
-            t2 = detected[0] if detected else t3
-            f = relevant_finding(result, db, expect.get("region_ops", []))
+    with open_db(db_path) as db:
+        out = run_diff(db, "a", "b", rerun=rerun, progress=progress)
+        t3 = time.perf_counter()
+        store_outcome(db, out)
+        result = out.result
+        t2 = detected[0] if detected else t3
+        f = relevant_finding(result, db, expect.get("region_ops", []))
     res.seconds = {
         "record": round(t1 - t0, 2),
         "diff": round(t2 - t1, 2),

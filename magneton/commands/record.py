@@ -139,16 +139,3 @@ def _record_program(args: argparse.Namespace, opts) -> int:
         f"({r.energy_method}, {r.power_source}) -> {args.db}"
     )
     return 0
-
-
-def job(argv: list[str]) -> None:
-    """`magneton record ARGV` as a job of a warm worker (tracer/warm.py): the forked child
-    is a fresh process for the recording (its imports are cached, nothing it sets outlives
-    it), so a caller that records many scripts pays the interpreter start and torch's
-    import once. Its stderr is the job's log; a failure raises, and the log's last line
-    (`WarmWorker.job_log_tail`) is the recorder's own one-line message."""
-    from magneton.cli import main
-
-    rc = main(["record", *argv])
-    if rc:
-        raise SystemExit(rc)
