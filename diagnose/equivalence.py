@@ -110,6 +110,7 @@ class Signature:
     _lens: list = field(default_factory=list, repr=False)
     _groups: dict | None = field(default=None, repr=False)
     _flat: tuple | None = field(default=None, repr=False)
+    _keyed: tuple | None = field(default=None, repr=False)
 
     @property
     def groups(self) -> dict[tuple, list[np.ndarray]]:
@@ -126,6 +127,20 @@ class Signature:
         return self._groups
 
     @property
+    def keyed(self) -> tuple:
+        """(key layout, spectra concatenated in the layout's key order, whether every
+        key occurs once, whether pairs of this layout can be compared in a batch),
+        parsed on first use."""
+        if self._keyed is None:
+            if not self.has_splits:
+                self._keyed = ((), None, False, False)
+            else:
+                layout, order, singleton, batchable = _layout(self.canon, tuple(self._lens))
+                vals = np.asarray(self.inv, dtype=np.float64)[order[0]]
+                self._keyed = (layout, vals, singleton, batchable)
+        return self._keyed
+
+    @property
     def flat(self) -> tuple:
         """(key layout, concatenated spectra, per-value normalizer): when two tensors
         have the same layout of singleton keys (the common case), all spectra compare in
@@ -134,9 +149,9 @@ class Signature:
             if not self.has_splits:
                 self._flat = ((), None, None)
             else:
-                layout, order, singleton = _layout(self.canon, tuple(self._lens))
+                layout, vals, singleton, _ = self.keyed
                 if singleton:
-                    vals = np.asarray(self.inv, dtype=np.float64)[order[0]]
+                    order = _layout(self.canon, tuple(self._lens))[1]
                     tops = np.repeat(vals[order[1]], order[2])
                     self._flat = (layout, vals, tops)
                 else:
@@ -148,7 +163,9 @@ class Signature:
 def _layout(canon: tuple[int, ...], lens: tuple[int, ...]) -> tuple:
     """Per (shape, spectrum lengths): the unfolding keys in a canonical order with their
     multiplicity and length, the gather index putting the stored spectra in that order,
-    where each reordered spectrum starts, and whether every key occurs once."""
+    where each reordered spectrum starts, whether every key occurs once, and whether
+    the layout is batchable (`_batch_distances`): each key's spectra are equally long
+    and at most 6 of them, the exhaustive pairing of `_group_dist`."""
     splits = plan_splits(canon)
     offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     by_key: dict[tuple, list[int]] = {}
@@ -160,7 +177,9 @@ def _layout(canon: tuple[int, ...], lens: tuple[int, ...]) -> tuple:
     idx = [j for k in keys for i in by_key[k] for j in range(offsets[i], offsets[i + 1])]
     seg_lens = [lens[i] for k in keys for i in by_key[k]]
     starts = np.concatenate([[0], np.cumsum(seg_lens)[:-1]]).astype(np.int64)
-    return layout, (np.asarray(idx, dtype=np.int64), starts, np.asarray(seg_lens)), singleton
+    batchable = all(len(by_key[k]) <= 6 and len({lens[i] for i in by_key[k]}) == 1 for k in keys)
+    gather = (np.asarray(idx, dtype=np.int64), starts, np.asarray(seg_lens))
+    return layout, gather, singleton, batchable
 
 
 dtype_class = lru_cache(maxsize=64)(_dtype_class)
@@ -396,6 +415,74 @@ class TensorIndex:
         return blk.reps[lo:hi][d <= tol].tolist()
 
 
+def _batch_key(a: Signature, b: Signature) -> tuple | None:
+    """The shared spectra layout of a prefiltered pair whose `distance` is decided by
+    its spectra alone, key against same key, else None (identical or degenerate
+    summaries, no spectra, different or unbatchable layouts: `distance` itself)."""
+    if not (a.has_splits and b.has_splits) or a.raw == b.raw or a.numel == 0:
+        return None
+    if max(a.scale, b.scale) == 0.0:
+        return None
+    la, _, singleton, batchable = a.keyed
+    if not batchable or la != b.keyed[0]:
+        return None
+    return la, singleton
+
+
+def _batch_distances(
+    layout: tuple, singleton: bool, pairs: list[tuple[Signature, Signature]], pre: list[float]
+) -> list[float] | None:
+    """`distance` of many prefiltered pairs of one layout in a few numpy calls (the
+    per-pair comparison costs more in call overhead than in arithmetic). Same
+    elementwise operations, so the same values bit for bit: the flat normalizer for
+    singleton layouts, per key the best pairing of its spectra by permutation otherwise.
+    None when a spectrum is not finite (NaN ordering differs between numpy and `max`)."""
+    va = np.stack([a.keyed[1] for a, _ in pairs])
+    vb = np.stack([b.keyed[1] for _, b in pairs])
+    if not (np.isfinite(va).all() and np.isfinite(vb).all()):
+        return None
+    d = np.asarray(pre, dtype=np.float64)
+    if singleton:
+        ta = np.stack([a.flat[2] for a, _ in pairs])
+        tb = np.stack([b.flat[2] for _, b in pairs])
+        top = np.maximum(np.maximum(ta, tb), 1e-300)
+        return np.maximum(d, (np.abs(va - vb) / top).max(axis=1)).tolist()
+    off = 0
+    for _, mult, n in layout:
+        if n == 0:
+            continue
+        a = va[:, off : off + mult * n].reshape(len(pairs), mult, n)
+        b = vb[:, off : off + mult * n].reshape(len(pairs), mult, n)
+        off += mult * n
+        # dist[p, i, j]: spectrum i of A against spectrum j of B (`_spectrum_dist`)
+        top = np.maximum(a[:, :, None, 0], b[:, None, :, 0])
+        diff = np.abs(a[:, :, None, :] - b[:, None, :, :]).max(axis=3)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dist = np.where(top > 0.0, diff / top, 0.0)
+        perms = np.asarray(list(itertools.permutations(range(mult))))
+        d = np.maximum(d, dist[:, np.arange(mult), perms].max(axis=2).min(axis=1))
+    return d.tolist()
+
+
+def _batched_distances(
+    index_a: TensorIndex, index_b: TensorIndex, rows: list[tuple[int, int, float, float]]
+) -> dict[int, float]:
+    """Row number → `distance` for the prefiltered rows (ra, rb, prefilter d, tol) that
+    can be compared in batches of one layout; the other rows are left to `confirm`."""
+    batches: dict[tuple, list[int]] = defaultdict(list)
+    for k, (ra, rb, _, _) in enumerate(rows):
+        key = _batch_key(index_a.sigs[ra], index_b.sigs[rb])
+        if key is not None:
+            batches[key].append(k)
+    out: dict[int, float] = {}
+    for (layout, singleton), ks in batches.items():
+        sigs = [(index_a.sigs[rows[k][0]], index_b.sigs[rows[k][1]]) for k in ks]
+        dists = _batch_distances(layout, singleton, sigs, [rows[k][2] for k in ks])
+        if dists is not None:
+            out.update(zip(ks, dists, strict=True))
+    return out
+
+
 def match_tensors(
     index_a: TensorIndex,
     index_b: TensorIndex,
@@ -458,10 +545,15 @@ def match_tensors(
         tol = np.maximum(tau, EPS_FACTOR * np.maximum(ba.eps[ia], bb.eps[ib]))
         keep = np.nonzero(d <= tol)[0]
         reps_a, reps_b = ba.reps[ia[keep]].tolist(), bb.reps[ib[keep]].tolist()
-        for ra, rb, dk, tk in zip(
-            reps_a, reps_b, d[keep].tolist(), tol[keep].tolist(), strict=True
-        ):
-            confirm(ra, rb, tk, dk)
+        rows = list(zip(reps_a, reps_b, d[keep].tolist(), tol[keep].tolist(), strict=True))
+        batched = _batched_distances(index_a, index_b, rows)
+        # confirmed in the prefilter's order, so `found` (and the result) keeps its order
+        for k, (ra, rb, dk, tk) in enumerate(rows):
+            got = batched.get(k)
+            if got is None:
+                confirm(ra, rb, tk, dk)
+            elif got <= tk:
+                found[ra].extend((got, ib_) for ib_ in index_b.members[rb])
     out: dict[int, list[tuple[float, int]]] = {}
     for ra, lst in found.items():
         lst.sort()

@@ -123,7 +123,8 @@ def build_graph(p: Profile) -> RunGraph:
         roots = inputs
 
     # Reachability from SRC in one pass: execution order is a topological order of the
-    # dataflow (a value is produced before it is consumed).
+    # dataflow (a value is produced before it is consumed). Nodes are listed in that
+    # order with their predecessors, which is all the dominator pass needs.
     data_tensors = [False] * n_t
     data_ops = [False] * n_ops
     node_of = [n_ops + t for t in range(n_t)]
@@ -132,20 +133,22 @@ def build_graph(p: Profile) -> RunGraph:
             node_of[op.outputs[0]] = op.idx
     for t in roots:
         data_tensors[t] = True
-    edges: list[tuple[int, int]] = [(SRC, node_of[t]) for t in roots]
+    topo: list[int] = [node_of[t] for t in roots]  # after SRC
+    preds: dict[int, list[int]] = {v: [SRC] for v in topo}
     for op in ops:
         live = [t for t in op.inputs if data_tensors[t]]
         if live:
-            edges.extend((node_of[t], op.idx) for t in dict.fromkeys(live))
+            into = list(dict.fromkeys(node_of[t] for t in live))
         elif not (fallback and not op.inputs):
             continue
         else:
-            edges.append((SRC, op.idx))
+            into = [SRC]
         data_ops[op.idx] = True
+        _add_node(topo, preds, op.idx, into)
         for t in op.outputs:
             data_tensors[t] = True
             if node_of[t] != op.idx:
-                edges.append((op.idx, node_of[t]))
+                _add_node(topo, preds, node_of[t], [op.idx])
 
     # Final outputs: unconsumed data tensors whose producer has no consumed output.
     final: list[int] = []
@@ -154,11 +157,9 @@ def build_graph(p: Profile) -> RunGraph:
             final.extend(op.outputs)
     if not final:
         final = [t for t in range(n_t) if data_tensors[t] and not consumers[t]]
-    edges.extend((node_of[t], SINK) for t in dict.fromkeys(final))
-    g = nx.DiGraph()
-    g.add_node(SRC)
-    g.add_edges_from(edges)
-    idom = nx.immediate_dominators(g, SRC)
+    if final:
+        _add_node(topo, preds, SINK, list(dict.fromkeys(node_of[t] for t in final)))
+    idom = _immediate_dominators(topo, preds)
     children: dict[int, list[int]] = defaultdict(list)
     for v, d in idom.items():
         if v != d:
@@ -180,11 +181,60 @@ def build_graph(p: Profile) -> RunGraph:
         fallback_roots=fallback,
         idom=idom,
         order=order,
-        nodes=g.number_of_nodes(),
+        nodes=1 + len(preds),
         node_of=node_of,
         tensor_at=tensor_at,
         children=children,
     )
+
+
+def _add_node(topo: list[int], preds: dict[int, list[int]], v: int, into: list[int]) -> None:
+    """Record node v with predecessors `into`; a node seen before (a tensor listed twice
+    as an output) only gains predecessors, keeping its first position."""
+    if v in preds:
+        preds[v].extend(u for u in into if u not in preds[v])
+    else:
+        topo.append(v)
+        preds[v] = into
+
+
+def _immediate_dominators(topo: list[int], preds: dict[int, list[int]]) -> dict[int, int]:
+    """Immediate dominator of every node but SRC (Cooper, Harvey & Kennedy's intersect).
+
+    With the nodes in a topological order, every predecessor is final when a node is
+    reached, so one pass suffices and each node's dominators precede it (walking up from
+    the later of two nodes reaches their common dominator). A profile whose execution
+    order is not topological (an edge to an earlier node) takes networkx's iterative
+    algorithm instead, which gives the same unique answer on any graph.
+    """
+    rank = {SRC: -1}
+    for k, v in enumerate(topo):
+        rank[v] = k
+    idom: dict[int, int] = {SRC: SRC}
+    for v in topo:
+        rv = rank[v]
+        ps = preds[v]
+        d = ps[0]
+        if rank[d] >= rv:
+            return _immediate_dominators_nx(preds)
+        for u in ps[1:]:
+            if rank[u] >= rv:
+                return _immediate_dominators_nx(preds)
+            while u != d:
+                while rank[u] > rank[d]:
+                    u = idom[u]
+                while rank[d] > rank[u]:
+                    d = idom[d]
+        idom[v] = d
+    del idom[SRC]
+    return idom
+
+
+def _immediate_dominators_nx(preds: dict[int, list[int]]) -> dict[int, int]:
+    g = nx.DiGraph()
+    g.add_node(SRC)
+    g.add_edges_from((u, v) for v, ps in preds.items() for u in ps)
+    return nx.immediate_dominators(g, SRC)
 
 
 # --------------------------------------------------------------------------------------
