@@ -183,11 +183,22 @@ def _layout(canon: tuple[int, ...], lens: tuple[int, ...]) -> tuple:
 
 
 dtype_class = lru_cache(maxsize=64)(_dtype_class)
+
+
+@lru_cache(maxsize=4096)
+def _sorted_shape(canon: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(sorted(canon))
+
+
 _canon = lru_cache(maxsize=4096)(canonical_shape)
 
 
 def signature(t: TensorRecord) -> Signature:
     cls = dtype_class(t.dtype) if t.dtype else "f"
+    stats = t.stats
+    if cls == "f" or cls == "c":
+        if len(stats) >= 6 and (t.numel <= 0 or t.quantiles):
+            return _float_signature(t, cls, stats)
     sig = Signature(idx=t.idx, cls=cls, numel=int(t.numel), dtype=t.dtype)
     if cls in ("i", "b"):
         parts = (t.value_hash or "").split(":")
@@ -198,22 +209,33 @@ def signature(t: TensorRecord) -> Signature:
         sig.ordered = parts[2] if len(parts) > 2 else ""
         sig.raw = (t.value_hash,)
         return sig
-    if len(t.stats) < 6 or (t.numel > 0 and not t.quantiles):
-        sig.comparable = False
-        return sig
-    sig.stats = t.stats
-    sig.quantiles = t.quantiles
-    sig.scale = max(abs(t.stats[2]), abs(t.stats[3]))
-    sig.mean_abs = t.stats[1] / t.numel if t.numel else 0.0
-    sig.raw = (tuple(t.stats), tuple(t.quantiles), tuple(t.invariant))
-    sig.canon = _canon(tuple(t.shape))
-    splits = plan_splits(sig.canon)
-    lens = t.invariant_splits
-    # A summary written by another split plan (older magneton) is ignored, not misread.
-    sig.has_splits = bool(splits) and len(lens) == len(splits) and sum(lens) == len(t.invariant)
-    sig.inv = t.invariant
-    sig._lens = list(lens)
+    sig.comparable = False
     return sig
+
+
+def _float_signature(t: TensorRecord, cls: str, stats: list[float]) -> Signature:
+    """The signature of a float/complex record with stats and quantiles, built in one
+    constructor call (a run has thousands)."""
+    canon = _canon(tuple(t.shape))
+    splits = plan_splits(canon)
+    lens = t.invariant_splits
+    numel = int(t.numel)
+    return Signature(
+        idx=t.idx,
+        cls=cls,
+        numel=numel,
+        dtype=t.dtype,
+        stats=stats,
+        quantiles=t.quantiles,
+        scale=max(abs(stats[2]), abs(stats[3])),
+        mean_abs=stats[1] / numel if numel else 0.0,
+        # A summary written by another split plan (older magneton) is ignored, not misread.
+        has_splits=bool(splits) and len(lens) == len(splits) and sum(lens) == len(t.invariant),
+        raw=(tuple(stats), tuple(t.quantiles), tuple(t.invariant)),
+        canon=canon,
+        inv=t.invariant,
+        _lens=list(lens),
+    )
 
 
 def _spectrum_dist(a: np.ndarray, b: np.ndarray) -> float:
@@ -349,12 +371,12 @@ class TensorIndex:
             self.sigs[t.idx] = sig
             if not sig.comparable:
                 continue
-            key = (sig.cls, sig.dtype, tuple(sorted(sig.canon)), sig.raw)
-            r = seen.get(key)
-            if r is not None:
+            key = (sig.cls, sig.dtype, _sorted_shape(sig.canon), sig.raw)
+            n_seen = len(seen)
+            r = seen.setdefault(key, t.idx)  # one hash of the (long) summary, not two
+            if len(seen) == n_seen:
                 self.members[r].append(t.idx)
                 continue
-            seen[key] = t.idx
             self.members[t.idx] = [t.idx]
             if sig.cls in ("i", "b"):
                 self.ints[(sig.cls, sig.numel, sig.multiset)].append(t.idx)

@@ -360,6 +360,7 @@ class _Matcher:
         self.a2b: dict[int, int] = {}
         self.b2a: dict[int, int] = {}
         self._bonus_cache: dict[tuple[int, int], float] = {}
+        self._eq_dist: dict[int, dict[int, float]] = {}  # a -> {b: distance}, on demand
 
     # -- helpers -------------------------------------------------------------------
 
@@ -382,7 +383,12 @@ class _Matcher:
             bonus += 0.4
         elif pa_ < 0 and pb_ < 0:
             bonus += 0.4
-        d = next((d for d, x in self.eq.get(a, ()) if x == b), 0.0)
+        dist = self._eq_dist.get(a)
+        if dist is None:  # one pass over a's (possibly long) list, not one per b
+            dist = self._eq_dist[a] = {}
+            for d, x in self.eq.get(a, ()):
+                dist.setdefault(x, d)
+        d = dist.get(b, 0.0)
         tol = tolerance(self.tau, ta.dtype, tb.dtype)
         return bonus + 0.1 * (1.0 - min(1.0, d / tol if tol > 0 else 0.0))
 
@@ -651,7 +657,8 @@ class _Matcher:
         comps: dict[int, list[int]] = defaultdict(list)
         for o in members:
             comps[uf.find(o)].append(o)
-        return _Side(g=g, fwd=fwd, uf=uf, comps=comps)
+        root = {o: uf.find(o) for o in uf.parent}
+        return _Side(g=g, fwd=fwd, uf=uf, comps=comps, root=root)
 
     def _link_groups(self, sa: _Side, sb: _Side) -> dict:
         """Group key → (A ops, B ops): components linked through anchored pairs, except
@@ -771,12 +778,13 @@ class _Side:
     fwd: dict[int, int]  # anchored tensor -> partner (identity anchors included)
     uf: _UF
     comps: dict[int, list[int]]  # component root -> ops
+    # op -> its component root, for every op in a component: the components are final
+    # once built, and the region phase asks for the component of each tensor many times
+    root: dict[int, int] = field(default_factory=dict)
 
     def comp_of(self, t: int) -> int | None:
         prod = self.g.profile.tensors[t].producer
-        if prod < 0 or prod not in self.uf.parent:
-            return None
-        return self.uf.find(prod)
+        return self.root.get(prod) if prod >= 0 else None
 
     def identity(self, ops: list[int]) -> bool:
         """Every anchored output maps onto a partner of an anchored input."""
