@@ -95,6 +95,7 @@ class RunGraph:
     node_of: list[int] = field(default_factory=list)  # tensor -> node
     tensor_at: dict[int, int] = field(default_factory=dict)  # node -> tensor it stands for
     children: dict[int, list[int]] = field(default_factory=dict)  # dominator tree
+    final_set: frozenset[int] = frozenset()
 
     def tnode(self, t: int) -> int:
         return self.node_of[t]
@@ -185,6 +186,7 @@ def build_graph(p: Profile) -> RunGraph:
         node_of=node_of,
         tensor_at=tensor_at,
         children=children,
+        final_set=frozenset(final),
     )
 
 
@@ -361,16 +363,16 @@ class _Matcher:
         self.b2a: dict[int, int] = {}
         self._bonus_cache: dict[tuple[int, int], float] = {}
         self._eq_dist: dict[int, dict[int, float]] = {}  # a -> {b: distance}, on demand
+        self._tol: dict[tuple[str, str], float] = {}  # (dtype a, dtype b) -> tolerance
 
     # -- helpers -------------------------------------------------------------------
 
     def _bonus(self, a: int, b: int) -> float:
         """Tie-breaker among equally long alignments: same shape, same producing op,
         closer values (all < 1, so the number of aligned pairs always comes first)."""
-        key = (a, b)
-        got = self._bonus_cache.get(key)
+        got = self._bonus_cache.get((a, b))
         if got is None:
-            got = self._bonus_cache[key] = self._bonus_uncached(a, b)
+            got = self._bonus_cache[(a, b)] = self._bonus_uncached(a, b)
         return got
 
     def _bonus_uncached(self, a: int, b: int) -> float:
@@ -389,7 +391,10 @@ class _Matcher:
             for d, x in self.eq.get(a, ()):
                 dist.setdefault(x, d)
         d = dist.get(b, 0.0)
-        tol = tolerance(self.tau, ta.dtype, tb.dtype)
+        dtypes = (ta.dtype, tb.dtype)
+        tol = self._tol.get(dtypes)
+        if tol is None:
+            tol = self._tol[dtypes] = tolerance(self.tau, *dtypes)
         return bonus + 0.1 * (1.0 - min(1.0, d / tol if tol > 0 else 0.0))
 
     def _anchor(self, a: int, b: int) -> bool:
@@ -402,14 +407,15 @@ class _Matcher:
     def _chain(self, g: RunGraph, x: int, e: int) -> list[int]:
         """Tensors strictly between entry node e and exit node x on x's dominator path."""
         out = []
-        v = g.idom.get(x, SRC)
-        te = g.tensor_of(e)
-        lim = g.order[te] if te >= 0 else -1
+        idom, tensor_at, order = g.idom, g.tensor_at, g.order
+        v = idom.get(x, SRC)
+        te = tensor_at.get(e, -1)
+        lim = order[te] if te >= 0 else -1
         while v != e and v != SRC and v != SINK:
-            t = g.tensor_of(v)
-            if t >= 0 and g.order[t] > lim:
+            t = tensor_at.get(v, -1)
+            if t >= 0 and order[t] > lim:
                 out.append(t)
-            nv = g.idom.get(v, SRC)
+            nv = idom.get(v, SRC)
             if nv == v:
                 break
             v = nv
@@ -424,13 +430,13 @@ class _Matcher:
         if prod < 0:
             return []
         etensor = g.tensor_of(e)
-        lim = g.order[etensor] if etensor >= 0 else -1
-        out = []
-        for y in dict.fromkeys(g.profile.ops[prod].inputs):
-            if y == etensor or not g.data_tensors[y] or g.order[y] <= lim:
-                continue
-            out.append(y)
-        return out
+        order, data = g.order, g.data_tensors
+        lim = order[etensor] if etensor >= 0 else -1
+        return [
+            y
+            for y in dict.fromkeys(g.profile.ops[prod].inputs)
+            if y != etensor and data[y] and order[y] > lim
+        ]
 
     # -- Algorithm 1 ---------------------------------------------------------------
 
@@ -815,7 +821,8 @@ class _FreeMerge:
 
     def neighbours(self, ops: list[int], g: RunGraph, gof: dict, k, down: bool) -> dict:
         """Neighbouring groups (merged roots) → modules of the neighbouring ops."""
-        prof, merge = g.profile, self.merge
+        prof, find = g.profile, self.merge.find
+        own = find(k)  # no merge happens while the neighbours are collected
         out: dict = {}
         for o in ops:
             if down:
@@ -823,8 +830,10 @@ class _FreeMerge:
             else:
                 near = [prof.tensors[t].producer for t in prof.ops[o].inputs]
             for c in near:
-                if c >= 0 and c in gof and merge.find(gof[c]) != merge.find(k):
-                    out.setdefault(merge.find(gof[c]), set()).add(prof.ops[c].module)
+                if c >= 0 and c in gof:
+                    r = find(gof[c])
+                    if r != own:
+                        out.setdefault(r, set()).add(prof.ops[c].module)
         return out
 
 
@@ -839,19 +848,18 @@ def _mirrored(r: Region, fwd: dict[int, int]) -> Region:
 
 def _region(p: Profile, g: RunGraph, ops: list[int], anchored: dict[int, int]) -> Region:
     inside = set(ops)
-    produced = {t for o in ops for t in p.ops[o].outputs}
-    inputs = list(dict.fromkeys(t for o in ops for t in p.ops[o].inputs if t not in produced))
-    final = set(g.final)
-    outputs = []
-    for t in dict.fromkeys(t for o in ops for t in p.ops[o].outputs):
-        if t in final or any(c not in inside for c in g.consumers[t]):
-            outputs.append(t)
+    recs = [p.ops[o] for o in ops]
+    made = list(dict.fromkeys(t for r in recs for t in r.outputs))
+    produced = set(made)
+    inputs = list(dict.fromkeys(t for r in recs for t in r.inputs if t not in produced))
+    final, consumers = g.final_set, g.consumers
+    outputs = [t for t in made if t in final or any(c not in inside for c in consumers[t])]
     return Region(
         ops=ops,
         inputs=inputs,
         outputs=outputs,
-        energy_j=sum(p.ops[o].energy_j for o in ops),
-        time_s=sum(p.ops[o].time_s for o in ops),
+        energy_j=sum(r.energy_j for r in recs),
+        time_s=sum(r.time_s for r in recs),
     )
 
 
