@@ -465,9 +465,11 @@ def _batch_distances(
         return None
     d = np.asarray(pre, dtype=np.float64)
     if singleton:
-        ta = np.stack([a.flat[2] for a, _ in pairs])
-        tb = np.stack([b.flat[2] for _, b in pairs])
-        top = np.maximum(np.maximum(ta, tb), 1e-300)
+        # `Signature.flat`'s normalizer: each spectrum's largest value, repeated over it
+        # (one layout of singleton keys has one segmentation)
+        _, starts, lens = _layout(pairs[0][0].canon, tuple(pairs[0][0]._lens))[1]
+        top = np.repeat(np.maximum(va[:, starts], vb[:, starts]), lens, axis=1)
+        top = np.maximum(top, 1e-300)
         return np.maximum(d, (np.abs(va - vb) / top).max(axis=1)).tolist()
     off = 0
     for _, mult, n in layout:

@@ -167,9 +167,9 @@ def build_graph(p: Profile) -> RunGraph:
             children[d].append(v)
     tensor_at = {node_of[t]: t for t in range(n_t) if data_tensors[t]}
 
-    keyed = sorted(range(n_t), key=lambda t: (tensors[t].producer, tensors[t].out_index, t))
+    keyed = sorted(zip([t.producer for t in tensors], [t.out_index for t in tensors], range(n_t)))
     order = [0] * n_t
-    for r, t in enumerate(keyed):
+    for r, (_, _, t) in enumerate(keyed):
         order[t] = r
     return RunGraph(
         profile=p,
@@ -247,8 +247,8 @@ def _immediate_dominators_nx(preds: dict[int, list[int]]) -> dict[int, int]:
 def align(pairs: list[tuple[int, int, float]]) -> list[int]:
     """Indices of a subset of `pairs` (i, j, bonus) strictly increasing in both i and j
     with the most pairs, ties broken by the largest bonus sum. O(r log r)."""
-    if not pairs:
-        return []
+    if len(pairs) < 2:  # most calls (a value chain, a lone exit input): nothing to choose
+        return list(range(len(pairs)))
     js = sorted({p[1] for p in pairs})
     rank = {j: k + 1 for k, j in enumerate(js)}
     size = len(js)
@@ -566,6 +566,9 @@ class _Matcher:
                     continue
                 groups[(scope_a, want_b)].append((a, b))
         for cand in groups.values():
+            if len(cand) == 1:
+                self._anchor(*cand[0])
+                continue
             # classes: connected components of the candidate pairs
             uf = _UF()
             for a, b in cand:
