@@ -438,27 +438,47 @@ class TensorIndex:
 
 
 def _batch_key(a: Signature, b: Signature) -> tuple | None:
-    """The shared spectra layout of a prefiltered pair whose `distance` is decided by
-    its spectra alone, key against same key, else None (identical or degenerate
-    summaries, no spectra, different or unbatchable layouts: `distance` itself)."""
+    """(layout of A, layout of B, both singleton and equal) for a prefiltered pair whose
+    `distance` is decided by its spectra, compared key by key, else None (identical or
+    degenerate summaries, no spectra, no common key, unbatchable layouts: `distance`)."""
     if not (a.has_splits and b.has_splits) or a.raw == b.raw or a.numel == 0:
         return None
     if max(a.scale, b.scale) == 0.0:
         return None
     la, _, singleton, batchable = a.keyed
-    if not batchable or la != b.keyed[0]:
+    lb, _, _, batchable_b = b.keyed
+    if not (batchable and batchable_b):
         return None
-    return la, singleton
+    if la == lb:
+        return la, lb, singleton
+    return (la, lb, False) if _key_segments(la, lb) else None
+
+
+@lru_cache(maxsize=4096)
+def _key_segments(la: tuple, lb: tuple) -> tuple:
+    """Per unfolding key the two layouts share: (offset, count, length) of its spectra
+    in A's keyed values, then the same in B's."""
+
+    def offsets(layout: tuple) -> dict:
+        out, off = {}, 0
+        for key, mult, n in layout:
+            out[key] = (off, mult, n)
+            off += mult * n
+        return out
+
+    oa, ob = offsets(la), offsets(lb)
+    return tuple(oa[k] + ob[k] for k in oa if k in ob)
 
 
 def _batch_distances(
-    layout: tuple, singleton: bool, pairs: list[tuple[Signature, Signature]], pre: list[float]
+    la: tuple, lb: tuple, singleton: bool, pairs: list[tuple[Signature, Signature]], pre: list
 ) -> list[float] | None:
-    """`distance` of many prefiltered pairs of one layout in a few numpy calls (the
-    per-pair comparison costs more in call overhead than in arithmetic). Same
+    """`distance` of many prefiltered pairs of one pair of layouts in a few numpy calls
+    (the per-pair comparison costs more in call overhead than in arithmetic). Same
     elementwise operations, so the same values bit for bit: the flat normalizer for
-    singleton layouts, per key the best pairing of its spectra by permutation otherwise.
-    None when a spectrum is not finite (NaN ordering differs between numpy and `max`)."""
+    equal singleton layouts, else per common key the best pairing of its spectra by
+    permutation (`_group_dist`). None when a spectrum is not finite (NaN ordering
+    differs between numpy and `max`)."""
     va = np.stack([a.keyed[1] for a, _ in pairs])
     vb = np.stack([b.keyed[1] for _, b in pairs])
     if not (np.isfinite(va).all() and np.isfinite(vb).all()):
@@ -471,20 +491,22 @@ def _batch_distances(
         top = np.repeat(np.maximum(va[:, starts], vb[:, starts]), lens, axis=1)
         top = np.maximum(top, 1e-300)
         return np.maximum(d, (np.abs(va - vb) / top).max(axis=1)).tolist()
-    off = 0
-    for _, mult, n in layout:
+    rows = len(pairs)
+    for off_a, ka, na, off_b, kb, nb in _key_segments(la, lb):
+        n = min(na, nb)
         if n == 0:
             continue
-        a = va[:, off : off + mult * n].reshape(len(pairs), mult, n)
-        b = vb[:, off : off + mult * n].reshape(len(pairs), mult, n)
-        off += mult * n
-        # dist[p, i, j]: spectrum i of A against spectrum j of B (`_spectrum_dist`)
+        a = va[:, off_a : off_a + ka * na].reshape(rows, ka, na)[:, :, :n]
+        b = vb[:, off_b : off_b + kb * nb].reshape(rows, kb, nb)[:, :, :n]
+        if ka > kb:  # the smaller group into the larger, as `_group_dist`
+            a, b, ka, kb = b, a, kb, ka
+        # dist[p, i, j]: spectrum i of one side against spectrum j of the other
         top = np.maximum(a[:, :, None, 0], b[:, None, :, 0])
         diff = np.abs(a[:, :, None, :] - b[:, None, :, :]).max(axis=3)
         with np.errstate(divide="ignore", invalid="ignore"):
             dist = np.where(top > 0.0, diff / top, 0.0)
-        perms = np.asarray(list(itertools.permutations(range(mult))))
-        d = np.maximum(d, dist[:, np.arange(mult), perms].max(axis=2).min(axis=1))
+        perms = np.asarray(list(itertools.permutations(range(kb), ka)))
+        d = np.maximum(d, dist[:, np.arange(ka), perms].max(axis=2).min(axis=1))
     return d.tolist()
 
 
@@ -499,9 +521,9 @@ def _batched_distances(
         if key is not None:
             batches[key].append(k)
     out: dict[int, float] = {}
-    for (layout, singleton), ks in batches.items():
+    for (la, lb, singleton), ks in batches.items():
         sigs = [(index_a.sigs[rows[k][0]], index_b.sigs[rows[k][1]]) for k in ks]
-        dists = _batch_distances(layout, singleton, sigs, [rows[k][2] for k in ks])
+        dists = _batch_distances(la, lb, singleton, sigs, [rows[k][2] for k in ks])
         if dists is not None:
             out.update(zip(ks, dists, strict=True))
     return out

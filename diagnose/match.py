@@ -167,7 +167,8 @@ def build_graph(p: Profile) -> RunGraph:
             children[d].append(v)
     tensor_at = {node_of[t]: t for t in range(n_t) if data_tensors[t]}
 
-    keyed = sorted(zip([t.producer for t in tensors], [t.out_index for t in tensors], range(n_t)))
+    prods, outs = [t.producer for t in tensors], [t.out_index for t in tensors]
+    keyed = sorted(zip(prods, outs, range(n_t), strict=True))
     order = [0] * n_t
     for r, (_, _, t) in enumerate(keyed):
         order[t] = r
@@ -397,6 +398,14 @@ class _Matcher:
             tol = self._tol[dtypes] = tolerance(self.tau, *dtypes)
         return bonus + 0.1 * (1.0 - min(1.0, d / tol if tol > 0 else 0.0))
 
+    def _align(self, cand: list[tuple[int, int, int, int]]) -> list[int]:
+        """`align` over candidates (i, j, tensor a, tensor b), bonus of (a, b): the
+        tie-breaker is only computed when there are pairs to choose between."""
+        if len(cand) < 2:
+            return list(range(len(cand)))
+        bonus = self._bonus
+        return align([(i, j, bonus(a, b)) for i, j, a, b in cand])
+
     def _anchor(self, a: int, b: int) -> bool:
         if a in self.a2b or b in self.b2a:
             return False
@@ -456,10 +465,10 @@ class _Matcher:
                 for b in self.eq_set.get(a, ()):
                     j = pos_b.get(b)
                     if j is not None:
-                        cand.append((i, j, self._bonus(a, b)))
+                        cand.append((i, j, a, b))
             cuts = []
-            for q in align(cand):
-                i, j, _ = cand[q]
+            for q in self._align(cand):
+                i, j = cand[q][:2]
                 a, b = ca[i], cb[j]
                 if self._anchor(a, b) or self.a2b.get(a) == b:
                     cuts.append((ga.tnode(a), gb.tnode(b)))
@@ -474,13 +483,13 @@ class _Matcher:
                 ins_b = sorted(self._exit_inputs(gb, qb, pb_), key=lambda t: gb.order[t])
                 pos_in_b = {t: k for k, t in enumerate(ins_b)}
                 cand_in = [
-                    (i, pos_in_b[z], self._bonus(y, z))
+                    (i, pos_in_b[z], y, z)
                     for i, y in enumerate(ins_a)
                     for z in self.eq_set.get(y, ())
                     if z in pos_in_b
                 ]
-                for q in align(cand_in):
-                    i, j, _ = cand_in[q]
+                for q in self._align(cand_in):
+                    i, j = cand_in[q][:2]
                     last = self._align_value_chains(ins_a[i], ins_b[j], pa_, pb_)
                     if last is not None:
                         stack.append((pa_, pb_, ga.tnode(last[0]), gb.tnode(last[1])))
@@ -526,10 +535,10 @@ class _Matcher:
             for b in eq_set.get(a, ()):
                 j = pos_b.get(b)
                 if j is not None:
-                    cand.append((i, j, self._bonus(a, b)))
+                    cand.append((i, j, a, b))
         last = None
-        for q in align(cand):
-            i, j, _ = cand[q]
+        for q in self._align(cand):
+            i, j = cand[q][:2]
             a, b = ca[i], cb[j]
             if self._anchor(a, b) or self.a2b.get(a) == b:
                 last = (a, b)
@@ -663,10 +672,10 @@ class _Matcher:
     def _side(self, g: RunGraph, fwd: dict[int, int]) -> _Side:
         cut = set(fwd) | {t.idx for t in g.profile.tensors if t.producer < 0}
         uf, members = self._components(g, cut)
+        root = {o: uf.find(o) for o in list(uf.parent)}
         comps: dict[int, list[int]] = defaultdict(list)
         for o in members:
-            comps[uf.find(o)].append(o)
-        root = {o: uf.find(o) for o in uf.parent}
+            comps[root[o]].append(o)
         return _Side(g=g, fwd=fwd, uf=uf, comps=comps, root=root)
 
     def _link_groups(self, sa: _Side, sb: _Side) -> dict:
@@ -676,10 +685,6 @@ class _Matcher:
         ident_a = {c for c, ops in sa.comps.items() if sa.identity(ops)}
         ident_b = {c for c, ops in sb.comps.items() if sb.identity(ops)}
         link = _UF()
-        for c in sa.comps:
-            link.find(("a", c))
-        for c in sb.comps:
-            link.find(("b", c))
         for a, b in self.a2b.items():
             ca, cb = sa.comp_of(a), sb.comp_of(b)
             if ca is not None and cb is not None and ca not in ident_a and cb not in ident_b:
