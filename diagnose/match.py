@@ -715,7 +715,8 @@ class _Matcher:
             sides={k: (bool(oa), bool(ob)) for k, (oa, ob) in groups.items()},
         )
         merge, sides = state.merge, state.sides
-        for k in sorted(groups, key=lambda k: -max(groups[k][0] + groups[k][1])):
+        last = {k: max(max(oa, default=-1), max(ob, default=-1)) for k, (oa, ob) in groups.items()}
+        for k in sorted(groups, key=lambda k: -last[k]):
             oa, ob = groups[k]
             if not all(pa.ops[o].name in FREE_OPS for o in oa) or not all(
                 pb.ops[o].name in FREE_OPS for o in ob
@@ -769,8 +770,7 @@ class _Matcher:
             rb = _region(pb, gb, ob, fb)
             if not oa and not ob:
                 continue
-            anchored_out = [t for t in ra.outputs if t in fa] + [t for t in rb.outputs if t in fb]
-            if not anchored_out:
+            if fa.keys().isdisjoint(ra.outputs) and fb.keys().isdisjoint(rb.outputs):
                 unmatched_a.extend(oa)
                 unmatched_b.extend(ob)
                 continue
@@ -861,7 +861,7 @@ def _region(p: Profile, g: RunGraph, ops: list[int], anchored: dict[int, int]) -
     produced = set(made)
     inputs = list(dict.fromkeys(t for r in recs for t in r.inputs if t not in produced))
     final, consumers = g.final_set, g.consumers
-    outputs = [t for t in made if t in final or any(c not in inside for c in consumers[t])]
+    outputs = [t for t in made if t in final or not inside.issuperset(consumers[t])]
     return Region(
         ops=ops,
         inputs=inputs,
