@@ -253,37 +253,34 @@ def align(pairs: list[tuple[int, int, float]]) -> list[int]:
     js = sorted({p[1] for p in pairs})
     rank = {j: k + 1 for k, j in enumerate(js)}
     size = len(js)
-    tree: list[tuple[int, float, int]] = [(0, 0.0, -1)] * (size + 1)
-
-    def query(k: int) -> tuple[int, float, int]:
-        best = (0, 0.0, -1)
-        while k > 0:
-            if tree[k][:2] > best[:2]:
-                best = tree[k]
-            k -= k & -k
-        return best
-
-    def update(k: int, val: tuple[int, float, int]) -> None:
-        while k <= size:
-            if val[:2] > tree[k][:2]:
-                tree[k] = val
-            k += k & -k
-
+    # Fenwick tree of prefix maxima of (count, bonus sum) with the pair that reaches it,
+    # as three flat lists: tuples and slices per step cost more than the search itself
+    tree_c, tree_b, tree_q = [0] * (size + 1), [0.0] * (size + 1), [-1] * (size + 1)
     order = sorted(range(len(pairs)), key=lambda q: (pairs[q][0], -pairs[q][1]))
     parent = [-1] * len(pairs)
-    score: list[tuple[int, float]] = [(0, 0.0)] * len(pairs)
-    best_end = (0, 0.0, -1)
+    end_c, end_b, end_q = 0, 0.0, -1
     for q in order:
-        i, j, bonus = pairs[q]
-        c, b, prev = query(rank[j] - 1)
+        _, j, bonus = pairs[q]
+        r = rank[j]
+        c, b, prev = 0, 0.0, -1  # best chain ending in a column before r
+        k = r - 1
+        while k > 0:
+            ck = tree_c[k]
+            if ck > c or (ck == c and tree_b[k] > b):
+                c, b, prev = ck, tree_b[k], tree_q[k]
+            k -= k & -k
         parent[q] = prev
-        score[q] = (c + 1, b + bonus)
-        val = (c + 1, b + bonus, q)
-        update(rank[j], val)
-        if val[:2] > best_end[:2]:
-            best_end = val
+        c, b = c + 1, b + bonus
+        k = r
+        while k <= size:
+            ck = tree_c[k]
+            if c > ck or (c == ck and b > tree_b[k]):
+                tree_c[k], tree_b[k], tree_q[k] = c, b, q
+            k += k & -k
+        if c > end_c or (c == end_c and b > end_b):
+            end_c, end_b, end_q = c, b, q
     out = []
-    q = best_end[2]
+    q = end_q
     while q >= 0:
         out.append(q)
         q = parent[q]

@@ -10,6 +10,7 @@ config (random weights, seeded, nothing downloads).
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import networkx as nx
@@ -18,7 +19,7 @@ import torch
 
 from magneton.diagnose import equivalence
 from magneton.diagnose.equivalence import TensorIndex, match_tensors
-from magneton.diagnose.match import SRC, _immediate_dominators, build_graph, match_runs
+from magneton.diagnose.match import SRC, _immediate_dominators, align, build_graph, match_runs
 from magneton.graphdb.model import Profile
 from magneton.tracer.record import RecordOptions, record_callable
 
@@ -146,3 +147,23 @@ def test_matching_a_pair_does_not_depend_on_earlier_matchings(runs):
     match_runs(*runs["llama"])
     assert _full(match_runs(pa, pb)) == first
     assert first[0][0] == "matched" and len(first) > 10
+
+
+def test_align_finds_the_best_bonus_among_the_longest_pairings():
+    """The flat-list Fenwick search against brute force: the most pairs strictly
+    increasing on both sides, and among those the largest bonus sum."""
+    rng = random.Random(3)
+    for _ in range(300):
+        n = rng.randint(2, 9)
+        cells = rng.sample([(i, j) for i in range(5) for j in range(5)], n)
+        cand = [(i, j, round(rng.random(), 3)) for i, j in cells]
+        got = [cand[q] for q in align(cand)]
+        assert all(a[0] < b[0] and a[1] < b[1] for a, b in itertools.pairwise(got))
+        best = max(
+            (len(sub), sum(c[2] for c in sub))
+            for r in range(1, n + 1)
+            for sub in itertools.combinations(sorted(cand), r)
+            if all(a[0] < b[0] and a[1] < b[1] for a, b in itertools.pairwise(sub))
+        )
+        assert len(got) == best[0]
+        assert sum(c[2] for c in got) == pytest.approx(best[1], abs=1e-9)
