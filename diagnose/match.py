@@ -113,7 +113,8 @@ def build_graph(p: Profile) -> RunGraph:
     tensors, ops = p.tensors, p.ops
     consumers: list[list[int]] = [[] for _ in range(n_t)]
     for op in ops:
-        for t in dict.fromkeys(op.inputs):
+        ins = op.inputs
+        for t in dict.fromkeys(ins) if len(ins) > 1 else ins:
             consumers[t].append(op.idx)
 
     inputs = [t.idx for t in tensors if t.producer < 0 and t.kind == "input"]
@@ -137,15 +138,19 @@ def build_graph(p: Profile) -> RunGraph:
     topo: list[int] = [node_of[t] for t in roots]  # after SRC
     preds: dict[int, list[int]] = {v: [SRC] for v in topo}
     for op in ops:
-        live = [t for t in op.inputs if data_tensors[t]]
+        live = [node_of[t] for t in op.inputs if data_tensors[t]]
         if live:
-            into = list(dict.fromkeys(node_of[t] for t in live))
+            into = list(dict.fromkeys(live)) if len(live) > 1 else live
         elif not (fallback and not op.inputs):
             continue
         else:
             into = [SRC]
         data_ops[op.idx] = True
-        _add_node(topo, preds, op.idx, into)
+        if op.idx in preds:
+            _add_node(topo, preds, op.idx, into)
+        else:
+            topo.append(op.idx)
+            preds[op.idx] = into
         for t in op.outputs:
             data_tensors[t] = True
             if node_of[t] != op.idx:
@@ -154,8 +159,12 @@ def build_graph(p: Profile) -> RunGraph:
     # Final outputs: unconsumed data tensors whose producer has no consumed output.
     final: list[int] = []
     for op in ops:
-        if data_ops[op.idx] and op.outputs and all(not consumers[t] for t in op.outputs):
-            final.extend(op.outputs)
+        outs = op.outputs
+        if len(outs) == 1:
+            if data_ops[op.idx] and not consumers[outs[0]]:
+                final.append(outs[0])
+        elif data_ops[op.idx] and outs and all(not consumers[t] for t in outs):
+            final.extend(outs)
     if not final:
         final = [t for t in range(n_t) if data_tensors[t] and not consumers[t]]
     if final:
@@ -747,6 +756,8 @@ class _Matcher:
                 both = na or nb
             for order, (r, mods) in enumerate(both.items()):
                 ranked.append((module not in mods, rank_dir, order, r))
+            if any(not other_module for other_module, *_ in ranked):
+                break  # a consumer in the same module ranks before every producer
         if ranked:
             return min(ranked, key=lambda x: x[:3])[3]
         sided = [x for x in every if all(state.sides[state.merge.find(x)])]
