@@ -33,7 +33,11 @@ arbitrarily large ones.
 
 Pairing is indexed (see `TensorIndex`): candidates share (class, numel), a binary search
 on max |x| bounds them, and a vectorized stats/quantile test leaves only near-certain
-matches for the full spectral comparison — no blind O(n · m) full comparisons.
+matches for the full spectral comparison — no blind O(n · m) full comparisons. The
+survivors' spectra are compared in numpy batches per pair of key layouts
+(`_batch_distances`) with the same elementwise operations as `distance`, so the values
+are identical bit for bit; a pair the batch cannot express (non-finite spectra, more than
+6 spectra under one key) goes through `distance` itself.
 """
 
 from __future__ import annotations

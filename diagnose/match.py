@@ -3,7 +3,7 @@ compute the same values from the same values.
 
 Pipeline, and the failure each step prevents:
 
-1. **Graphs.** Each run becomes a networkx DAG with operators *and tensors* as nodes
+1. **Graphs.** Each run becomes a DAG with operators *and tensors* as nodes
    (a multi-output op such as `split` or `native_layer_norm` needs its outputs to be
    separate cut points), a virtual SRC feeding the entry's inputs and a virtual SINK fed
    by the final outputs (unconsumed tensors whose producer has no consumed output, so the
@@ -16,7 +16,9 @@ Pipeline, and the failure each step prevents:
    inputs (a `main()` that builds its own), every source and input-less op feeds SRC
    instead, which still works but matches more coarsely.
 2. **Tensor pairs** from `equivalence.match_tensors` (bucketed, layout-invariant).
-3. **Dominator trees** (`networkx.immediate_dominators`) of both graphs. Starting from
+3. **Dominator trees** of both graphs, in one pass over execution order (a topological
+   order, so each node's predecessors are final when it is reached; a profile whose
+   order is not topological falls back to `networkx.immediate_dominators`). Starting from
    (SRC, SINK), the tensors on the dominator path from the exit up to the entry are
    aligned across runs with a maximum-weight increasing subsequence over equivalent pairs
    (order on the path disambiguates repeated values such as identical layers or zeros);
@@ -44,7 +46,9 @@ Pipeline, and the failure each step prevents:
 
 Complexity: graph building, dominators and scopes are O(n); path alignments are
 O(r log r) in the number r of candidate pairs on a path; each path segment is walked once
-per pair of exits that opens it.
+per pair of exits that opens it. Per-call indexes (a tensor's equivalents with their
+distances, each op's component) are built once per `match_runs` call and never outlive
+it, so nothing from one pair of runs can leak into the next.
 """
 
 from __future__ import annotations
