@@ -335,14 +335,17 @@ class _UF:
         self.parent: dict = {}
 
     def find(self, x):
-        p = self.parent.setdefault(x, x)
+        parent = self.parent
+        p = parent.setdefault(x, x)
         if p == x:
             return x
-        root = x
-        while self.parent[root] != root:
-            root = self.parent[root]
-        while self.parent[x] != root:
-            self.parent[x], x = root, self.parent[x]
+        root = parent[p]
+        if root == p:  # one step up (a compressed path): nothing to compress
+            return p
+        while parent[root] != root:
+            root = parent[root]
+        while parent[x] != root:
+            parent[x], x = root, parent[x]
         return root
 
     def union(self, x, y):
@@ -388,9 +391,8 @@ class _Matcher:
 
     def _bonus_uncached(self, a: int, b: int) -> float:
         ta, tb = self.pa.tensors[a], self.pb.tensors[b]
-        bonus = 0.0
-        if list(ta.shape) == list(tb.shape):
-            bonus += 0.4
+        sa, sb = ta.shape, tb.shape
+        bonus = 0.4 if sa == sb or list(sa) == list(sb) else 0.0
         pa_, pb_ = ta.producer, tb.producer
         if pa_ >= 0 and pb_ >= 0 and self.pa.ops[pa_].name == self.pb.ops[pb_].name:
             bonus += 0.4
