@@ -217,10 +217,19 @@ def signature(t: TensorRecord) -> Signature:
     return sig
 
 
-def _float_signature(t: TensorRecord, cls: str, stats: list[float]) -> Signature:
+def _float_signature(
+    t: TensorRecord,
+    cls: str,
+    stats: list[float],
+    canon: tuple[int, ...] | None = None,
+    raw: tuple | None = None,
+) -> Signature:
     """The signature of a float/complex record with stats and quantiles, built in one
-    constructor call (a run has thousands)."""
-    canon = _canon(tuple(t.shape))
+    constructor call (a run has thousands); `canon` and `raw` when already computed."""
+    if canon is None:
+        canon = _canon(tuple(t.shape))
+    if raw is None:
+        raw = (tuple(stats), tuple(t.quantiles), tuple(t.invariant))
     splits = plan_splits(canon)
     lens = t.invariant_splits
     numel = int(t.numel)
@@ -235,7 +244,7 @@ def _float_signature(t: TensorRecord, cls: str, stats: list[float]) -> Signature
         mean_abs=stats[1] / numel if numel else 0.0,
         # A summary written by another split plan (older magneton) is ignored, not misread.
         has_splits=bool(splits) and len(lens) == len(splits) and sum(lens) == len(t.invariant),
-        raw=(tuple(stats), tuple(t.quantiles), tuple(t.invariant)),
+        raw=raw,
         canon=canon,
         inv=t.invariant,
         _lens=list(lens),
@@ -352,6 +361,21 @@ class _Block:
     eps: np.ndarray
 
 
+class _Signatures(dict):
+    """Tensor idx → `Signature`; a tensor whose record was only keyed (it shares a
+    representative's summary) is parsed on first lookup."""
+
+    def __init__(self):
+        super().__init__()
+        self.records: dict[int, TensorRecord] = {}
+
+    def __missing__(self, idx: int) -> Signature:
+        if idx not in self.records:
+            raise KeyError(idx)
+        sig = self[idx] = signature(self.records.pop(idx))
+        return sig
+
+
 class TensorIndex:
     """The tensors of one run, deduplicated by summary and indexed for lookup.
 
@@ -365,12 +389,30 @@ class TensorIndex:
     """
 
     def __init__(self, tensors: Iterable[TensorRecord]):
-        self.sigs: dict[int, Signature] = {}
+        self.sigs: dict[int, Signature] = _Signatures()
         self.members: dict[int, list[int]] = {}  # representative -> tensors sharing it
         self.ints: dict[tuple, list[int]] = defaultdict(list)
         floats: dict[tuple, list[int]] = defaultdict(list)
         seen: dict[tuple, int] = {}
         for t in tensors:
+            cls = dtype_class(t.dtype) if t.dtype else "f"
+            stats = t.stats
+            if (cls == "f" or cls == "c") and len(stats) >= 6 and (t.numel <= 0 or t.quantiles):
+                # a comparable float summary: keyed before it is parsed, so a tensor that
+                # shares a representative's summary (about half of them) is parsed only
+                # if someone asks for its signature
+                canon = _canon(tuple(t.shape))
+                raw = (tuple(stats), tuple(t.quantiles), tuple(t.invariant))
+                n_seen = len(seen)
+                r = seen.setdefault((cls, t.dtype, _sorted_shape(canon), raw), t.idx)
+                if len(seen) == n_seen:
+                    self.members[r].append(t.idx)
+                    self.sigs.records[t.idx] = t
+                    continue
+                sig = self.sigs[t.idx] = _float_signature(t, cls, stats, canon, raw)
+                self.members[t.idx] = [t.idx]
+                floats[(cls, sig.numel, len(sig.quantiles))].append(t.idx)
+                continue
             sig = signature(t)
             self.sigs[t.idx] = sig
             if not sig.comparable:

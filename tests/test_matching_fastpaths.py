@@ -167,3 +167,18 @@ def test_align_finds_the_best_bonus_among_the_longest_pairings():
         )
         assert len(got) == best[0]
         assert sum(c[2] for c in got) == pytest.approx(best[1], abs=1e-9)
+
+
+def test_index_parses_a_shared_summary_on_demand_as_signature_does(runs):
+    """Tensors that share a representative's summary are only keyed while indexing;
+    asking for one's signature parses it then, the same as `signature` would."""
+    pa, _ = runs["llama"]
+    index = TensorIndex(pa.tensors)
+    shared = [t for rep, ts in index.members.items() for t in ts if t != rep]
+    floats = [t for t in shared if equivalence.dtype_class(pa.tensors[t].dtype) == "f"]
+    assert len(floats) > len(pa.tensors) // 10
+    assert not any(t in index.sigs for t in floats)  # not parsed while indexing
+    for t in pa.tensors:
+        assert repr(index.sigs[t.idx]) == repr(equivalence.signature(t))
+    with pytest.raises(KeyError):
+        index.sigs[len(pa.tensors) + 5]
