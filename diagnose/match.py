@@ -67,6 +67,7 @@ from .equivalence import DEFAULT_TAU, TensorIndex, match_tensors, tolerance
 
 SRC = -1
 SINK = -2
+_NONE: frozenset[int] = frozenset()  # no equivalents
 
 
 # --------------------------------------------------------------------------------------
@@ -491,8 +492,8 @@ class _Matcher:
                 # descend: pair the exit ops' data inputs inside the segment
                 # (aligned by execution order, so equal values computed in parallel,
                 # e.g. three identical projections, are paired first with first)
-                ins_a = sorted(self._exit_inputs(ga, qa, pa_), key=lambda t: ga.order[t])
-                ins_b = sorted(self._exit_inputs(gb, qb, pb_), key=lambda t: gb.order[t])
+                ins_a = sorted(self._exit_inputs(ga, qa, pa_), key=ga.order.__getitem__)
+                ins_b = sorted(self._exit_inputs(gb, qb, pb_), key=gb.order.__getitem__)
                 pos_in_b = {t: k for k, t in enumerate(ins_b)}
                 cand_in = [
                     (i, pos_in_b[z], y, z)
@@ -536,10 +537,10 @@ class _Matcher:
         closest to the exits."""
         eq_set, eq_rev = self.eq_set, self.eq_rev
         ca = self._value_chain(
-            self.ga, y, ea, lambda u, v: bool(eq_set.get(u, set()) & eq_set.get(v, set()))
+            self.ga, y, ea, lambda u, v: not eq_set.get(u, _NONE).isdisjoint(eq_set.get(v, _NONE))
         )
         cb = self._value_chain(
-            self.gb, z, eb, lambda u, v: bool(eq_rev.get(u, set()) & eq_rev.get(v, set()))
+            self.gb, z, eb, lambda u, v: not eq_rev.get(u, _NONE).isdisjoint(eq_rev.get(v, _NONE))
         )
         pos_b = {t: k for k, t in enumerate(cb)}
         cand = []
