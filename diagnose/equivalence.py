@@ -33,7 +33,11 @@ arbitrarily large ones.
 
 Pairing is indexed (see `TensorIndex`): candidates share (class, numel), a binary search
 on max |x| bounds them, and a vectorized stats/quantile test leaves only near-certain
-matches for the full spectral comparison — no blind O(n · m) full comparisons.
+matches for the full spectral comparison — no blind O(n · m) full comparisons. The
+survivors' spectra are compared in numpy batches per pair of key layouts
+(`_batch_distances`) with the same elementwise operations as `distance`, so the values
+are identical bit for bit; a pair the batch cannot express (non-finite spectra, more than
+6 spectra under one key) goes through `distance` itself.
 """
 
 from __future__ import annotations
@@ -110,6 +114,7 @@ class Signature:
     _lens: list = field(default_factory=list, repr=False)
     _groups: dict | None = field(default=None, repr=False)
     _flat: tuple | None = field(default=None, repr=False)
+    _keyed: tuple | None = field(default=None, repr=False)
 
     @property
     def groups(self) -> dict[tuple, list[np.ndarray]]:
@@ -126,6 +131,20 @@ class Signature:
         return self._groups
 
     @property
+    def keyed(self) -> tuple:
+        """(key layout, spectra concatenated in the layout's key order, whether every
+        key occurs once, whether pairs of this layout can be compared in a batch),
+        parsed on first use."""
+        if self._keyed is None:
+            if not self.has_splits:
+                self._keyed = ((), None, False, False)
+            else:
+                layout, order, singleton, batchable = _layout(self.canon, tuple(self._lens))
+                vals = np.asarray(self.inv, dtype=np.float64)[order[0]]
+                self._keyed = (layout, vals, singleton, batchable)
+        return self._keyed
+
+    @property
     def flat(self) -> tuple:
         """(key layout, concatenated spectra, per-value normalizer): when two tensors
         have the same layout of singleton keys (the common case), all spectra compare in
@@ -134,9 +153,9 @@ class Signature:
             if not self.has_splits:
                 self._flat = ((), None, None)
             else:
-                layout, order, singleton = _layout(self.canon, tuple(self._lens))
+                layout, vals, singleton, _ = self.keyed
                 if singleton:
-                    vals = np.asarray(self.inv, dtype=np.float64)[order[0]]
+                    order = _layout(self.canon, tuple(self._lens))[1]
                     tops = np.repeat(vals[order[1]], order[2])
                     self._flat = (layout, vals, tops)
                 else:
@@ -148,7 +167,9 @@ class Signature:
 def _layout(canon: tuple[int, ...], lens: tuple[int, ...]) -> tuple:
     """Per (shape, spectrum lengths): the unfolding keys in a canonical order with their
     multiplicity and length, the gather index putting the stored spectra in that order,
-    where each reordered spectrum starts, and whether every key occurs once."""
+    where each reordered spectrum starts, whether every key occurs once, and whether
+    the layout is batchable (`_batch_distances`): each key's spectra are equally long
+    and at most 6 of them, the exhaustive pairing of `_group_dist`."""
     splits = plan_splits(canon)
     offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     by_key: dict[tuple, list[int]] = {}
@@ -160,15 +181,28 @@ def _layout(canon: tuple[int, ...], lens: tuple[int, ...]) -> tuple:
     idx = [j for k in keys for i in by_key[k] for j in range(offsets[i], offsets[i + 1])]
     seg_lens = [lens[i] for k in keys for i in by_key[k]]
     starts = np.concatenate([[0], np.cumsum(seg_lens)[:-1]]).astype(np.int64)
-    return layout, (np.asarray(idx, dtype=np.int64), starts, np.asarray(seg_lens)), singleton
+    batchable = all(len(by_key[k]) <= 6 and len({lens[i] for i in by_key[k]}) == 1 for k in keys)
+    gather = (np.asarray(idx, dtype=np.int64), starts, np.asarray(seg_lens))
+    return layout, gather, singleton, batchable
 
 
 dtype_class = lru_cache(maxsize=64)(_dtype_class)
+
+
+@lru_cache(maxsize=4096)
+def _sorted_shape(canon: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(sorted(canon))
+
+
 _canon = lru_cache(maxsize=4096)(canonical_shape)
 
 
 def signature(t: TensorRecord) -> Signature:
     cls = dtype_class(t.dtype) if t.dtype else "f"
+    stats = t.stats
+    if cls == "f" or cls == "c":
+        if len(stats) >= 6 and (t.numel <= 0 or t.quantiles):
+            return _float_signature(t, cls, stats)
     sig = Signature(idx=t.idx, cls=cls, numel=int(t.numel), dtype=t.dtype)
     if cls in ("i", "b"):
         parts = (t.value_hash or "").split(":")
@@ -179,22 +213,42 @@ def signature(t: TensorRecord) -> Signature:
         sig.ordered = parts[2] if len(parts) > 2 else ""
         sig.raw = (t.value_hash,)
         return sig
-    if len(t.stats) < 6 or (t.numel > 0 and not t.quantiles):
-        sig.comparable = False
-        return sig
-    sig.stats = t.stats
-    sig.quantiles = t.quantiles
-    sig.scale = max(abs(t.stats[2]), abs(t.stats[3]))
-    sig.mean_abs = t.stats[1] / t.numel if t.numel else 0.0
-    sig.raw = (tuple(t.stats), tuple(t.quantiles), tuple(t.invariant))
-    sig.canon = _canon(tuple(t.shape))
-    splits = plan_splits(sig.canon)
-    lens = t.invariant_splits
-    # A summary written by another split plan (older magneton) is ignored, not misread.
-    sig.has_splits = bool(splits) and len(lens) == len(splits) and sum(lens) == len(t.invariant)
-    sig.inv = t.invariant
-    sig._lens = list(lens)
+    sig.comparable = False
     return sig
+
+
+def _float_signature(
+    t: TensorRecord,
+    cls: str,
+    stats: list[float],
+    canon: tuple[int, ...] | None = None,
+    raw: tuple | None = None,
+) -> Signature:
+    """The signature of a float/complex record with stats and quantiles, built in one
+    constructor call (a run has thousands); `canon` and `raw` when already computed."""
+    if canon is None:
+        canon = _canon(tuple(t.shape))
+    if raw is None:
+        raw = (tuple(stats), tuple(t.quantiles), tuple(t.invariant))
+    splits = plan_splits(canon)
+    lens = t.invariant_splits
+    numel = int(t.numel)
+    return Signature(
+        idx=t.idx,
+        cls=cls,
+        numel=numel,
+        dtype=t.dtype,
+        stats=stats,
+        quantiles=t.quantiles,
+        scale=max(abs(stats[2]), abs(stats[3])),
+        mean_abs=stats[1] / numel if numel else 0.0,
+        # A summary written by another split plan (older magneton) is ignored, not misread.
+        has_splits=bool(splits) and len(lens) == len(splits) and sum(lens) == len(t.invariant),
+        raw=raw,
+        canon=canon,
+        inv=t.invariant,
+        _lens=list(lens),
+    )
 
 
 def _spectrum_dist(a: np.ndarray, b: np.ndarray) -> float:
@@ -307,6 +361,21 @@ class _Block:
     eps: np.ndarray
 
 
+class _Signatures(dict):
+    """Tensor idx → `Signature`; a tensor whose record was only keyed (it shares a
+    representative's summary) is parsed on first lookup."""
+
+    def __init__(self):
+        super().__init__()
+        self.records: dict[int, TensorRecord] = {}
+
+    def __missing__(self, idx: int) -> Signature:
+        if idx not in self.records:
+            raise KeyError(idx)
+        sig = self[idx] = signature(self.records.pop(idx))
+        return sig
+
+
 class TensorIndex:
     """The tensors of one run, deduplicated by summary and indexed for lookup.
 
@@ -320,22 +389,40 @@ class TensorIndex:
     """
 
     def __init__(self, tensors: Iterable[TensorRecord]):
-        self.sigs: dict[int, Signature] = {}
+        self.sigs: dict[int, Signature] = _Signatures()
         self.members: dict[int, list[int]] = {}  # representative -> tensors sharing it
         self.ints: dict[tuple, list[int]] = defaultdict(list)
         floats: dict[tuple, list[int]] = defaultdict(list)
         seen: dict[tuple, int] = {}
         for t in tensors:
+            cls = dtype_class(t.dtype) if t.dtype else "f"
+            stats = t.stats
+            if (cls == "f" or cls == "c") and len(stats) >= 6 and (t.numel <= 0 or t.quantiles):
+                # a comparable float summary: keyed before it is parsed, so a tensor that
+                # shares a representative's summary (about half of them) is parsed only
+                # if someone asks for its signature
+                canon = _canon(tuple(t.shape))
+                raw = (tuple(stats), tuple(t.quantiles), tuple(t.invariant))
+                n_seen = len(seen)
+                r = seen.setdefault((cls, t.dtype, _sorted_shape(canon), raw), t.idx)
+                if len(seen) == n_seen:
+                    self.members[r].append(t.idx)
+                    self.sigs.records[t.idx] = t
+                    continue
+                sig = self.sigs[t.idx] = _float_signature(t, cls, stats, canon, raw)
+                self.members[t.idx] = [t.idx]
+                floats[(cls, sig.numel, len(sig.quantiles))].append(t.idx)
+                continue
             sig = signature(t)
             self.sigs[t.idx] = sig
             if not sig.comparable:
                 continue
-            key = (sig.cls, sig.dtype, tuple(sorted(sig.canon)), sig.raw)
-            r = seen.get(key)
-            if r is not None:
+            key = (sig.cls, sig.dtype, _sorted_shape(sig.canon), sig.raw)
+            n_seen = len(seen)
+            r = seen.setdefault(key, t.idx)  # one hash of the (long) summary, not two
+            if len(seen) == n_seen:
                 self.members[r].append(t.idx)
                 continue
-            seen[key] = t.idx
             self.members[t.idx] = [t.idx]
             if sig.cls in ("i", "b"):
                 self.ints[(sig.cls, sig.numel, sig.multiset)].append(t.idx)
@@ -394,6 +481,98 @@ class TensorIndex:
         d = np.where(sc == 0.0, 0.0, d)  # both all-zero
         tol = np.maximum(tau, EPS_FACTOR * np.maximum(blk.eps[lo:hi], eps_a))
         return blk.reps[lo:hi][d <= tol].tolist()
+
+
+def _batch_key(a: Signature, b: Signature) -> tuple | None:
+    """(layout of A, layout of B, both singleton and equal) for a prefiltered pair whose
+    `distance` is decided by its spectra, compared key by key, else None (identical or
+    degenerate summaries, no spectra, no common key, unbatchable layouts: `distance`)."""
+    if not (a.has_splits and b.has_splits) or a.raw == b.raw or a.numel == 0:
+        return None
+    if max(a.scale, b.scale) == 0.0:
+        return None
+    la, _, singleton, batchable = a.keyed
+    lb, _, _, batchable_b = b.keyed
+    if not (batchable and batchable_b):
+        return None
+    if la == lb:
+        return la, lb, singleton
+    return (la, lb, False) if _key_segments(la, lb) else None
+
+
+@lru_cache(maxsize=4096)
+def _key_segments(la: tuple, lb: tuple) -> tuple:
+    """Per unfolding key the two layouts share: (offset, count, length) of its spectra
+    in A's keyed values, then the same in B's."""
+
+    def offsets(layout: tuple) -> dict:
+        out, off = {}, 0
+        for key, mult, n in layout:
+            out[key] = (off, mult, n)
+            off += mult * n
+        return out
+
+    oa, ob = offsets(la), offsets(lb)
+    return tuple(oa[k] + ob[k] for k in oa if k in ob)
+
+
+def _batch_distances(
+    la: tuple, lb: tuple, singleton: bool, pairs: list[tuple[Signature, Signature]], pre: list
+) -> list[float] | None:
+    """`distance` of many prefiltered pairs of one pair of layouts in a few numpy calls
+    (the per-pair comparison costs more in call overhead than in arithmetic). Same
+    elementwise operations, so the same values bit for bit: the flat normalizer for
+    equal singleton layouts, else per common key the best pairing of its spectra by
+    permutation (`_group_dist`). None when a spectrum is not finite (NaN ordering
+    differs between numpy and `max`)."""
+    va = np.stack([a.keyed[1] for a, _ in pairs])
+    vb = np.stack([b.keyed[1] for _, b in pairs])
+    if not (np.isfinite(va).all() and np.isfinite(vb).all()):
+        return None
+    d = np.asarray(pre, dtype=np.float64)
+    if singleton:
+        # `Signature.flat`'s normalizer: each spectrum's largest value, repeated over it
+        # (one layout of singleton keys has one segmentation)
+        _, starts, lens = _layout(pairs[0][0].canon, tuple(pairs[0][0]._lens))[1]
+        top = np.repeat(np.maximum(va[:, starts], vb[:, starts]), lens, axis=1)
+        top = np.maximum(top, 1e-300)
+        return np.maximum(d, (np.abs(va - vb) / top).max(axis=1)).tolist()
+    rows = len(pairs)
+    for off_a, ka, na, off_b, kb, nb in _key_segments(la, lb):
+        n = min(na, nb)
+        if n == 0:
+            continue
+        a = va[:, off_a : off_a + ka * na].reshape(rows, ka, na)[:, :, :n]
+        b = vb[:, off_b : off_b + kb * nb].reshape(rows, kb, nb)[:, :, :n]
+        if ka > kb:  # the smaller group into the larger, as `_group_dist`
+            a, b, ka, kb = b, a, kb, ka
+        # dist[p, i, j]: spectrum i of one side against spectrum j of the other
+        top = np.maximum(a[:, :, None, 0], b[:, None, :, 0])
+        diff = np.abs(a[:, :, None, :] - b[:, None, :, :]).max(axis=3)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dist = np.where(top > 0.0, diff / top, 0.0)
+        perms = np.asarray(list(itertools.permutations(range(kb), ka)))
+        d = np.maximum(d, dist[:, np.arange(ka), perms].max(axis=2).min(axis=1))
+    return d.tolist()
+
+
+def _batched_distances(
+    index_a: TensorIndex, index_b: TensorIndex, rows: list[tuple[int, int, float, float]]
+) -> dict[int, float]:
+    """Row number → `distance` for the prefiltered rows (ra, rb, prefilter d, tol) that
+    can be compared in batches of one layout; the other rows are left to `confirm`."""
+    batches: dict[tuple, list[int]] = defaultdict(list)
+    for k, (ra, rb, _, _) in enumerate(rows):
+        key = _batch_key(index_a.sigs[ra], index_b.sigs[rb])
+        if key is not None:
+            batches[key].append(k)
+    out: dict[int, float] = {}
+    for (la, lb, singleton), ks in batches.items():
+        sigs = [(index_a.sigs[rows[k][0]], index_b.sigs[rows[k][1]]) for k in ks]
+        dists = _batch_distances(la, lb, singleton, sigs, [rows[k][2] for k in ks])
+        if dists is not None:
+            out.update(zip(ks, dists, strict=True))
+    return out
 
 
 def match_tensors(
@@ -458,10 +637,15 @@ def match_tensors(
         tol = np.maximum(tau, EPS_FACTOR * np.maximum(ba.eps[ia], bb.eps[ib]))
         keep = np.nonzero(d <= tol)[0]
         reps_a, reps_b = ba.reps[ia[keep]].tolist(), bb.reps[ib[keep]].tolist()
-        for ra, rb, dk, tk in zip(
-            reps_a, reps_b, d[keep].tolist(), tol[keep].tolist(), strict=True
-        ):
-            confirm(ra, rb, tk, dk)
+        rows = list(zip(reps_a, reps_b, d[keep].tolist(), tol[keep].tolist(), strict=True))
+        batched = _batched_distances(index_a, index_b, rows)
+        # confirmed in the prefilter's order, so `found` (and the result) keeps its order
+        for k, (ra, rb, dk, tk) in enumerate(rows):
+            got = batched.get(k)
+            if got is None:
+                confirm(ra, rb, tk, dk)
+            elif got <= tk:
+                found[ra].extend((got, ib_) for ib_ in index_b.members[rb])
     out: dict[int, list[tuple[float, int]]] = {}
     for ra, lst in found.items():
         lst.sort()

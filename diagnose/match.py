@@ -3,7 +3,7 @@ compute the same values from the same values.
 
 Pipeline, and the failure each step prevents:
 
-1. **Graphs.** Each run becomes a networkx DAG with operators *and tensors* as nodes
+1. **Graphs.** Each run becomes a DAG with operators *and tensors* as nodes
    (a multi-output op such as `split` or `native_layer_norm` needs its outputs to be
    separate cut points), a virtual SRC feeding the entry's inputs and a virtual SINK fed
    by the final outputs (unconsumed tensors whose producer has no consumed output, so the
@@ -16,7 +16,9 @@ Pipeline, and the failure each step prevents:
    inputs (a `main()` that builds its own), every source and input-less op feeds SRC
    instead, which still works but matches more coarsely.
 2. **Tensor pairs** from `equivalence.match_tensors` (bucketed, layout-invariant).
-3. **Dominator trees** (`networkx.immediate_dominators`) of both graphs. Starting from
+3. **Dominator trees** of both graphs, in one pass over execution order (a topological
+   order, so each node's predecessors are final when it is reached; a profile whose
+   order is not topological falls back to `networkx.immediate_dominators`). Starting from
    (SRC, SINK), the tensors on the dominator path from the exit up to the entry are
    aligned across runs with a maximum-weight increasing subsequence over equivalent pairs
    (order on the path disambiguates repeated values such as identical layers or zeros);
@@ -44,7 +46,9 @@ Pipeline, and the failure each step prevents:
 
 Complexity: graph building, dominators and scopes are O(n); path alignments are
 O(r log r) in the number r of candidate pairs on a path; each path segment is walked once
-per pair of exits that opens it.
+per pair of exits that opens it. Per-call indexes (a tensor's equivalents with their
+distances, each op's component) are built once per `match_runs` call and never outlive
+it, so nothing from one pair of runs can leak into the next.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from .equivalence import DEFAULT_TAU, TensorIndex, match_tensors, tolerance
 
 SRC = -1
 SINK = -2
+_NONE: frozenset[int] = frozenset()  # no equivalents
 
 
 # --------------------------------------------------------------------------------------
@@ -95,6 +100,7 @@ class RunGraph:
     node_of: list[int] = field(default_factory=list)  # tensor -> node
     tensor_at: dict[int, int] = field(default_factory=dict)  # node -> tensor it stands for
     children: dict[int, list[int]] = field(default_factory=dict)  # dominator tree
+    final_set: frozenset[int] = frozenset()
 
     def tnode(self, t: int) -> int:
         return self.node_of[t]
@@ -112,7 +118,8 @@ def build_graph(p: Profile) -> RunGraph:
     tensors, ops = p.tensors, p.ops
     consumers: list[list[int]] = [[] for _ in range(n_t)]
     for op in ops:
-        for t in dict.fromkeys(op.inputs):
+        ins = op.inputs
+        for t in dict.fromkeys(ins) if len(ins) > 1 else ins:
             consumers[t].append(op.idx)
 
     inputs = [t.idx for t in tensors if t.producer < 0 and t.kind == "input"]
@@ -123,7 +130,8 @@ def build_graph(p: Profile) -> RunGraph:
         roots = inputs
 
     # Reachability from SRC in one pass: execution order is a topological order of the
-    # dataflow (a value is produced before it is consumed).
+    # dataflow (a value is produced before it is consumed). Nodes are listed in that
+    # order with their predecessors, which is all the dominator pass needs.
     data_tensors = [False] * n_t
     data_ops = [False] * n_ops
     node_of = [n_ops + t for t in range(n_t)]
@@ -132,42 +140,51 @@ def build_graph(p: Profile) -> RunGraph:
             node_of[op.outputs[0]] = op.idx
     for t in roots:
         data_tensors[t] = True
-    edges: list[tuple[int, int]] = [(SRC, node_of[t]) for t in roots]
+    topo: list[int] = [node_of[t] for t in roots]  # after SRC
+    preds: dict[int, list[int]] = {v: [SRC] for v in topo}
     for op in ops:
-        live = [t for t in op.inputs if data_tensors[t]]
+        live = [node_of[t] for t in op.inputs if data_tensors[t]]
         if live:
-            edges.extend((node_of[t], op.idx) for t in dict.fromkeys(live))
+            into = list(dict.fromkeys(live)) if len(live) > 1 else live
         elif not (fallback and not op.inputs):
             continue
         else:
-            edges.append((SRC, op.idx))
+            into = [SRC]
         data_ops[op.idx] = True
+        if op.idx in preds:
+            _add_node(topo, preds, op.idx, into)
+        else:
+            topo.append(op.idx)
+            preds[op.idx] = into
         for t in op.outputs:
             data_tensors[t] = True
             if node_of[t] != op.idx:
-                edges.append((op.idx, node_of[t]))
+                _add_node(topo, preds, node_of[t], [op.idx])
 
     # Final outputs: unconsumed data tensors whose producer has no consumed output.
     final: list[int] = []
     for op in ops:
-        if data_ops[op.idx] and op.outputs and all(not consumers[t] for t in op.outputs):
-            final.extend(op.outputs)
+        outs = op.outputs
+        if len(outs) == 1:
+            if data_ops[op.idx] and not consumers[outs[0]]:
+                final.append(outs[0])
+        elif data_ops[op.idx] and outs and all(not consumers[t] for t in outs):
+            final.extend(outs)
     if not final:
         final = [t for t in range(n_t) if data_tensors[t] and not consumers[t]]
-    edges.extend((node_of[t], SINK) for t in dict.fromkeys(final))
-    g = nx.DiGraph()
-    g.add_node(SRC)
-    g.add_edges_from(edges)
-    idom = nx.immediate_dominators(g, SRC)
+    if final:
+        _add_node(topo, preds, SINK, list(dict.fromkeys(node_of[t] for t in final)))
+    idom = _immediate_dominators(topo, preds)
     children: dict[int, list[int]] = defaultdict(list)
     for v, d in idom.items():
         if v != d:
             children[d].append(v)
     tensor_at = {node_of[t]: t for t in range(n_t) if data_tensors[t]}
 
-    keyed = sorted(range(n_t), key=lambda t: (tensors[t].producer, tensors[t].out_index, t))
+    prods, outs = [t.producer for t in tensors], [t.out_index for t in tensors]
+    keyed = sorted(zip(prods, outs, range(n_t), strict=True))
     order = [0] * n_t
-    for r, t in enumerate(keyed):
+    for r, (_, _, t) in enumerate(keyed):
         order[t] = r
     return RunGraph(
         profile=p,
@@ -180,11 +197,61 @@ def build_graph(p: Profile) -> RunGraph:
         fallback_roots=fallback,
         idom=idom,
         order=order,
-        nodes=g.number_of_nodes(),
+        nodes=1 + len(preds),
         node_of=node_of,
         tensor_at=tensor_at,
         children=children,
+        final_set=frozenset(final),
     )
+
+
+def _add_node(topo: list[int], preds: dict[int, list[int]], v: int, into: list[int]) -> None:
+    """Record node v with predecessors `into`; a node seen before (a tensor listed twice
+    as an output) only gains predecessors, keeping its first position."""
+    if v in preds:
+        preds[v].extend(u for u in into if u not in preds[v])
+    else:
+        topo.append(v)
+        preds[v] = into
+
+
+def _immediate_dominators(topo: list[int], preds: dict[int, list[int]]) -> dict[int, int]:
+    """Immediate dominator of every node but SRC (Cooper, Harvey & Kennedy's intersect).
+
+    With the nodes in a topological order, every predecessor is final when a node is
+    reached, so one pass suffices and each node's dominators precede it (walking up from
+    the later of two nodes reaches their common dominator). A profile whose execution
+    order is not topological (an edge to an earlier node) takes networkx's iterative
+    algorithm instead, which gives the same unique answer on any graph.
+    """
+    rank = {SRC: -1}
+    for k, v in enumerate(topo):
+        rank[v] = k
+    idom: dict[int, int] = {SRC: SRC}
+    for v in topo:
+        rv = rank[v]
+        ps = preds[v]
+        d = ps[0]
+        if rank[d] >= rv:
+            return _immediate_dominators_nx(preds)
+        for u in ps[1:]:
+            if rank[u] >= rv:
+                return _immediate_dominators_nx(preds)
+            while u != d:
+                while rank[u] > rank[d]:
+                    u = idom[u]
+                while rank[d] > rank[u]:
+                    d = idom[d]
+        idom[v] = d
+    del idom[SRC]
+    return idom
+
+
+def _immediate_dominators_nx(preds: dict[int, list[int]]) -> dict[int, int]:
+    g = nx.DiGraph()
+    g.add_node(SRC)
+    g.add_edges_from((u, v) for v, ps in preds.items() for u in ps)
+    return nx.immediate_dominators(g, SRC)
 
 
 # --------------------------------------------------------------------------------------
@@ -195,42 +262,39 @@ def build_graph(p: Profile) -> RunGraph:
 def align(pairs: list[tuple[int, int, float]]) -> list[int]:
     """Indices of a subset of `pairs` (i, j, bonus) strictly increasing in both i and j
     with the most pairs, ties broken by the largest bonus sum. O(r log r)."""
-    if not pairs:
-        return []
+    if len(pairs) < 2:  # most calls (a value chain, a lone exit input): nothing to choose
+        return list(range(len(pairs)))
     js = sorted({p[1] for p in pairs})
     rank = {j: k + 1 for k, j in enumerate(js)}
     size = len(js)
-    tree: list[tuple[int, float, int]] = [(0, 0.0, -1)] * (size + 1)
-
-    def query(k: int) -> tuple[int, float, int]:
-        best = (0, 0.0, -1)
-        while k > 0:
-            if tree[k][:2] > best[:2]:
-                best = tree[k]
-            k -= k & -k
-        return best
-
-    def update(k: int, val: tuple[int, float, int]) -> None:
-        while k <= size:
-            if val[:2] > tree[k][:2]:
-                tree[k] = val
-            k += k & -k
-
+    # Fenwick tree of prefix maxima of (count, bonus sum) with the pair that reaches it,
+    # as three flat lists: tuples and slices per step cost more than the search itself
+    tree_c, tree_b, tree_q = [0] * (size + 1), [0.0] * (size + 1), [-1] * (size + 1)
     order = sorted(range(len(pairs)), key=lambda q: (pairs[q][0], -pairs[q][1]))
     parent = [-1] * len(pairs)
-    score: list[tuple[int, float]] = [(0, 0.0)] * len(pairs)
-    best_end = (0, 0.0, -1)
+    end_c, end_b, end_q = 0, 0.0, -1
     for q in order:
-        i, j, bonus = pairs[q]
-        c, b, prev = query(rank[j] - 1)
+        _, j, bonus = pairs[q]
+        r = rank[j]
+        c, b, prev = 0, 0.0, -1  # best chain ending in a column before r
+        k = r - 1
+        while k > 0:
+            ck = tree_c[k]
+            if ck > c or (ck == c and tree_b[k] > b):
+                c, b, prev = ck, tree_b[k], tree_q[k]
+            k -= k & -k
         parent[q] = prev
-        score[q] = (c + 1, b + bonus)
-        val = (c + 1, b + bonus, q)
-        update(rank[j], val)
-        if val[:2] > best_end[:2]:
-            best_end = val
+        c, b = c + 1, b + bonus
+        k = r
+        while k <= size:
+            ck = tree_c[k]
+            if c > ck or (c == ck and b > tree_b[k]):
+                tree_c[k], tree_b[k], tree_q[k] = c, b, q
+            k += k & -k
+        if c > end_c or (c == end_c and b > end_b):
+            end_c, end_b, end_q = c, b, q
     out = []
-    q = best_end[2]
+    q = end_q
     while q >= 0:
         out.append(q)
         q = parent[q]
@@ -272,14 +336,17 @@ class _UF:
         self.parent: dict = {}
 
     def find(self, x):
-        p = self.parent.setdefault(x, x)
+        parent = self.parent
+        p = parent.setdefault(x, x)
         if p == x:
             return x
-        root = x
-        while self.parent[root] != root:
-            root = self.parent[root]
-        while self.parent[x] != root:
-            self.parent[x], x = root, self.parent[x]
+        root = parent[p]
+        if root == p:  # one step up (a compressed path): nothing to compress
+            return p
+        while parent[root] != root:
+            root = parent[root]
+        while parent[x] != root:
+            parent[x], x = root, parent[x]
         return root
 
     def union(self, x, y):
@@ -310,31 +377,47 @@ class _Matcher:
         self.a2b: dict[int, int] = {}
         self.b2a: dict[int, int] = {}
         self._bonus_cache: dict[tuple[int, int], float] = {}
+        self._eq_dist: dict[int, dict[int, float]] = {}  # a -> {b: distance}, on demand
+        self._tol: dict[tuple[str, str], float] = {}  # (dtype a, dtype b) -> tolerance
 
     # -- helpers -------------------------------------------------------------------
 
     def _bonus(self, a: int, b: int) -> float:
         """Tie-breaker among equally long alignments: same shape, same producing op,
         closer values (all < 1, so the number of aligned pairs always comes first)."""
-        key = (a, b)
-        got = self._bonus_cache.get(key)
+        got = self._bonus_cache.get((a, b))
         if got is None:
-            got = self._bonus_cache[key] = self._bonus_uncached(a, b)
+            got = self._bonus_cache[(a, b)] = self._bonus_uncached(a, b)
         return got
 
     def _bonus_uncached(self, a: int, b: int) -> float:
         ta, tb = self.pa.tensors[a], self.pb.tensors[b]
-        bonus = 0.0
-        if list(ta.shape) == list(tb.shape):
-            bonus += 0.4
+        sa, sb = ta.shape, tb.shape
+        bonus = 0.4 if sa == sb or list(sa) == list(sb) else 0.0
         pa_, pb_ = ta.producer, tb.producer
         if pa_ >= 0 and pb_ >= 0 and self.pa.ops[pa_].name == self.pb.ops[pb_].name:
             bonus += 0.4
         elif pa_ < 0 and pb_ < 0:
             bonus += 0.4
-        d = next((d for d, x in self.eq.get(a, ()) if x == b), 0.0)
-        tol = tolerance(self.tau, ta.dtype, tb.dtype)
+        dist = self._eq_dist.get(a)
+        if dist is None:  # one pass over a's (possibly long) list, not one per b
+            dist = self._eq_dist[a] = {}
+            for d, x in self.eq.get(a, ()):
+                dist.setdefault(x, d)
+        d = dist.get(b, 0.0)
+        dtypes = (ta.dtype, tb.dtype)
+        tol = self._tol.get(dtypes)
+        if tol is None:
+            tol = self._tol[dtypes] = tolerance(self.tau, *dtypes)
         return bonus + 0.1 * (1.0 - min(1.0, d / tol if tol > 0 else 0.0))
+
+    def _align(self, cand: list[tuple[int, int, int, int]]) -> list[int]:
+        """`align` over candidates (i, j, tensor a, tensor b), bonus of (a, b): the
+        tie-breaker is only computed when there are pairs to choose between."""
+        if len(cand) < 2:
+            return list(range(len(cand)))
+        bonus = self._bonus
+        return align([(i, j, bonus(a, b)) for i, j, a, b in cand])
 
     def _anchor(self, a: int, b: int) -> bool:
         if a in self.a2b or b in self.b2a:
@@ -346,14 +429,15 @@ class _Matcher:
     def _chain(self, g: RunGraph, x: int, e: int) -> list[int]:
         """Tensors strictly between entry node e and exit node x on x's dominator path."""
         out = []
-        v = g.idom.get(x, SRC)
-        te = g.tensor_of(e)
-        lim = g.order[te] if te >= 0 else -1
+        idom, tensor_at, order = g.idom, g.tensor_at, g.order
+        v = idom.get(x, SRC)
+        te = tensor_at.get(e, -1)
+        lim = order[te] if te >= 0 else -1
         while v != e and v != SRC and v != SINK:
-            t = g.tensor_of(v)
-            if t >= 0 and g.order[t] > lim:
+            t = tensor_at.get(v, -1)
+            if t >= 0 and order[t] > lim:
                 out.append(t)
-            nv = g.idom.get(v, SRC)
+            nv = idom.get(v, SRC)
             if nv == v:
                 break
             v = nv
@@ -368,13 +452,13 @@ class _Matcher:
         if prod < 0:
             return []
         etensor = g.tensor_of(e)
-        lim = g.order[etensor] if etensor >= 0 else -1
-        out = []
-        for y in dict.fromkeys(g.profile.ops[prod].inputs):
-            if y == etensor or not g.data_tensors[y] or g.order[y] <= lim:
-                continue
-            out.append(y)
-        return out
+        order, data = g.order, g.data_tensors
+        lim = order[etensor] if etensor >= 0 else -1
+        return [
+            y
+            for y in dict.fromkeys(g.profile.ops[prod].inputs)
+            if y != etensor and data[y] and order[y] > lim
+        ]
 
     # -- Algorithm 1 ---------------------------------------------------------------
 
@@ -394,10 +478,10 @@ class _Matcher:
                 for b in self.eq_set.get(a, ()):
                     j = pos_b.get(b)
                     if j is not None:
-                        cand.append((i, j, self._bonus(a, b)))
+                        cand.append((i, j, a, b))
             cuts = []
-            for q in align(cand):
-                i, j, _ = cand[q]
+            for q in self._align(cand):
+                i, j = cand[q][:2]
                 a, b = ca[i], cb[j]
                 if self._anchor(a, b) or self.a2b.get(a) == b:
                     cuts.append((ga.tnode(a), gb.tnode(b)))
@@ -408,17 +492,17 @@ class _Matcher:
                 # descend: pair the exit ops' data inputs inside the segment
                 # (aligned by execution order, so equal values computed in parallel,
                 # e.g. three identical projections, are paired first with first)
-                ins_a = sorted(self._exit_inputs(ga, qa, pa_), key=lambda t: ga.order[t])
-                ins_b = sorted(self._exit_inputs(gb, qb, pb_), key=lambda t: gb.order[t])
+                ins_a = sorted(self._exit_inputs(ga, qa, pa_), key=ga.order.__getitem__)
+                ins_b = sorted(self._exit_inputs(gb, qb, pb_), key=gb.order.__getitem__)
                 pos_in_b = {t: k for k, t in enumerate(ins_b)}
                 cand_in = [
-                    (i, pos_in_b[z], self._bonus(y, z))
+                    (i, pos_in_b[z], y, z)
                     for i, y in enumerate(ins_a)
                     for z in self.eq_set.get(y, ())
                     if z in pos_in_b
                 ]
-                for q in align(cand_in):
-                    i, j, _ = cand_in[q]
+                for q in self._align(cand_in):
+                    i, j = cand_in[q][:2]
                     last = self._align_value_chains(ins_a[i], ins_b[j], pa_, pb_)
                     if last is not None:
                         stack.append((pa_, pb_, ga.tnode(last[0]), gb.tnode(last[1])))
@@ -453,10 +537,10 @@ class _Matcher:
         closest to the exits."""
         eq_set, eq_rev = self.eq_set, self.eq_rev
         ca = self._value_chain(
-            self.ga, y, ea, lambda u, v: bool(eq_set.get(u, set()) & eq_set.get(v, set()))
+            self.ga, y, ea, lambda u, v: not eq_set.get(u, _NONE).isdisjoint(eq_set.get(v, _NONE))
         )
         cb = self._value_chain(
-            self.gb, z, eb, lambda u, v: bool(eq_rev.get(u, set()) & eq_rev.get(v, set()))
+            self.gb, z, eb, lambda u, v: not eq_rev.get(u, _NONE).isdisjoint(eq_rev.get(v, _NONE))
         )
         pos_b = {t: k for k, t in enumerate(cb)}
         cand = []
@@ -464,10 +548,10 @@ class _Matcher:
             for b in eq_set.get(a, ()):
                 j = pos_b.get(b)
                 if j is not None:
-                    cand.append((i, j, self._bonus(a, b)))
+                    cand.append((i, j, a, b))
         last = None
-        for q in align(cand):
-            i, j, _ = cand[q]
+        for q in self._align(cand):
+            i, j = cand[q][:2]
             a, b = ca[i], cb[j]
             if self._anchor(a, b) or self.a2b.get(a) == b:
                 last = (a, b)
@@ -504,6 +588,9 @@ class _Matcher:
                     continue
                 groups[(scope_a, want_b)].append((a, b))
         for cand in groups.values():
+            if len(cand) == 1:
+                self._anchor(*cand[0])
+                continue
             # classes: connected components of the candidate pairs
             uf = _UF()
             for a, b in cand:
@@ -598,10 +685,11 @@ class _Matcher:
     def _side(self, g: RunGraph, fwd: dict[int, int]) -> _Side:
         cut = set(fwd) | {t.idx for t in g.profile.tensors if t.producer < 0}
         uf, members = self._components(g, cut)
+        root = {o: uf.find(o) for o in list(uf.parent)}
         comps: dict[int, list[int]] = defaultdict(list)
         for o in members:
-            comps[uf.find(o)].append(o)
-        return _Side(g=g, fwd=fwd, uf=uf, comps=comps)
+            comps[root[o]].append(o)
+        return _Side(g=g, fwd=fwd, uf=uf, comps=comps, root=root)
 
     def _link_groups(self, sa: _Side, sb: _Side) -> dict:
         """Group key → (A ops, B ops): components linked through anchored pairs, except
@@ -610,10 +698,6 @@ class _Matcher:
         ident_a = {c for c, ops in sa.comps.items() if sa.identity(ops)}
         ident_b = {c for c, ops in sb.comps.items() if sb.identity(ops)}
         link = _UF()
-        for c in sa.comps:
-            link.find(("a", c))
-        for c in sb.comps:
-            link.find(("b", c))
         for a, b in self.a2b.items():
             ca, cb = sa.comp_of(a), sb.comp_of(b)
             if ca is not None and cb is not None and ca not in ident_a and cb not in ident_b:
@@ -644,7 +728,8 @@ class _Matcher:
             sides={k: (bool(oa), bool(ob)) for k, (oa, ob) in groups.items()},
         )
         merge, sides = state.merge, state.sides
-        for k in sorted(groups, key=lambda k: -max(groups[k][0] + groups[k][1])):
+        last = {k: max(max(oa, default=-1), max(ob, default=-1)) for k, (oa, ob) in groups.items()}
+        for k in sorted(groups, key=lambda k: -last[k]):
             oa, ob = groups[k]
             if not all(pa.ops[o].name in FREE_OPS for o in oa) or not all(
                 pb.ops[o].name in FREE_OPS for o in ob
@@ -678,6 +763,8 @@ class _Matcher:
                 both = na or nb
             for order, (r, mods) in enumerate(both.items()):
                 ranked.append((module not in mods, rank_dir, order, r))
+            if any(not other_module for other_module, *_ in ranked):
+                break  # a consumer in the same module ranks before every producer
         if ranked:
             return min(ranked, key=lambda x: x[:3])[3]
         sided = [x for x in every if all(state.sides[state.merge.find(x)])]
@@ -698,8 +785,7 @@ class _Matcher:
             rb = _region(pb, gb, ob, fb)
             if not oa and not ob:
                 continue
-            anchored_out = [t for t in ra.outputs if t in fa] + [t for t in rb.outputs if t in fb]
-            if not anchored_out:
+            if fa.keys().isdisjoint(ra.outputs) and fb.keys().isdisjoint(rb.outputs):
                 unmatched_a.extend(oa)
                 unmatched_b.extend(ob)
                 continue
@@ -721,12 +807,13 @@ class _Side:
     fwd: dict[int, int]  # anchored tensor -> partner (identity anchors included)
     uf: _UF
     comps: dict[int, list[int]]  # component root -> ops
+    # op -> its component root, for every op in a component: the components are final
+    # once built, and the region phase asks for the component of each tensor many times
+    root: dict[int, int] = field(default_factory=dict)
 
     def comp_of(self, t: int) -> int | None:
         prod = self.g.profile.tensors[t].producer
-        if prod < 0 or prod not in self.uf.parent:
-            return None
-        return self.uf.find(prod)
+        return self.root.get(prod) if prod >= 0 else None
 
     def identity(self, ops: list[int]) -> bool:
         """Every anchored output maps onto a partner of an anchored input."""
@@ -757,7 +844,8 @@ class _FreeMerge:
 
     def neighbours(self, ops: list[int], g: RunGraph, gof: dict, k, down: bool) -> dict:
         """Neighbouring groups (merged roots) → modules of the neighbouring ops."""
-        prof, merge = g.profile, self.merge
+        prof, find = g.profile, self.merge.find
+        own = find(k)  # no merge happens while the neighbours are collected
         out: dict = {}
         for o in ops:
             if down:
@@ -765,8 +853,10 @@ class _FreeMerge:
             else:
                 near = [prof.tensors[t].producer for t in prof.ops[o].inputs]
             for c in near:
-                if c >= 0 and c in gof and merge.find(gof[c]) != merge.find(k):
-                    out.setdefault(merge.find(gof[c]), set()).add(prof.ops[c].module)
+                if c >= 0 and c in gof:
+                    r = find(gof[c])
+                    if r != own:
+                        out.setdefault(r, set()).add(prof.ops[c].module)
         return out
 
 
@@ -781,19 +871,18 @@ def _mirrored(r: Region, fwd: dict[int, int]) -> Region:
 
 def _region(p: Profile, g: RunGraph, ops: list[int], anchored: dict[int, int]) -> Region:
     inside = set(ops)
-    produced = {t for o in ops for t in p.ops[o].outputs}
-    inputs = list(dict.fromkeys(t for o in ops for t in p.ops[o].inputs if t not in produced))
-    final = set(g.final)
-    outputs = []
-    for t in dict.fromkeys(t for o in ops for t in p.ops[o].outputs):
-        if t in final or any(c not in inside for c in g.consumers[t]):
-            outputs.append(t)
+    recs = [p.ops[o] for o in ops]
+    made = list(dict.fromkeys(t for r in recs for t in r.outputs))
+    produced = set(made)
+    inputs = list(dict.fromkeys(t for r in recs for t in r.inputs if t not in produced))
+    final, consumers = g.final_set, g.consumers
+    outputs = [t for t in made if t in final or not inside.issuperset(consumers[t])]
     return Region(
         ops=ops,
         inputs=inputs,
         outputs=outputs,
-        energy_j=sum(p.ops[o].energy_j for o in ops),
-        time_s=sum(p.ops[o].time_s for o in ops),
+        energy_j=sum(r.energy_j for r in recs),
+        time_s=sum(r.time_s for r in recs),
     )
 
 
