@@ -13,6 +13,8 @@ margins instead of exact joules.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -53,6 +55,19 @@ def magneton(*args: str, check_rc: bool = True) -> subprocess.CompletedProcess:
     if check_rc and res.returncode != 0:
         raise AssertionError(f"magneton {' '.join(args)} failed:\n{res.stderr[-2000:]}")
     return res
+
+
+def cli(*args: str) -> str:
+    """`magneton ARGS` through the CLI's entry point in this process (for commands that
+    import no user script here: export-patch, diff), its stdout; fails with its stderr.
+    A recording runs in a process of its own (`record`): scripts set global flags."""
+    from magneton.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(list(args))
+    assert rc == 0, f"magneton {' '.join(args)} failed ({rc}):\n{err.getvalue()[-2000:]}"
+    return out.getvalue()
 
 
 def record(script: Path, db: Path, run: str) -> None:
@@ -220,7 +235,7 @@ def test_redundant_copy_gets_an_argument_port_that_applies(case, tmp_path):
     assert f["wasteful"] == "a" and f["root_cause"]["kind"] == "code"
     assert os.path.basename(f["root_cause"]["file"]) == "a.py"
     patch = tmp_path / "fix.patch"
-    magneton("export-patch", "--db", db, "a", "b", "--finding", str(f["id"]), "-o", str(patch))
+    cli("export-patch", "--db", db, "a", "b", "--finding", str(f["id"]), "-o", str(patch))
     before = _run_script(work / "a.py")
     subprocess.run(["git", "init", "-q"], cwd=work, check=True)
     subprocess.run(["git", "apply", str(patch)], cwd=work, check=True)
@@ -255,7 +270,7 @@ def test_root_line_is_the_first_diverging_line_and_the_patch_applies(case, tmp_p
     assert "F.normalize" not in rc["code"]  # the shared line above is not the cause
     assert rc["origins"]["b"]["code"] == "return F.linear(x, w)"
     patch = tmp_path / "fix.patch"
-    magneton("export-patch", "--db", db, "a", "b", "--finding", str(f["id"]), "-o", str(patch))
+    cli("export-patch", "--db", db, "a", "b", "--finding", str(f["id"]), "-o", str(patch))
     subprocess.run(["git", "init", "-q"], cwd=work, check=True)
     subprocess.run(["git", "apply", str(patch)], cwd=work, check=True)
     patched = (work / "a.py").read_text().splitlines()
@@ -272,7 +287,7 @@ def test_patch_closes_the_gap(case):
     before = f.saving_j
     patch = d / "fix.patch"
     original = (d / "a.py").read_text()
-    magneton(
+    cli(
         "export-patch",
         "--db",
         str(db),
@@ -302,7 +317,7 @@ def test_patch_closes_the_gap(case):
         ported = efficient is not None and changed[0].strip() == (efficient.code or "").strip()
         assert ported or any(n and n in changed[0] for n in names), changed
     record(d / "a.py", db, "patched")
-    after = json.loads(magneton("diff", "--db", str(db), "patched", "b", "--json").stdout)
+    after = json.loads(cli("diff", "--db", str(db), "patched", "b", "--json"))
     with open_db(db) as handle:
         from magneton.graphdb.matches import load_diff
 
