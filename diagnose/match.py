@@ -151,11 +151,7 @@ def build_graph(p: Profile) -> RunGraph:
         else:
             into = [SRC]
         data_ops[op.idx] = True
-        if op.idx in preds:
-            _add_node(topo, preds, op.idx, into)
-        else:
-            topo.append(op.idx)
-            preds[op.idx] = into
+        _add_node(topo, preds, op.idx, into)
         for t in op.outputs:
             data_tensors[t] = True
             if node_of[t] != op.idx:

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from fixcheck import assert_no_noop_fix
 
-from magneton.commands.eval import check, relevant_finding
+from magneton.commands.eval import check, load_expect, record_args, relevant_finding
 from magneton.commands.export_patch import find_finding
 from magneton.graphdb import open_db
 
@@ -71,23 +71,9 @@ def cli(*args: str) -> str:
 
 
 def record(script: Path, db: Path, run: str) -> None:
-    """`magneton record` as `magneton eval` records a case's script (its `--repeat` and
-    `power` from expect.toml)."""
-    expect = tomllib.loads((script.parent / "expect.toml").read_text())
-    repeat = str(max(3, int(expect.get("min_repeat", 0))))
-    extra = ["--power", expect["power"]] if "power" in expect else []
-    magneton(
-        "record",
-        str(script),
-        "--db",
-        str(db),
-        "--run",
-        run,
-        "--replace",
-        "--repeat",
-        repeat,
-        *extra,
-    )
+    """`magneton record` of a case's script with the options `magneton eval` gives it."""
+    args = record_args(load_expect(script.parent), 3)
+    magneton("record", str(script), "--db", str(db), "--run", run, "--replace", *args)
 
 
 def _in_suite(case: Path) -> bool:
@@ -105,9 +91,8 @@ SUITE = sorted(p.name for p in CASES.iterdir() if _in_suite(p))
 def evaluated(tmp_path_factory) -> tuple[Path, Path, dict]:
     """`magneton eval` over copies of the suite's cases, as a user runs it: per case both
     recordings, the diff with its confirmation and the diagnosis with its re-run, stored
-    in DB/<case>. One command for all cases: `eval` records and re-runs each case in one
-    warm worker, where separate `record`/`record`/`diff` commands import the scripts'
-    libraries three times more."""
+    in DB/<case>. One command for all cases: its diffs run in one process, where a
+    `magneton diff` per case imports the diagnosis stack once per case."""
     work = tmp_path_factory.mktemp("cases")
     for name in SUITE:
         shutil.copytree(CASES / name, work / name)

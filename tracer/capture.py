@@ -234,13 +234,8 @@ class RecorderMode(TorchDispatchMode):
         if not cls.__dict__.get("_dynamo_disabled") and _dynamo_compiled():
             import torch._dynamo
 
-            # the nearest definition (a subclass may inherit its parent's)
-            raw = next(
-                k.__dict__["__torch_dispatch__"]
-                for k in cls.__mro__
-                if "__torch_dispatch__" in k.__dict__
-            )
-            cls.__torch_dispatch__ = torch._dynamo.disable(raw, recursive=True)
+            # own or inherited; `disable` unwraps a parent's already-wrapped function
+            cls.__torch_dispatch__ = torch._dynamo.disable(cls.__torch_dispatch__, recursive=True)
             cls._dynamo_disabled = True
         return super().__enter__()
 

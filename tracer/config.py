@@ -16,6 +16,7 @@ import sys
 
 import torch
 
+import magneton
 from magneton.graphdb.vocab import sha256_file  # noqa: F401  (re-export: record.py uses it)
 from magneton.tracer import allocator
 
@@ -40,12 +41,6 @@ ENV_VARS = (
 )
 
 _LIBRARIES = ("torch", "numpy", "transformers", "accelerate", "diffusers", "vllm", "kuzu")
-
-
-def _omp_too_late() -> bool:
-    import magneton
-
-    return magneton.OMP_POLICY_TOO_LATE
 
 
 def _get(fn, default="n/a") -> str:
@@ -111,7 +106,7 @@ def snapshot(script: str = "") -> dict[str, str]:
     cfg[allocator.CONFIG_KEY] = allocator.pin()  # pinned before the workload, or now
     cfg["magneton.omp_wait_policy"] = (
         "libgomp default (torch was imported before magneton)"
-        if _omp_too_late()
+        if magneton.OMP_POLICY_TOO_LATE
         else os.environ.get("OMP_WAIT_POLICY", "")
     )
     return cfg

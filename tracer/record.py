@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+import magneton
 from magneton.graphdb.model import MagnetonError, Profile, RunInfo
 from magneton.graphdb.wording import UNRECORDED_THREAD_OPS, unrecorded_threads_warning
 from magneton.tracer import allocator
@@ -304,8 +305,6 @@ def _merge_timing(profile: Profile, iterations: list) -> bool:
 def _warn_if_omp_spins() -> None:
     """Say when torch was loaded before magneton could make OpenMP's workers sleep
     (magneton/__init__.py): their spin is priced as the operators' CPU time."""
-    import magneton
-
     if magneton.OMP_POLICY_TOO_LATE:
         warnings.warn(
             "torch was imported before magneton, so OpenMP's workers spin after each "

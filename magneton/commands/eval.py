@@ -116,7 +116,15 @@ def load_expect(case: Path) -> dict:
         raise MagnetonError(f"{f}: invalid TOML: {e}") from None
 
 
-def record(script: Path, db: str, run: str, repeat: int, extra: list[str]) -> None:
+def record_args(expect: dict, repeat: int) -> list[str]:
+    """The `magneton record` options of a case's recordings: `--repeat` (at least the
+    case's `min_repeat`: a difference that is a small share of the run on a CPU asks for
+    more timed calls) and its `power`, if it names one."""
+    n = max(repeat, int(expect.get("min_repeat", 0)))
+    return ["--repeat", str(n), *(["--power", expect["power"]] if "power" in expect else [])]
+
+
+def record(script: Path, db: str, run: str, args: list[str]) -> None:
     """Record one script in its own process, as a user runs `magneton record`: global flags
     a script sets must not leak into the next recording. Recordings forked from one warm
     interpreter per case (imports paid once) were tried and measured differently: in six
@@ -133,9 +141,7 @@ def record(script: Path, db: str, run: str, repeat: int, extra: list[str]) -> No
         "--run",
         run,
         "--replace",
-        "--repeat",
-        str(repeat),
-        *extra,
+        *args,
     ]
     env = dict(os.environ)
     env.setdefault("KINETO_LOG_LEVEL", "5")
@@ -223,11 +229,9 @@ def eval_case(case: Path, db_dir: str, repeat: int, rerun: bool) -> CaseResult:
     res = CaseResult(case=case.name, diagnosed=False, expect=expect)
     db_path = os.path.join(db_dir, case.name)
     t0 = time.perf_counter()
-    # a case whose difference is small on a CPU asks for more timed calls (`min_repeat`)
-    repeat = max(repeat, int(expect.get("min_repeat", 0)))
-    extra = ["--power", expect["power"]] if "power" in expect else []
+    args = record_args(expect, repeat)
     for side in ("a", "b"):
-        record(case / f"{side}.py", db_path, side, repeat, extra)
+        record(case / f"{side}.py", db_path, side, args)
     t1 = time.perf_counter()
     detected: list[float] = []
 
