@@ -50,7 +50,7 @@ from magneton.graphdb.model import (
     TensorRecord,
 )
 from magneton.graphdb.vocab import BOOKKEEPING_OPS, IN_PLACE_WRITE_OPS
-from magneton.tracer.invariants import summarize
+from magneton.tracer.invariants import SummaryPool
 from magneton.tracer.nested import recorded_view
 
 _TAG = "magneton#"
@@ -316,17 +316,50 @@ class StructureCapture(RecorderMode):
         sources: dict[int, tuple[str, str]] | None = None,
         stop_code: Any = None,
         summaries: bool = True,
+        measured: bool = False,
     ):
         super().__init__()
         self.modules = modules
         self.sources = sources or {}  # id(tensor) -> (kind, name)
         self.stop_code = stop_code  # code object of the entry: stack walks stop there
         self.summaries = summaries
+        # a measured pass (its windows priced: `record_block`) summarizes inline, so no
+        # worker's CPU lands in its operators' energy (invariants.SummaryPool)
+        self.measured = measured
+        self._pool: SummaryPool | None = None
+        self._pending: list[tuple[TensorRecord, Any]] = []
         self.result = StructureResult()
         self._live: dict[int, _Live] = {}
         self._by_storage: dict[tuple[str, int], list[int]] = {}
         self._frames: dict[tuple[str, int, str], int] = {}
         self._frame_cache: dict[tuple[str, int, str], str] = {}
+
+    def __enter__(self):
+        if self.summaries:
+            self._pool = SummaryPool(0 if self.measured else None).__enter__()
+        try:
+            return super().__enter__()
+        except BaseException:
+            self._close_pool(failed=True)
+            raise
+
+    def __exit__(self, exc_type, exc_value, tb):
+        try:
+            return super().__exit__(exc_type, exc_value, tb)
+        finally:
+            self._close_pool(failed=exc_type is not None)
+
+    def _close_pool(self, failed: bool) -> None:
+        """Wait for the pending summaries and fill them into their records."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        pool.__exit__(BaseException if failed else None, None, None)
+        for rec, fut in self._pending:
+            if fut.done() and not fut.cancelled():
+                for k, v in fut.result().items():
+                    setattr(rec, k, v)
+        self._pending.clear()
 
     # -- tensors -------------------------------------------------------------------
 
@@ -347,9 +380,8 @@ class StructureCapture(RecorderMode):
             rec.stride, rec.contiguous = [], False
         rec.device = _device_str(t)
         rec.numel = dense.numel()
-        if self.summaries:
-            for k, v in summarize(dense).items():
-                setattr(rec, k, v)
+        if self._pool is not None:
+            self._pending.append((rec, self._pool.submit(dense)))
         self.result.tensors.append(rec)
         key = id(t)
         self._live[key] = _Live(weakref.ref(t, lambda _r, k=key: self._forget(k)), rec.idx)
@@ -414,6 +446,10 @@ class StructureCapture(RecorderMode):
         )
         op.device = _device_str(in_tensors[0]) if in_tensors else _kwarg_device(kwargs)
 
+        mutated = _mutated_tensors(func, args, kwargs)
+        if mutated and self._pool is not None:
+            # pending summaries read the values before this write; cached ones go
+            self._pool.before_write(mutated)
         with torch.profiler.record_function(f"{_TAG}{idx}"):
             t0 = time.perf_counter_ns()
             out = func(*args, **kwargs)
@@ -422,7 +458,6 @@ class StructureCapture(RecorderMode):
         op.time_s = (t1 - t0) / 1e9
         self.result.ops.append(op)
 
-        mutated = _mutated_tensors(func, args, kwargs)
         in_storages = {_storage_key(t) for t in in_tensors}
         in_storages.discard(None)
         outputs: list[int] = []

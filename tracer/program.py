@@ -415,6 +415,7 @@ class _Recorder(_Controller):
             ModuleTracker(roots),
             sources=sources,
             stop_code=user.f_code if user is not None else None,
+            measured=self.sched.active == 1,  # no timing unit: this one is priced
         )
         self._stack = contextlib.ExitStack()
         if self.opts.call_paths:

@@ -720,7 +720,9 @@ def record_block(
     session.measure_idle()
     caller = sys._getframe(2)  # the frame running the `with` statement
     roots, sources = _roots_and_sources(lambda: None, (), {}, caller.f_globals)
-    capture = StructureCapture(ModuleTracker(roots), sources=sources, stop_code=caller.f_code)
+    capture = StructureCapture(
+        ModuleTracker(roots), sources=sources, stop_code=caller.f_code, measured=True
+    )
     t0 = time.perf_counter_ns()
     session.start()
     try:

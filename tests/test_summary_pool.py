@@ -1,0 +1,85 @@
+"""Summaries on worker threads during the structure pass (invariants.SummaryPool): a
+recording must store exactly what inline summaries give, whatever the program writes in
+place afterwards, and the workers must not look like untraced program threads."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+import torch
+
+from magneton.tracer import invariants
+from magneton.tracer.capture import ModuleTracker, StructureCapture, run_structure_pass
+
+
+class _Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(256, 256)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        y.add_(1000.0)  # a fresh output written in place at once
+        z = y.t()  # ... and through a view of it
+        z.mul_(-3.0)
+        out = torch.zeros_like(y)
+        torch.mul(y, 2.0, out=out)  # out= writes a tensor recorded before
+        self.lin.weight.data.add_(0.5)  # a parameter summarized at its first use
+        return self.lin(out).relu_()
+
+
+def _record(measured: bool) -> list[dict]:
+    torch.manual_seed(0)
+    net, x = _Net(), torch.randn(512, 256)
+    invariants._cache.clear()
+    cap = StructureCapture(ModuleTracker({"": net}), measured=measured)
+    with torch.no_grad():
+        _, res = run_structure_pass(lambda: net(x), cap)
+    assert res.other_thread_ops == 0  # the workers run no torch operator
+    # each written tensor is summarized as written (min, max are stats[2:4]), not with
+    # the summary it had before the write (was: the cache's version check cannot see a
+    # write made by the operator being recorded)
+    written: dict[str, list[float]] = {}
+    for op in res.ops:  # the first of each name
+        written.setdefault(op.name, res.tensors[op.outputs[0]].stats[2:4])
+    lo, hi = written["aten::add_"]
+    assert 990 < lo < hi < 1010
+    lo, hi = written["aten::mul"]  # the out= write: 2 * (-3 * (y + 1000))
+    assert -6100 < lo < hi < -5900
+    return [dataclasses.asdict(t) for t in res.tensors]
+
+
+def test_worker_summaries_equal_inline_ones_despite_in_place_writes(monkeypatch) -> None:
+    inline = _record(measured=True)  # a measured pass summarizes inline
+    assert len({t["stats"][0] for t in inline if t["stats"]}) > 5
+
+    # slow workers: without the wait before each in-place write, every summary would
+    # read the values after the writes that follow it
+    summary_of_array = invariants._summary_of_array
+
+    def slow(*a):
+        time.sleep(0.02)
+        return summary_of_array(*a)
+
+    monkeypatch.setattr(invariants, "_summary_of_array", slow)
+    assert _record(measured=False) == inline
+
+
+def test_a_failing_pass_leaves_no_worker_and_restores_blas(monkeypatch) -> None:
+    before = [get() for _, get in invariants._blas_thread_controls()]
+    net = torch.nn.Linear(64, 64)
+
+    def boom() -> None:
+        net(torch.randn(8, 64))
+        raise RuntimeError("the workload failed")
+
+    cap = StructureCapture(ModuleTracker({"": net}))
+    with pytest.raises(RuntimeError, match="workload failed"):
+        run_structure_pass(boom, cap)
+    assert cap._pool is None
+    assert [get() for _, get in invariants._blas_thread_controls()] == before
+    import threading
+
+    assert not [t for t in threading.enumerate() if t.name.startswith("magneton-summary")]
