@@ -70,6 +70,7 @@ def main() -> None:
         TimingCapture,
         run_structure_pass,
     )
+    from magneton.tracer.record import _roots_and_sources
 
     class EmptyMode(RecorderMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -115,7 +116,9 @@ def main() -> None:
         struct_base.append(time.perf_counter() - t0)
         struct_base_cpu.append(time.process_time() - c0)
         invariants._cache.clear()  # a recording starts with no summaries
-        cap = StructureCapture(ModuleTracker({"": model}))
+        # the modules and source kinds (input, param, buffer) a recording passes
+        roots, sources = _roots_and_sources(forward, (), {}, None)
+        cap = StructureCapture(ModuleTracker(roots), sources=sources)
         c0, t0 = time.process_time(), time.perf_counter()
         run_structure_pass(forward, cap)
         structure.append(time.perf_counter() - t0)

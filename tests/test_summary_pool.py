@@ -83,3 +83,61 @@ def test_a_failing_pass_leaves_no_worker_and_restores_blas(monkeypatch) -> None:
     import threading
 
     assert not [t for t in threading.enumerate() if t.name.startswith("magneton-summary")]
+
+
+class _Masked(torch.nn.Module):
+    """Parameters, a buffer, a mask computed from the buffer alone, and a factory op."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(64, 64)
+        self.register_buffer("tri", torch.tril(torch.ones(32, 32)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = (self.tri == 0).float() * -1e4  # from the buffer alone: a side input
+        scores = self.proj(x) @ x.transpose(-1, -2) + mask
+        pos = torch.arange(32, dtype=torch.float32)  # no tensor inputs
+        return torch.softmax(scores, dim=-1) @ x + pos[:, None]
+
+
+def test_side_inputs_carry_no_summary_and_every_compared_tensor_has_one() -> None:
+    from magneton.diagnose.match import build_graph
+    from magneton.tracer.record import RecordOptions, record_callable
+
+    torch.manual_seed(0)
+    net, x = _Masked(), torch.randn(32, 64)
+    p = record_callable(net, (x,), run="s", options=RecordOptions(repeat=1, power="model"))
+    # side inputs: parameters, buffers and what is computed from them alone
+    side = [t.kind in ("param", "buffer") for t in p.tensors]
+    for op in p.ops:
+        for o in op.outputs:
+            side[o] = bool(op.inputs) and all(side[i] for i in op.inputs)
+    assert sum(side) >= 6  # 2 params, the buffer, the weight's .t(), the mask's 3 ops
+    summarized = [bool(t.stats or t.quantiles or t.invariant) for t in p.tensors]
+    assert summarized == [not s for s in side]
+    # and whatever the matcher compares (its index holds data tensors only) has one
+    data = build_graph(p).data_tensors
+    assert all(summarized[t] for t in range(len(p.tensors)) if data[t])
+    # an op without tensor inputs (the arange) feeds the matcher's SRC when the entry has
+    # no tensor inputs, which is not known when it runs: it keeps its summary
+    (arange,) = [op for op in p.ops if op.name == "aten::arange"]
+    assert summarized[arange.outputs[0]] and not data[arange.outputs[0]]
+
+
+def test_inference_mode_tensors_of_any_size_are_summarized() -> None:
+    """Inference tensors have no version counter; reading it raised inside the summary
+    cache, and every one of 64 K elements or more got an empty summary (so a serving
+    program recorded under `torch.inference_mode` matched little beyond its small
+    tensors)."""
+    from magneton.tracer.record import RecordOptions, record_callable
+
+    torch.manual_seed(0)
+    net, x = torch.nn.Linear(256, 512), torch.randn(512, 256)
+
+    @torch.inference_mode()
+    def serve(x: torch.Tensor) -> torch.Tensor:
+        return net(x).relu() * 2
+
+    p = record_callable(serve, (x,), run="i", options=RecordOptions(repeat=1, power="model"))
+    big = [t for t in p.tensors if t.kind == "activation" and t.numel >= 1 << 16]
+    assert len(big) >= 3 and all(len(t.stats) == 6 and t.quantiles for t in big)

@@ -328,6 +328,8 @@ class StructureCapture(RecorderMode):
         self.measured = measured
         self._pool: SummaryPool | None = None
         self._pending: list[tuple[TensorRecord, Any]] = []
+        # per recorded tensor: a side input (see `_register`)
+        self._side: list[bool] = []
         self.result = StructureResult()
         self._live: dict[int, _Live] = {}
         self._by_storage: dict[tuple[str, int], list[int]] = {}
@@ -366,8 +368,19 @@ class StructureCapture(RecorderMode):
     def _forget(self, key: int):
         self._live.pop(key, None)
 
-    def _register(self, t: torch.Tensor, rec: TensorRecord) -> int:
+    def _register(self, t: torch.Tensor, rec: TensorRecord, side: bool = False) -> int:
+        """Record tensor `t` as `rec`; returns its index.
+
+        `side`: a parameter or buffer, or computed from those alone (a weight's `.t()`, a
+        mask from a buffer). Matching leaves such *side inputs* out of the value
+        comparison (diagnose/match.py builds its tensor index from data tensors only), so
+        they get no value summary: for GPT-2 12L that is 125 M of the 215 M elements a
+        structure pass summarized (the weights and the 50257×768 embedding). Whether a
+        tensor is a side input is decided like `match.build_graph` decides it, except
+        that the outputs of operators without tensor inputs (`arange`, `zeros`) are
+        summarized: without tensor inputs to the entry, matching counts them as data."""
         rec.idx = len(self.result.tensors)
+        self._side.append(side)
         # a nested tensor is recorded through its packed components (`nested.py`); the
         # tensor itself stays the identity key below, as that is what operators pass on
         dense = recorded_view(t)
@@ -380,7 +393,7 @@ class StructureCapture(RecorderMode):
             rec.stride, rec.contiguous = [], False
         rec.device = _device_str(t)
         rec.numel = dense.numel()
-        if self._pool is not None:
+        if self._pool is not None and not side:
             self._pending.append((rec, self._pool.submit(dense)))
         self.result.tensors.append(rec)
         key = id(t)
@@ -395,7 +408,8 @@ class StructureCapture(RecorderMode):
         if live is not None and live.ref() is t:
             return live.tidx
         kind, name = self.sources.get(id(t), ("constant", ""))
-        return self._register(t, TensorRecord(idx=-1, producer=-1, kind=kind, name=name))
+        rec = TensorRecord(idx=-1, producer=-1, kind=kind, name=name)
+        return self._register(t, rec, side=kind in ("param", "buffer"))
 
     # -- stacks --------------------------------------------------------------------
 
@@ -430,6 +444,7 @@ class StructureCapture(RecorderMode):
         flat_in, _ = tree_flatten((args, kwargs))
         in_tensors = [a for a in flat_in if isinstance(a, torch.Tensor)]
         inputs = [self._lookup(t) for t in in_tensors]
+        side = bool(inputs) and all(self._side[i] for i in inputs)
         in_dense = [recorded_view(t) for t in in_tensors]
         op = OpRecord(
             idx=idx,
@@ -469,7 +484,7 @@ class StructureCapture(RecorderMode):
             seen_ids.add(id(t))
             is_view = _storage_key(t) in in_storages
             rec = TensorRecord(idx=-1, producer=idx, out_index=len(outputs), is_view=is_view)
-            outputs.append(self._register(t, rec))
+            outputs.append(self._register(t, rec, side))
         # In-place writes make new versions of the written tensor and of every live
         # view of the same storage, all produced by this op, so later consumers depend
         # on the write rather than on the stale pre-write value.
@@ -478,7 +493,7 @@ class StructureCapture(RecorderMode):
                 continue
             seen_ids.add(id(t))
             rec = TensorRecord(idx=-1, producer=idx, out_index=len(outputs))
-            outputs.append(self._register(t, rec))
+            outputs.append(self._register(t, rec, side))
         for t in list(mutated) + [t for t in flat_out if isinstance(t, torch.Tensor)]:
             sk = _storage_key(t)
             if sk is None or not (mutated and any(_storage_key(m) == sk for m in mutated)):
@@ -490,7 +505,7 @@ class StructureCapture(RecorderMode):
                     continue
                 seen_ids.add(id(other))
                 rec = TensorRecord(idx=-1, producer=idx, out_index=len(outputs), is_view=True)
-                outputs.append(self._register(other, rec))
+                outputs.append(self._register(other, rec, side))
         op.outputs = outputs
         out_t = [self.result.tensors[i] for i in outputs]
         op.output_shapes = [list(r.shape) for r in out_t]

@@ -123,6 +123,12 @@ _cache: dict[tuple, _CacheEntry] = {}
 
 
 def _cache_key(t: torch.Tensor) -> tuple | None:
+    """None for a tensor that cannot be cached: one without storage, or an inference
+    tensor (`torch.inference_mode`), which has no version counter to guard the entry
+    (reading it raises; that made every such tensor of 64 K elements or more get an
+    empty summary, so it matched nothing)."""
+    if t.is_inference():
+        return None
     try:
         st = t.untyped_storage()
         pairs = tuple(sorted(zip(t.shape, t.stride(), strict=True)))
