@@ -200,6 +200,20 @@ def test_views_of_large_tensors_reuse_the_summary_until_written():
     assert summarize(w.t()) != first
 
 
+def test_a_reshape_that_only_adds_or_drops_size_one_modes_is_summarized_once(monkeypatch):
+    """`x.view(-1, d)` of a batch of one, and back, read the same elements in the same
+    order: the summary is the same, so it is computed once (a GPT-2 pass with batch 1
+    summarized 25 M elements of such views again)."""
+    x = torch.randn(1, 128, 768)
+    computed = []
+    inner = invariants._summarize
+    monkeypatch.setattr(invariants, "_summarize", lambda t: computed.append(t.shape) or inner(t))
+    first = summarize(x)
+    assert summarize(x.view(128, 768)) == first == summarize(x.view(128, 1, 768))
+    assert computed == [x.shape]
+    assert summarize(x.view(128, 12, 64)) != first  # other modes: other spectra
+
+
 def test_split_plan_is_layout_invariant_and_capped():
     keys = lambda s: sorted(repr(sp.key) for sp in plan_splits(s))  # noqa: E731
     assert keys((2, 16, 12, 64)) == keys((64, 12, 2, 16))

@@ -131,7 +131,10 @@ def _cache_key(t: torch.Tensor) -> tuple | None:
         return None
     try:
         st = t.untyped_storage()
-        pairs = tuple(sorted(zip(t.shape, t.stride(), strict=True)))
+        # size-1 modes do not change which elements are read, nor a summary (which drops
+        # them), and their strides are arbitrary: `x.view(128, 768)` of a (1, 128, 768)
+        # `x` is the same summary
+        pairs = tuple(sorted(p for p in zip(t.shape, t.stride(), strict=True) if p[0] != 1))
         return (t.device.type, st.data_ptr(), t.storage_offset(), str(t.dtype), pairs)
     except Exception:
         return None
