@@ -3,7 +3,8 @@
 Two dispatch modes, used in separate passes so the timing numbers stay honest:
 
 * `StructureCapture` (the *structure pass*) records everything the diagnosis needs:
-  tensor identity and dataflow, value summaries and invariants, module paths, Python
+  tensor identity and dataflow, value summaries and invariants (computed on worker
+  threads, and only for tensors matching may compare: see `_register`), module paths, Python
   call stacks and — through the PyTorch profiler — each operator's aten dispatch chain
   down to the kernels. That costs far more than the ops themselves, so its timestamps
   are never used for energy.
