@@ -292,7 +292,10 @@ class SummaryPool:
             cls, a = dtype_class(t.dtype), _to_numpy(t)
         except Exception:
             return _done({})
-        fut = self._exec.submit(_summary_of_array, a, cls, t.dtype)
+        try:
+            fut = self._exec.submit(_summary_of_array, a, cls, t.dtype)
+        except RuntimeError:  # no new threads at interpreter exit: summarize here
+            return _done(_summary_of_array(a, cls, t.dtype))
         if key is not None:
             self._keyed[key] = (weakref.ref(t), t._version, fut)
         self._by_storage.setdefault(_storage_ptr(t), []).append(fut)
