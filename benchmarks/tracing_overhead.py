@@ -25,7 +25,6 @@ The 1-minute load average at the start and end is printed with the results.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import statistics
@@ -56,9 +55,10 @@ def main() -> None:
     ap.add_argument("--json", metavar="OUT")
     args = ap.parse_args()
 
-    import magneton  # noqa: F401, I001  (before torch: see the imports above)
+    import magneton  # noqa: F401  (before torch: see the imports above)
 
-    torch = importlib.import_module("torch")
+    # isort: split
+    import torch
     from rich.console import Console
     from rich.table import Table
 

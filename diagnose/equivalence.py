@@ -197,12 +197,19 @@ def _sorted_shape(canon: tuple[int, ...]) -> tuple[int, ...]:
 _canon = lru_cache(maxsize=4096)(canonical_shape)
 
 
+def _record_cls(t: TensorRecord) -> str:
+    return dtype_class(t.dtype) if t.dtype else "f"
+
+
+def _float_comparable(t: TensorRecord, cls: str) -> bool:
+    """Whether a record of dtype class `cls` carries a float summary to compare."""
+    return (cls == "f" or cls == "c") and len(t.stats) >= 6 and (t.numel <= 0 or bool(t.quantiles))
+
+
 def signature(t: TensorRecord) -> Signature:
-    cls = dtype_class(t.dtype) if t.dtype else "f"
-    stats = t.stats
-    if cls == "f" or cls == "c":
-        if len(stats) >= 6 and (t.numel <= 0 or t.quantiles):
-            return _float_signature(t, cls, stats)
+    cls = _record_cls(t)
+    if _float_comparable(t, cls):
+        return _float_signature(t, cls, t.stats)
     sig = Signature(idx=t.idx, cls=cls, numel=int(t.numel), dtype=t.dtype)
     if cls in ("i", "b"):
         parts = (t.value_hash or "").split(":")
@@ -395,39 +402,32 @@ class TensorIndex:
         floats: dict[tuple, list[int]] = defaultdict(list)
         seen: dict[tuple, int] = {}
         for t in tensors:
-            cls = dtype_class(t.dtype) if t.dtype else "f"
-            stats = t.stats
-            if (cls == "f" or cls == "c") and len(stats) >= 6 and (t.numel <= 0 or t.quantiles):
-                # a comparable float summary: keyed before it is parsed, so a tensor that
-                # shares a representative's summary (about half of them) is parsed only
-                # if someone asks for its signature
+            cls = _record_cls(t)
+            if _float_comparable(t, cls):
+                # keyed before it is parsed, so a tensor that shares a representative's
+                # summary (about half of them) is parsed only if someone asks for it
+                sig = None
                 canon = _canon(tuple(t.shape))
-                raw = (tuple(stats), tuple(t.quantiles), tuple(t.invariant))
-                n_seen = len(seen)
-                r = seen.setdefault((cls, t.dtype, _sorted_shape(canon), raw), t.idx)
-                if len(seen) == n_seen:
-                    self.members[r].append(t.idx)
-                    self.sigs.records[t.idx] = t
+                raw = (tuple(t.stats), tuple(t.quantiles), tuple(t.invariant))
+                key = (cls, t.dtype, _sorted_shape(canon), raw)
+            else:  # integer/bool (exact) or not comparable at all
+                sig = self.sigs[t.idx] = signature(t)
+                if not sig.comparable:
                     continue
-                sig = self.sigs[t.idx] = _float_signature(t, cls, stats, canon, raw)
-                self.members[t.idx] = [t.idx]
-                floats[(cls, sig.numel, len(sig.quantiles))].append(t.idx)
-                continue
-            sig = signature(t)
-            self.sigs[t.idx] = sig
-            if not sig.comparable:
-                continue
-            key = (sig.cls, sig.dtype, _sorted_shape(sig.canon), sig.raw)
+                key = (sig.cls, sig.dtype, _sorted_shape(sig.canon), sig.raw)
             n_seen = len(seen)
             r = seen.setdefault(key, t.idx)  # one hash of the (long) summary, not two
             if len(seen) == n_seen:
                 self.members[r].append(t.idx)
+                if sig is None:
+                    self.sigs.records[t.idx] = t
                 continue
             self.members[t.idx] = [t.idx]
-            if sig.cls in ("i", "b"):
-                self.ints[(sig.cls, sig.numel, sig.multiset)].append(t.idx)
+            if sig is None:
+                sig = self.sigs[t.idx] = _float_signature(t, cls, t.stats, canon, raw)
+                floats[(cls, sig.numel, len(sig.quantiles))].append(t.idx)
             else:
-                floats[(sig.cls, sig.numel, len(sig.quantiles))].append(t.idx)
+                self.ints[(sig.cls, sig.numel, sig.multiset)].append(t.idx)
         self.blocks: dict[tuple, _Block] = {}
         for key, reps in floats.items():
             reps.sort(key=lambda i: self.sigs[i].scale)

@@ -148,12 +148,9 @@ def summarize(t: torch.Tensor) -> dict:
     an empty dict, and such a tensor simply never matches anything.
     """
     try:
-        if not isinstance(t, torch.Tensor) or t.device.type == "meta":
-            return {}
-        t = recorded_view(t)
-        key, hit = _cached(t)
-        if hit is not None:
-            return hit
+        t, key, known = _prepare(t)
+        if known is not None:
+            return known
         with _blas_single_thread():
             s = _summarize(t)
         if key is not None:
@@ -162,6 +159,16 @@ def summarize(t: torch.Tensor) -> dict:
         return s
     except Exception:
         return {}
+
+
+def _prepare(t: torch.Tensor) -> tuple[torch.Tensor, tuple | None, dict | None]:
+    """(the tensor a summary reads, its cache key or None, its summary when known without
+    computing it: a cache hit, or {} for what cannot be read)."""
+    if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+        return t, None, {}
+    t = recorded_view(t)
+    key, hit = _cached(t)
+    return t, key, hit
 
 
 def _cached(t: torch.Tensor) -> tuple[tuple | None, dict | None]:
@@ -244,7 +251,9 @@ class SummaryPool:
         self.workers = default_workers() if workers is None else workers
         self._exec: ThreadPoolExecutor | None = None
         self._blas: contextlib.AbstractContextManager | None = None
-        self._keyed: dict[tuple, tuple[weakref.ref, int, Future]] = {}
+        # storage -> cache key -> (summarized tensor, its version, future): the pending
+        # and done summaries of this pass that later views of the same elements share
+        self._keyed: dict[int, dict[tuple, tuple[weakref.ref, int, Future]]] = {}
         self._by_storage: dict[int, list[Future]] = {}
         self._queue: collections.deque[tuple[Future, int]] = collections.deque()
         self._queued_bytes = 0
@@ -261,10 +270,11 @@ class SummaryPool:
             if self._exec is not None:
                 # after an error nobody reads the results: drop what has not started
                 self._exec.shutdown(wait=True, cancel_futures=exc[0] is not None)
-            for key, (ref, version, fut) in self._keyed.items():
-                src = ref()
-                if src is not None and fut.done() and not fut.cancelled():
-                    _store(key, src, version, fut.result())
+            for keyed in self._keyed.values():
+                for key, (ref, version, fut) in keyed.items():
+                    src = ref()
+                    if src is not None and fut.done() and not fut.cancelled():
+                        _store(key, src, version, fut.result())
         finally:
             self._exec = None
             self._keyed.clear()
@@ -279,14 +289,11 @@ class SummaryPool:
         if self._exec is None:
             return _done(summarize(t))
         try:
-            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
-                return _done({})
-            t = recorded_view(t)
-            key, hit = _cached(t)
-            if hit is not None:
-                return _done(hit)
+            t, key, known = _prepare(t)
+            if known is not None:
+                return _done(known)
             if key is not None:
-                same = self._keyed.get(key)
+                same = self._keyed.get(key[1], {}).get(key)
                 if same is not None and _unchanged(same[0], same[1]):
                     return same[2]
             cls, a = dtype_class(t.dtype), _to_numpy(t)
@@ -297,7 +304,7 @@ class SummaryPool:
         except RuntimeError:  # no new threads at interpreter exit: summarize here
             return _done(_summary_of_array(a, cls, t.dtype))
         if key is not None:
-            self._keyed[key] = (weakref.ref(t), t._version, fut)
+            self._keyed.setdefault(key[1], {})[key] = (weakref.ref(t), t._version, fut)
         self._by_storage.setdefault(_storage_ptr(t), []).append(fut)
         self._queue.append((fut, a.nbytes))
         self._queued_bytes += a.nbytes
@@ -311,8 +318,7 @@ class SummaryPool:
             ptr = _storage_ptr(recorded_view(t))
             for fut in self._by_storage.pop(ptr, []):
                 futures.wait([fut])
-            for key in [k for k in self._keyed if k[1] == ptr]:
-                del self._keyed[key]
+            self._keyed.pop(ptr, None)
             forget(ptr)
 
     def _bound(self) -> None:
@@ -450,11 +456,7 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def _summarize(t: torch.Tensor) -> dict:
-    cls = dtype_class(t.dtype)
-    a = _to_numpy(t)
-    if cls in ("i", "b"):
-        return _int_summary(a, cls)
-    return _float_summary(a, t.dtype)
+    return _summary_of_array(_to_numpy(t), dtype_class(t.dtype), t.dtype)
 
 
 def _int_summary(a: np.ndarray, cls: str) -> dict:
