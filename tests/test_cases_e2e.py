@@ -20,7 +20,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -79,9 +78,7 @@ def record(script: Path, db: Path, run: str) -> None:
 def _in_suite(case: Path) -> bool:
     """Cases run here unless their expect.toml says `ci = false` (and why): a case whose
     faster side flips between recordings on a 2-core VM is covered by its own test."""
-    return (case / "a.py").is_file() and tomllib.loads((case / "expect.toml").read_text()).get(
-        "ci", True
-    )
+    return (case / "a.py").is_file() and load_expect(case).get("ci", True)
 
 
 SUITE = sorted(p.name for p in CASES.iterdir() if _in_suite(p))
@@ -117,7 +114,7 @@ def case(request, evaluated):
     with open_db(db, read_only=True) as handle:
         loaded = load_diff(handle, "a", "b") if handle.has_run("b") else None
     assert loaded is not None, f"{name}: eval stored no diff: {row.get('reason')}"
-    expect = tomllib.loads((d / "expect.toml").read_text())
+    expect = load_expect(d)
     return name, d, db, loaded[0].to_json(), expect
 
 
