@@ -8,6 +8,11 @@ Measures the three ways Magneton can observe a forward call:
                           measured (what the paper's 4.4% overhead figure is about);
   * timing pass + CPU   — `CpuTimingCapture` (tracer/timing.py), which also reads the process
                           CPU clock around each op: what the model-priced recorder runs;
+  * Kineto, CPU only    — the profiler's C++ `RecordFunction` path with CPU activity only
+                          (no shapes, no stacks), started before and stopped after the
+                          timed call: the alternative the issue proposed for the timing
+                          pass. It records wall windows only; it cannot read the process
+                          CPU clock per operator, which the timing pass prices under load;
   * structure pass      — full dataflow/values/stacks/profiler capture (runs once per
                           recording, separately, so its cost never reaches energy numbers).
 Calls are interleaved (A B C A B C ...) and summarised by the median, so drift in machine
@@ -61,6 +66,7 @@ def main() -> None:
     import torch
     from rich.console import Console
     from rich.table import Table
+    from torch.autograd.profiler import profile
 
     from magneton.tracer import invariants
     from magneton.tracer.capture import (
@@ -68,6 +74,7 @@ def main() -> None:
         RecorderMode,
         StructureCapture,
         TimingCapture,
+        _fd2_silenced,
         run_structure_pass,
     )
     from magneton.tracer.record import _roots_and_sources
@@ -88,7 +95,7 @@ def main() -> None:
 
     from magneton.tracer.timing import CpuTimingCapture
 
-    untraced, empty, timing, timing_cpu, ops = [], [], [], [], 0
+    untraced, empty, timing, timing_cpu, kineto, ops = [], [], [], [], [], 0
     for _ in range(args.iters):
         t0 = time.perf_counter()
         forward()
@@ -108,6 +115,14 @@ def main() -> None:
         with tc:
             forward()
         timing_cpu.append(time.perf_counter() - t0)
+        prof = profile(use_cpu=True, use_kineto=True)
+        with _fd2_silenced():
+            prof.__enter__()
+        t0 = time.perf_counter()
+        forward()
+        kineto.append(time.perf_counter() - t0)
+        with _fd2_silenced():
+            prof.__exit__(None, None, None)
 
     structure, struct_base, structure_cpu, struct_base_cpu = [], [], [], []
     for _ in range(args.structure_iters):
@@ -136,6 +151,8 @@ def main() -> None:
         "timing_overhead_ratio": statistics.median(timing) / base,
         "timing_cpu_pass_s": statistics.median(timing_cpu),
         "timing_cpu_overhead_ratio": statistics.median(timing_cpu) / base,
+        "kineto_cpu_only_s": statistics.median(kineto),
+        "kineto_cpu_only_ratio": statistics.median(kineto) / base,
         "structure_overhead_ratio": statistics.median(structure) / statistics.median(struct_base),
         "structure_untraced_cpu_s": statistics.median(struct_base_cpu),
         "structure_pass_cpu_s": statistics.median(structure_cpu),
@@ -160,6 +177,11 @@ def main() -> None:
         "timing pass + CPU clock",
         f"{res['timing_cpu_pass_s']:.4f}",
         f"{res['timing_cpu_overhead_ratio']:.3f}",
+    )
+    table.add_row(
+        "Kineto, CPU only (no per-op CPU clock)",
+        f"{res['kineto_cpu_only_s']:.4f}",
+        f"{res['kineto_cpu_only_ratio']:.3f}",
     )
     table.add_row(
         "structure pass (once per recording)",

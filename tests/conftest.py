@@ -5,6 +5,18 @@ also transformers), so a recording that several tests only read is made once per
 here. A test that changes a DB works on its own copy (`copy_db`): copying a closed Kùzu
 directory is a file copy, a re-recording is a whole torch process.
 
+Two workers (pyproject `addopts`: `-n 2 --dist loadfile`, pytest-xdist): the suite is
+mostly real `magneton` processes started one after another, and run serially it kept
+about one of the 2-core VM's cores busy (800 s of CPU in 755 s); two workers took 442 s. Whole files go to one
+worker, so a file's module-scoped recordings (the case suite's `magneton eval`, 164 s)
+are made once; per-test distribution would make them on both workers. A session fixture
+is made once per worker that asks for it. Two, not one per core: every recording in a
+test then runs beside one other test's work, the load of CI and of a user's busy
+machine, which measurement is built to tolerate (the A/A tests check that nothing is
+flagged there); a worker per core on a large machine would put many timed recordings
+beside each other, which measures oversubscription instead. `-n 0` runs in one process
+(for a debugger, or to time a test alone).
+
 Temporary files: every test's children (diagnosis re-runs, the TUI's job logs, `magneton
 eval`'s scratch cases) write under the session's own TMPDIR inside pytest's base temp
 directory, removed at the end of the session; so nothing accumulates under /tmp, and a
