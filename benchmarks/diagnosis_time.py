@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from magneton.commands.eval import case_dirs, record
+    from magneton.commands.eval import case_dirs, load_expect, record, record_args
     from magneton.graphdb import open_db
     from magneton.tracer import warm
 
@@ -68,8 +68,10 @@ def main(argv: list[str] | None = None) -> int:
             with open_db(db_path, read_only=True) as db:
                 with_runs = db.has_run("a") and db.has_run("b")
         if not with_runs:
-            record(case / "a.py", db_path, "a", 3)
-            record(case / "b.py", db_path, "b", 3)
+            # the options `magneton eval` records the case with (its min_repeat, power)
+            opts = record_args(load_expect(case), 3)
+            record(case / "a.py", db_path, "a", opts)
+            record(case / "b.py", db_path, "b", opts)
         for mode in ("fresh", "warm") if args.compare else ("warm",):
             warm.FORK = mode == "warm"
             rows.append(_diagnose_case(db_path, case.name, mode, args))

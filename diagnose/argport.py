@@ -272,7 +272,7 @@ def counterpart_block(wasteful: Block, file: str) -> Block | None:
     if idx is None or wasteful.body is not wasteful.fn.body:
         return None
     name = wasteful.fn.name.value
-    fns = [f for f in idx.nodes_of(cst.FunctionDef) if f.name.value == name]
+    fns = [f for f in idx.functions if f.name.value == name]
     if len(fns) != 1 or not isinstance(fns[0].body, cst.IndentedBlock):
         return None
     fn = fns[0]

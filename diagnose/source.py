@@ -65,6 +65,7 @@ class SourceIndex:
         self._parents = None
         self._scopes = None
         self._qnames = None
+        self._functions: list[cst.FunctionDef] | None = None
 
     # ---- lazily resolved metadata -----------------------------------------------------
 
@@ -129,10 +130,19 @@ class SourceIndex:
                 return a
         return None
 
+    @property
+    def functions(self) -> list[cst.FunctionDef]:
+        """Every function definition in the file, pre-order. Found by one walk and kept:
+        a diagnosis asks `function_at` hundreds of times of one large library file (an HF
+        modeling file), and a walk per question was most of a diagnosis's own time."""
+        if self._functions is None:
+            self._functions = list(self.nodes_of(cst.FunctionDef))
+        return self._functions
+
     def function_at(self, line: int, name: str | None = None) -> cst.FunctionDef | None:
         """The innermost function whose body spans `line` (optionally with this name)."""
         best = None
-        for fn in self.nodes_of(cst.FunctionDef):
+        for fn in self.functions:
             sp = self.span(fn)
             if sp.contains_line(line) and (name is None or fn.name.value == name):
                 if best is None or self.span(best).line <= sp.line:
@@ -141,7 +151,7 @@ class SourceIndex:
 
     def function_by_firstline(self, firstline: int) -> cst.FunctionDef | None:
         """The function whose `def` (or first decorator) is on `firstline` (co_firstlineno)."""
-        for fn in self.nodes_of(cst.FunctionDef):
+        for fn in self.functions:
             sp = self.span(fn)
             def_line = self.line_of(fn.name)
             if firstline in (sp.line, def_line):
