@@ -101,13 +101,14 @@ def main(argv: list[str] | None = None) -> int:
         "power_samples": sum(len(s.t_ns) for s in prof.power),
     }
     total_rows = sum(rows.values())
-    from magneton.graphdb.db import _gc_paused, _profile_tables
+    from magneton.graphdb.db import _profile_tables
+    from magneton.graphdb.model import gc_paused
 
     # Python -> Arrow conversion alone (part of every save)
     build_s = []
     for _ in range(args.repeat):
         t0 = time.perf_counter()
-        with _gc_paused():  # as save_profile runs it
+        with gc_paused():  # as save_profile runs it
             _profile_tables(prof)
         build_s.append(time.perf_counter() - t0)
 

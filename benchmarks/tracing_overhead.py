@@ -24,20 +24,38 @@ untraced call right before it. Both wall and process CPU time (`time.process_tim
 reported: on a shared machine CPU time is far less disturbed by other processes' load.
 The 1-minute load average at the start and end is printed with the results.
 
-    python benchmarks/tracing_overhead.py [--layers 12] [--seq 128] [--iters 20] [--json OUT]
+With `--ablate`, each structure pass is followed by passes with parts of it switched off
+(quantiles, spectra, all summaries, the profiler), in the same interleaving: what each
+part costs, and what a design without it would gain at most.
+
+    python benchmarks/tracing_overhead.py [--layers 12] [--seq 128] [--iters 20] [--ablate]
+                                          [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import time
+from unittest import mock
 
 # torch is imported after magneton (in `main`), as under `magneton record`: OpenMP reads
 # its wait policy when torch loads, and spinning OpenMP workers compete with the
 # structure pass's summary threads (1 s more CPU per GPT-2 12L pass, measured)
+
+
+# --ablate: structure passes with parts switched off, to see what each part costs. The
+# values such a pass stores are wrong (zeros); only its time means anything.
+ABLATIONS = {
+    "no quantiles (exact sort)": ("quantiles",),
+    "no spectra": ("spectra",),
+    "no quantiles, no spectra (stats only)": ("quantiles", "spectra"),
+    "no summaries": ("summaries",),
+    "no summaries, no profiler": ("summaries", "profiler"),
+}
 
 
 def build(layers: int, seq: int, batch: int):
@@ -57,6 +75,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--structure-iters", type=int, default=3)
+    ap.add_argument("--ablate", action="store_true", help="also time passes with parts off")
     ap.add_argument("--json", metavar="OUT")
     args = ap.parse_args()
 
@@ -124,20 +143,42 @@ def main() -> None:
         with _fd2_silenced():
             prof.__exit__(None, None, None)
 
-    structure, struct_base, structure_cpu, struct_base_cpu = [], [], [], []
-    for _ in range(args.structure_iters):
-        c0, t0 = time.process_time(), time.perf_counter()
-        forward()
-        struct_base.append(time.perf_counter() - t0)
-        struct_base_cpu.append(time.process_time() - c0)
+    def structure_pass(parts_off: tuple[str, ...] = ()) -> tuple[float, float]:
+        """One structure pass as a recording runs it, with `parts_off` switched off
+        (an ablation: what each part costs): (wall s, CPU s)."""
         invariants._cache.clear()  # a recording starts with no summaries
         # the modules and source kinds (input, param, buffer) a recording passes
         roots, sources = _roots_and_sources(forward, (), {}, None)
-        cap = StructureCapture(ModuleTracker(roots), sources=sources)
-        c0, t0 = time.process_time(), time.perf_counter()
-        run_structure_pass(forward, cap)
-        structure.append(time.perf_counter() - t0)
-        structure_cpu.append(time.process_time() - c0)
+        cap = StructureCapture(
+            ModuleTracker(roots), sources=sources, summaries="summaries" not in parts_off
+        )
+        with contextlib.ExitStack() as stack:
+            if "quantiles" in parts_off:
+                zeros = [0.0] * invariants.N_QUANTILES
+                stack.enter_context(mock.patch.object(invariants, "_quantiles", lambda a: zeros))
+            if "spectra" in parts_off:
+                stack.enter_context(
+                    mock.patch.object(invariants, "_spectra", lambda x, sp, sc: ([], []))
+                )
+            c0, t0 = time.process_time(), time.perf_counter()
+            run_structure_pass(forward, cap, profile_calls="profiler" not in parts_off)
+            return time.perf_counter() - t0, time.process_time() - c0
+
+    structure, struct_base, structure_cpu, struct_base_cpu = [], [], [], []
+    ablated: dict[str, list[float]] = {name: [] for name in ABLATIONS} if args.ablate else {}
+    for _ in range(args.structure_iters):
+        # each pass is paired with an untraced call just before it (same load)
+        for name in [None, *ablated]:
+            c0, t0 = time.process_time(), time.perf_counter()
+            forward()
+            struct_base.append(time.perf_counter() - t0)
+            struct_base_cpu.append(time.process_time() - c0)
+            wall, cpu = structure_pass(ABLATIONS[name] if name else ())
+            if name:
+                ablated[name].append(wall)
+            else:
+                structure.append(wall)
+                structure_cpu.append(cpu)
 
     base = statistics.median(untraced)
     res = {
@@ -158,6 +199,13 @@ def main() -> None:
         "structure_pass_cpu_s": statistics.median(structure_cpu),
         "structure_overhead_cpu_ratio": statistics.median(structure_cpu)
         / statistics.median(struct_base_cpu),
+        "ablations": {
+            name: {
+                "structure_pass_s": statistics.median(v),
+                "ratio": statistics.median(v) / statistics.median(struct_base),
+            }
+            for name, v in ablated.items()
+        },
         "load_avg_1m": [load_start, os.getloadavg()[0]],
         "torch_threads": torch.get_num_threads(),
     }
@@ -188,6 +236,10 @@ def main() -> None:
         f"{res['structure_pass_s']:.4f}",
         f"{res['structure_overhead_ratio']:.2f}",
     )
+    for name, row in res["ablations"].items():
+        table.add_row(
+            f"  ablation: {name}", f"{row['structure_pass_s']:.4f}", f"{row['ratio']:.2f}"
+        )
     Console().print(table)
     print(
         f"structure pass CPU time: {res['structure_pass_cpu_s']:.3f} s vs untraced "

@@ -50,7 +50,6 @@ stored). Choices and the failures they prevent:
 from __future__ import annotations
 
 import contextlib
-import gc
 import itertools
 import json
 import operator
@@ -85,6 +84,7 @@ from .model import (
     RunEnergy,
     RunInfo,
     TensorRecord,
+    gc_paused,
     split_stored_config,
     stored_config,
 )
@@ -578,22 +578,6 @@ def _check_plausible(p: Profile) -> None:
             if len(bad):
                 i = int(bad[0])
                 raise ValueError(f"ops[{i}].{what} = {arr[i]:g} is implausible")
-
-
-@contextlib.contextmanager
-def _gc_paused():
-    """Pause the cyclic garbage collector while a profile is converted. Building or
-    reading 10k operators allocates ~10^6 small lists and records, which triggers
-    collections that walk every live object: 35% of `load_profile` and 20% of the
-    Python side of `save_profile` (measured, 10k ops). Nothing created here forms a
-    cycle, so pausing frees nothing later; a collector the caller disabled stays off."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _group(n: int, owner: np.ndarray, pos: np.ndarray, value: np.ndarray) -> list[list[int]]:
@@ -1191,7 +1175,7 @@ class ProfileDB:
         if not run.strip():
             raise MagnetonError("a run needs a non-empty name")
         # every Arrow table is built (and every index checked) before the first write
-        with _gc_paused():
+        with gc_paused():
             _check_profile(profile)
             tables = _profile_tables(profile)
         status = profile.run.status or "ok"
@@ -1258,7 +1242,7 @@ class ProfileDB:
         if status == "loading":
             raise MagnetonError(ghost_message(run, self.file))
         try:
-            with _gc_paused():
+            with gc_paused():
                 profile = self._load_profile(run)
                 _check_profile(profile)
                 _check_plausible(profile)  # names the wild number, so it goes first

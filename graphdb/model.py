@@ -13,8 +13,11 @@ so attribution never has to reconcile two clocks.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -22,6 +25,27 @@ from typing import Any
 from .vocab import BOOKKEEPING_OPS  # noqa: F401
 
 SCHEMA_VERSION = 3
+
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while many small records are built or read (a
+    structure pass, a profile converted for the DB, two runs matched).
+
+    Every stage here allocates records by the hundred thousand and no reference cycles,
+    so each allocation-triggered collection only rescans every live object of the
+    process (torch and transformers' included) and frees nothing: a full collection
+    cost 0.19 s during a GPT-2 12L structure pass, 35% of `load_profile`, a third of
+    matching a 32-layer model (measured). A collector the caller disabled stays off."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
 
 # How an energy figure was obtained. Every energy number shown to a user carries one.
 ENERGY_METHODS = ("measured", "replayed", "solved", "estimated")

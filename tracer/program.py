@@ -428,7 +428,7 @@ class _Recorder(_Controller):
         self._t0 = time.perf_counter_ns()
 
     def end_structure(self) -> None:
-        from magneton.tracer.capture import attach_call_paths, finish_modules
+        from magneton.tracer.capture import attach_profile, finish_modules
         from magneton.tracer.config import snapshot
 
         wall = (time.perf_counter_ns() - self._t0) / 1e9
@@ -436,7 +436,7 @@ class _Recorder(_Controller):
         stack.close()
         res = self._capture.result
         if self._prof is not None:
-            attach_call_paths(res, self._prof.function_events)
+            attach_profile(res, self._prof)
         else:
             for op in res.ops:
                 op.api, op.call_paths = op.name, [op.name]

@@ -47,7 +47,7 @@ from magneton.tracer.capture import (
     ModuleTracker,
     RecorderMode,
     StructureCapture,
-    attach_call_paths,
+    attach_profile,
     call_profiler,
     finish_modules,
     run_structure_pass,
@@ -730,7 +730,7 @@ def record_block(
             with call_profiler() as prof:
                 with capture.modules, capture:
                     yield profile
-            attach_call_paths(capture.result, prof.function_events)
+            attach_profile(capture.result, prof)
         else:
             with capture.modules, capture:
                 yield profile
