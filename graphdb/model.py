@@ -27,7 +27,6 @@ from .vocab import BOOKKEEPING_OPS  # noqa: F401
 SCHEMA_VERSION = 3
 
 
-
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while many small records are built or read (a
