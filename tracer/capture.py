@@ -530,10 +530,18 @@ class StructureCapture(RecorderMode):
             sk = _storage_key(t)
             if sk is None or not (mutated and any(_storage_key(m) == sk for m in mutated)):
                 continue
-            for key in list(self._by_storage.get(sk, [])):
+            keys = self._by_storage.get(sk, [])
+            for key in list(keys):
                 live = self._live.get(key)
                 other = live.ref() if live else None
-                if other is None or id(other) in seen_ids:
+                # A key is an id, i.e. an address: once the tensor registered under it
+                # dies, a tensor of another storage can get the same id. Without this
+                # check that tensor was recorded as written by this operator (a dropped
+                # `w.t()` whose id went to a view of `x`: `w.add_` "produced" x).
+                if other is None or _storage_key(other) != sk:
+                    keys.remove(key)
+                    continue
+                if id(other) in seen_ids:
                     continue
                 seen_ids.add(id(other))
                 rec = TensorRecord(idx=-1, producer=idx, out_index=len(outputs), is_view=True)
