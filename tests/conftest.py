@@ -7,9 +7,10 @@ directory is a file copy, a re-recording is a whole torch process.
 
 Two workers (pyproject `addopts`: `-n 2 --dist loadfile`, pytest-xdist): the suite is
 mostly real `magneton` processes started one after another, and run serially it kept
-about one of the 2-core VM's cores busy (800 s of CPU in 755 s); two workers took 442 s. Whole files go to one
-worker, so a file's module-scoped recordings (the case suite's `magneton eval`, 164 s)
-are made once; per-test distribution would make them on both workers. A session fixture
+about one of the 2-core VM's cores busy (800 s of CPU in 755 s); two workers took
+442 s. Whole files go to one worker, so a file's module-scoped recordings (the case
+suite's `magneton eval`, 164 s) are made once; per-test distribution would make them on
+both workers. A session fixture
 is made once per worker that asks for it. Two, not one per core: every recording in a
 test then runs beside one other test's work, the load of CI and of a user's busy
 machine, which measurement is built to tolerate (the A/A tests check that nothing is
