@@ -1,50 +1,50 @@
-"""Store and load recorded runs in an embedded Kùzu graph DB (`--db DIR` → DIR/profile.kuzu).
+"""Store and load recorded runs in the embedded graph DB (`--db DIR` → DIR/profile.lbug).
 
-`open_db` returns a `ProfileDB`; `save_profile` / `load_profile` are exact inverses
-(except `OpRecord.windows_ns`, an in-memory input of energy attribution that is not
-stored). Choices and the failures they prevent:
+The engine is LadybugDB, Kùzu's maintained continuation (graphdb/engine.py says why and
+is the one import site); a DB of the Kùzu 0.11 era is refused with the command that
+converts it (graphdb/migrate.py). `open_db` returns a `ProfileDB`; `save_profile` /
+`load_profile` are exact inverses (except `OpRecord.windows_ns`, an in-memory input of
+energy attribution that is not stored). Choices and the failures they prevent:
 
 - Bulk loads only: every table is written with one `COPY <table> FROM $rows` of an
-  Arrow table typed by `schema.arrow_schema` (measured here: an `UNWIND ... MATCH ...
+  Arrow table typed by `schema.arrow_schema` (measured on Kùzu: an `UNWIND ... MATCH ...
   CREATE` of 10k rels took 89 s, the COPY of the same rows 0.4 s). Reads use
   `get_as_arrow()`. Every table of a run is built, and every index checked, before the
   first write, so a malformed profile fails without touching the DB.
 - The Run node is written first with status "loading" and flipped to its real status
   last, so a crash mid-load is visible in `magneton runs` instead of looking complete;
-  on an exception the partial run is removed.
-- Kùzu 0.11.3 defects this module steers around (each reproduced while building it):
-  its float compression zeroed some DOUBLE[] elements written by a later COPY
-  (databases are opened with compression=False); deleting rels in place — `DETACH
-  DELETE`, or `DELETE` of the rels by either end, with or without a CHECKPOINT — lost
-  rels of *other* runs (graphdb/kuzu_defects.py reproduces it), and a node that a
-  forward-only rel table points at cannot be deleted at all, so deleting rewrites the
-  DB without the deleted rows (`delete_where`); a ROLLBACK of a transaction holding a
-  rel COPY dropped existing rels, so loads are not wrapped in a transaction.
-- Opening checks the `Meta` table: a DB of another schema version, a Kùzu DB that
-  Magneton did not write, a corrupt file and a DB locked by another process each give
-  one `MagnetonError` line instead of a Kùzu traceback or a misread graph.
-- `user_query` (behind `magneton query`) tokenizes the Cypher, skipping string literals,
-  escaped names and comments, and refuses write clauses before running anything; the
-  read-only Kùzu database is the real enforcement and its error maps to the same message.
-- Every `kuzu.QueryResult` is closed before its DB (`_execute` keeps them): one left
-  open at close segfaulted in `QueryResult.__del__`. `user_query` refuses several
-  statements in one text.
+  on an exception the partial run is removed. A plain save is not one transaction: the
+  status marks it, and the next writable open removes a "loading" run (`remove_ghosts`).
+- Deletes and replaces are in place and in ONE transaction (`delete_where`): the old
+  rows go and the new ones come in, or nothing changes. Kùzu 0.11.3 lost rels of other
+  runs on every in-place delete and rolled back rel COPYs wrongly, so these used to
+  rewrite the whole DB; graphdb/engine_checks.py replays those defects and the tests
+  fail if the engine ever brings them back. Databases are opened with compression=False
+  (Kùzu's float compression zeroed DOUBLE[] elements; engine.open_database).
+- Opening checks the `Meta` table: a DB of another schema version, a graph DB that
+  Magneton did not write, a corrupt file and a DB in use by another process each give
+  one `MagnetonError` line instead of an engine traceback or a misread graph.
+- Who may open at once is Magneton's own lock (graphdb/lock.py: one writer or many
+  readers across processes; a busy DB is waited for, as SQLite's busy timeout does):
+  the engine itself lets a reader in while another process writes. Within a process a
+  registry of open paths refuses a second writer, which no file lock can see.
+- `user_query` tokenizes the Cypher, skipping string literals, escaped names and
+  comments, and refuses write clauses and `LOAD FROM` (host files) before running
+  anything; the read-only database is the real enforcement of the former. The CLI and
+  the TUI run user queries in a child process (graphdb/contained.py).
+- Every engine `QueryResult` is closed before its DB (`_execute` keeps them): one left
+  open at close segfaulted in `QueryResult.__del__` (Kùzu). `user_query` refuses
+  several statements in one text.
 - Failure modes are named, never lumped as "corrupt": a DB in use (`DBLocked`), not
-  writable (`DBNotWritable`), out of disk (checked before writing, `check_space`), a
-  commit cut in its checkpoint (`.shadow`, finished by `_finish_commit`, or set aside
-  beside the DB when a full disk cut the shadow pages short), and a run whose
-  numbers or references are implausible on load (`_check_plausible`: damaged pages).
+  writable (`DBNotWritable`), out of disk (checked before writing, `check_space`), out
+  of memory or address space (`ulimit -v`), a commit cut in its checkpoint (`.shadow`,
+  finished by `_finish_commit`, or set aside beside the DB when a full disk cut the
+  shadow pages short), and a run whose numbers or references are implausible on load
+  (`_check_plausible`: damaged pages).
 - Damage (graphdb/integrity.py): each Run stores a checksum of its rows, verified by
   every `load_profile`; a file that is not byte for byte what a writer's clean close left
-  (`profile.kuzu.sha256`) is read completely in a child process before Kùzu opens it
-  here, since a damaged page can crash Kùzu (segfault, abort) where nothing can catch it.
-- A replace (`save_profile(replace=True)`) and every delete rewrite the DB into a fresh
-  file renamed over the old one, so a crash leaves the old DB; a replacing run's rows go
-  into that file with the kept rows, one bulk write per table (a second COPY into the
-  then non-empty tables cost about one more save). A plain save that is killed leaves a
-  "loading" run that the next writable open removes (`remove_ghosts`).
-- Kùzu's file lock is per process, so two `kuzu.Database` objects of one process can
-  both write the same file; a registry of open paths refuses that here.
+  (`profile.lbug.sha256`) is read completely in a child process before the engine opens
+  it here, since a damaged page can crash the engine where nothing can catch it.
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ import contextlib
 import itertools
 import json
 import operator
-import os
 import re
 import shutil
 import sys
@@ -65,12 +64,12 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import kuzu
 import numpy as np
 import pyarrow as pa
 
-from . import integrity
+from . import engine, integrity, lock, migrate
 from . import schema as S
+from .lock import DBLocked
 from .model import (
     SCHEMA_VERSION,
     EnergySpread,
@@ -89,14 +88,14 @@ from .model import (
     stored_config,
 )
 
-DB_FILENAME = "profile.kuzu"
+DB_FILENAME = engine.DB_FILENAME
 APP = "magneton"
 # Operator properties holding JSON text (nested lists Kùzu would need fixed-depth types for).
 _JSON_OP_COLUMNS = ("input_shapes", "output_shapes")
 
 
 def db_file(path: str | Path) -> Path:
-    """The Kùzu file of a `--db` argument: DIR/profile.kuzu (an existing file is used as is)."""
+    """The DB file of a `--db` argument: DIR/profile.lbug (an existing file is used as is)."""
     p = Path(path)
     return p if p.is_file() else p / DB_FILENAME
 
@@ -158,33 +157,44 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def open_db(path: str | Path, read_only: bool = False, create: bool = True) -> ProfileDB:
-    """Open the Magneton DB in directory `path` (file `path`/profile.kuzu).
+def open_db(
+    path: str | Path, read_only: bool = False, create: bool = True, wait_s: float | None = None
+) -> ProfileDB:
+    """Open the Magneton DB in directory `path` (file `path`/profile.lbug).
 
     Writable opens create the directory and the schema when missing (unless
-    `create=False`). Raises MagnetonError for a missing, foreign, corrupt, locked or
-    wrong-version DB.
+    `create=False`). A DB another process is writing (or reading, for a writable open)
+    is waited for, up to `wait_s` seconds (graphdb/lock.py). Raises MagnetonError for a
+    missing, foreign, corrupt, busy, Kùzu-0.11 or wrong-version DB.
     """
     path = Path(path)
     file = db_file(path)
+    if not file.exists():
+        migrate.refuse_old_engine(path)  # a DB of the Kùzu era: say how to convert it
     if not file.exists() and (read_only or not create):
         raise MagnetonError(f"no Magneton DB at {path} (record a run first: magneton record ...)")
     if file.exists() and file.is_dir():
-        raise MagnetonError(f"{file} is a directory, not a Kùzu DB file; use another --db")
+        raise MagnetonError(f"{file} is a directory, not a Magneton DB file; use another --db")
     if not read_only:
         try:
             file.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise MagnetonError(f"cannot create the DB directory {file.parent}: {e}") from None
-    if not read_only and not file.exists():
-        check_space(file)  # a new DB's pages, before Kùzu writes (and dies on) any
+            raise _not_writable(file, e) from None
     key = file.resolve()
     mode = "ro" if read_only else "rw"
     _register_open(key, mode)
+    held: lock.DBFileLock | None = None
     try:
-        damaged = integrity.check_before_open(file)  # a damaged file can crash Kùzu
+        # the damage probe's child (integrity.py) reads under its parent's lock
+        probe = integrity.in_probe()
+        held = lock.DBFileLock(None) if probe else lock.acquire(file, not read_only, wait_s)
+        if not read_only and not file.exists():
+            check_space(file)  # a new DB's pages, before the engine writes (and dies on) any
+        damaged = integrity.check_before_open(file)  # a damaged file can crash the engine
         db = _open_kuzu(file, read_only)
     except BaseException:
+        if held is not None:
+            held.release()
         _unregister_open(key, mode)
         raise
     if not read_only:
@@ -193,10 +203,16 @@ def open_db(path: str | Path, read_only: bool = False, create: bool = True) -> P
         pdb = ProfileDB(db, file, read_only, damaged)
     except BaseException:
         db.close()
+        held.release()
         _unregister_open(key, mode)
         raise
-    pdb._finalizer = weakref.finalize(pdb, _unregister_open, key, mode)
+    pdb._finalizer = weakref.finalize(pdb, _release, key, mode, held)
     return pdb
+
+
+def _release(key: Path, mode: str, held: lock.DBFileLock) -> None:
+    held.release()
+    _unregister_open(key, mode)
 
 
 def ghost_message(run: str, file: Path) -> str:
@@ -205,10 +221,6 @@ def ghost_message(run: str, file: Path) -> str:
         f"run '{run}' is incomplete: its recording was killed (or ran out of disk) while writing it; "
         f"`magneton rm --db {file.parent}` removes it (so does the next recording)"
     )
-
-
-class DBLocked(MagnetonError):
-    """The DB file is held by another process (a writer, or readers while we write)."""
 
 
 class DBNotWritable(MagnetonError):
@@ -225,7 +237,7 @@ def open_db_prefer_write(path: str | Path) -> ProfileDB:
         return open_db(path, read_only=True)
 
 
-def _open_kuzu(file: Path, read_only: bool) -> kuzu.Database:
+def _open_kuzu(file: Path, read_only: bool) -> engine.Database:
     try:
         return _kuzu_database(file, read_only) if read_only else _kuzu_writable(file)
     except RuntimeError as e:  # kuzu raises RuntimeError for everything
@@ -234,7 +246,7 @@ def _open_kuzu(file: Path, read_only: bool) -> kuzu.Database:
         raise _open_error(file, e, read_only) from None
 
 
-def _kuzu_writable(file: Path) -> kuzu.Database:
+def _kuzu_writable(file: Path) -> engine.Database:
     """A writable open, which replays an unfinished commit; one that cannot be finished
     is set aside first."""
     try:
@@ -273,14 +285,11 @@ def _set_aside_unfinished(file: Path) -> None:
     )
 
 
-def _kuzu_database(file: Path, read_only: bool) -> kuzu.Database:
-    # compression=False: Kùzu 0.11.3's float compression zeroes some DOUBLE[] list
-    # elements written by a later COPY into a non-empty table (tensor stats and
-    # quantiles came back as 0.0); uncompressed storage round-trips exactly.
-    return kuzu.Database(str(file), read_only=read_only, compression=False)
+def _kuzu_database(file: Path, read_only: bool) -> engine.Database:
+    return engine.open_database(file, read_only)
 
 
-def _finish_commit(file: Path) -> kuzu.Database:
+def _finish_commit(file: Path) -> engine.Database:
     """Open read-only a DB whose last commit was cut (kill -9 or a full disk during a
     checkpoint leaves `profile.kuzu.shadow`). Kùzu replays the shadow pages only in a
     writable open, so one is made and closed first; when that is impossible the user
@@ -301,29 +310,39 @@ def _finish_commit(file: Path) -> kuzu.Database:
 
 
 def _open_error(file: Path, e: BaseException, read_only: bool) -> MagnetonError:
-    """The one-line error for a failed Kùzu open; "corrupt" only when nothing else fits."""
+    """The one-line error for a failed engine open; "corrupt" only when nothing else fits
+    (a message that calls a healthy DB corrupt leads a user to delete good data)."""
     msg = str(e).lower()
     if "lock" in msg:
-        return DBLocked(
-            f"the Magneton DB {file} is in use by another process (Kùzu allows one "
-            "writer, and no readers while it writes; `magneton record` holds it only "
-            "during its final write); retry when it has finished"
-        )
+        return DBLocked(lock.busy_message(file))
     if "no space left" in msg:
         return MagnetonError(out_of_space_message(file))
     if "read-only file system" in msg or "permission denied" in msg:
-        return DBNotWritable(
-            f"the Magneton DB {file} is not writable ({_first_line(e)}); read-only commands "
-            "(runs, query, report) still work on it"
-        )
-    if "not a valid kuzu database" in msg:
+        return _not_writable(file, e)
+    if any(m in msg for m in _OUT_OF_MEMORY):
         return MagnetonError(
-            f"{file} is not a Kùzu database (corrupt or another kind of file); "
+            f"not enough memory or address space to open the Magneton DB {file} "
+            f"({_first_line(e)}); the DB is intact. Raise the limit (ulimit -v) or free memory"
+        )
+    if "not a valid" in msg and "database" in msg:
+        return MagnetonError(
+            f"{file} is not a {engine.NAME} database (corrupt or another kind of file); "
             "move it away or use another --db"
         )
     return MagnetonError(
-        f"cannot open the Magneton DB {file} (corrupt or written by another Kùzu "
-        f"version): {_first_line(e)}"
+        f"cannot open the Magneton DB {file} (corrupt, or written by another {engine.NAME} "
+        f"version than {engine.VERSION}): {_first_line(e)}"
+    )
+
+
+# how the engine words a failed allocation or mapping (ulimit -v, a full memory cgroup)
+_OUT_OF_MEMORY = ("cannot allocate memory", "out of memory", "bad_alloc", "mmap", "buffer manager")
+
+
+def _not_writable(file: Path, e: BaseException) -> DBNotWritable:
+    return DBNotWritable(
+        f"the Magneton DB {file} is not writable ({_first_line(e)}); read-only commands "
+        "(runs, query, report) still work on it"
     )
 
 
@@ -474,7 +493,9 @@ def statement_count(cypher: str) -> int:
 
 
 def find_write_clause(cypher: str) -> str | None:
-    """The first clause of `cypher` that would write (e.g. "DETACH DELETE"), or None."""
+    """The first clause of `cypher` that `magneton query` refuses, or None: one that
+    would write (e.g. "DETACH DELETE"), or one that reaches outside the DB (`LOAD FROM`
+    reads any file the user can read: /etc/passwd came back as rows)."""
     words = _words(cypher)
     for k, (word, prev, nxt) in enumerate(words):
         # `n.set`, `:Create` (a label), `{delete: 1}` (a map key) are names, not clauses
@@ -486,14 +507,19 @@ def find_write_clause(cypher: str) -> str | None:
             if upper == "DETACH" and following.upper() == "DELETE":
                 return "DETACH DELETE"
             return upper
-        if upper == "LOAD" and following.upper() == "EXTENSION":
-            return "LOAD EXTENSION"
+        if upper == "LOAD" and following.upper() in ("EXTENSION", "FROM"):
+            return f"LOAD {following.upper()}"
         if upper == "CALL" and _WRITE_PROCEDURE.match(following):
             return f"CALL {following}"
     return None
 
 
 def _refused(clause: str) -> MagnetonError:
+    if clause == "LOAD FROM":
+        return MagnetonError(
+            "query refused: LOAD FROM reads files outside the DB, and `magneton query` reads "
+            "only the DB (use MATCH ... RETURN ...)"
+        )
     return MagnetonError(
         f"query refused: {clause} writes to the DB, and `magneton query` is read-only "
         "(use MATCH ... RETURN ...)"
@@ -754,10 +780,46 @@ def _rows_table(spec: S.Table, rows: list[dict] | pa.Table) -> pa.Table:
     )
 
 
+def _pattern(spec: S.Table) -> str:
+    """A MATCH pattern binding `x` to the rows of `spec` (a node, or a rel)."""
+    return f"(x:{spec.name})" if isinstance(spec, S.NodeTable) else f"()-[x:{spec.name}]->()"
+
+
+def write_fresh(file: Path, tables: Iterable[tuple[S.Table, pa.Table]]) -> None:
+    """Write a new DB file `file` holding the schema and `tables` (nodes before the rels
+    that point at them), one bulk write per table; on any failure the partial file is
+    removed. `magneton migrate` writes the converted DB with it."""
+    for stale in (file, file.with_name(file.name + ".wal")):
+        stale.unlink(missing_ok=True)
+    new_db = engine.open_database(file, read_only=False)
+    try:
+        conn = engine.Connection(new_db)
+        conn.execute("BEGIN TRANSACTION")
+        for stmt in S.ddl():
+            conn.execute(stmt)
+        conn.execute("COMMIT")
+        for spec, data in tables:
+            if not data.num_rows:
+                continue
+            small = isinstance(spec, S.NodeTable) and data.num_rows <= _SMALL_ROWS
+            conn.execute(
+                *(_create_statement(spec, data) if small else _copy_statement(spec.name, data))
+            )
+        conn.close()
+    except BaseException:
+        new_db.close()
+        for stale in (file, file.with_name(file.name + ".wal")):
+            stale.unlink(missing_ok=True)
+        raise
+    new_db.close()
+
+
 class ProfileDB:
     """One open Magneton DB. Use as a context manager or call `close()`."""
 
-    def __init__(self, db: kuzu.Database, file: Path, read_only: bool, damaged: dict | None = None):
+    def __init__(
+        self, db: engine.Database, file: Path, read_only: bool, damaged: dict | None = None
+    ):
         self._db = db
         self.file = file
         self.read_only = read_only
@@ -768,7 +830,7 @@ class ProfileDB:
         self._results: weakref.WeakSet = weakref.WeakSet()
         self.removed_ghosts: list[str] = []  # "loading" runs of a dead writer, removed
         try:
-            self._conn = kuzu.Connection(db)
+            self._conn = engine.Connection(db)
             self._check_or_create_schema()
         except MagnetonError:
             raise
@@ -829,17 +891,18 @@ class ProfileDB:
         tables = self._table_names()
         if not tables:
             if self.read_only:
-                raise MagnetonError(f"{self.file} is an empty Kùzu DB, not a Magneton DB")
+                raise MagnetonError(f"{self.file} is an empty {engine.NAME} DB, not a Magneton DB")
             self._create_schema()
             return
         if "Meta" not in tables:
             raise MagnetonError(
-                f"{self.file} is a Kùzu DB but not a Magneton DB (no Meta table); use another --db"
+                f"{self.file} is a {engine.NAME} DB but not a Magneton DB (no Meta table); "
+                "use another --db"
             )
         meta = dict(self._execute("MATCH (m:Meta) RETURN m.key, m.value").get_all())
         if meta.get("app") != APP:
             raise MagnetonError(
-                f"{self.file} is a Kùzu DB but not a Magneton DB (Meta has no app=magneton); "
+                f"{self.file} is a {engine.NAME} DB but not a Magneton DB (Meta has no app=magneton); "
                 "use another --db"
             )
         version = meta.get("schema_version", "?")
@@ -855,9 +918,6 @@ class ProfileDB:
             # a load cut by kill -9 left its rows counting in cross-run queries, and a
             # replace cut the same way left its unfinished fresh file
             self.removed_ghosts = self.remove_ghosts()
-            rebuild = self.file.with_name(self.file.name + ".rebuild")
-            for stale in (rebuild, rebuild.with_name(rebuild.name + ".wal")):
-                stale.unlink(missing_ok=True)
 
     def _create_schema(self) -> None:
         # one transaction: a commit per DDL statement doubled the cost of a new DB
@@ -891,26 +951,18 @@ class ProfileDB:
             self._copy(table, data)
         return data.num_rows
 
-    def _copy(self, table: str, data: pa.Table, conn: kuzu.Connection | None = None) -> None:
-        (self._execute if conn is None else conn.execute)(*_copy_statement(table, data))
+    def _copy(self, table: str, data: pa.Table) -> None:
+        self._execute(*_copy_statement(table, data))
 
     def _create_rows(self, spec: S.NodeTable, data: pa.Table) -> None:
         self._execute(*_create_statement(spec, data))
 
-    def _load_tables(
-        self, tables: Iterable[tuple[S.Table, pa.Table]], conn: kuzu.Connection | None = None
-    ) -> None:
-        """Write tables (a run's, from `_profile_tables`, or a rebuild's), here or
-        through `conn` (the fresh file of `_rebuild`)."""
+    def _load_tables(self, tables: Iterable[tuple[S.Table, pa.Table]]) -> None:
+        """Write a run's tables (from `_profile_tables`) into this DB."""
         for spec, data in tables:
             if not data.num_rows:
                 continue
-            small = isinstance(spec, S.NodeTable) and data.num_rows <= _SMALL_ROWS
-            if conn is not None:
-                conn.execute(
-                    *(_create_statement(spec, data) if small else _copy_statement(spec.name, data))
-                )
-            elif small:
+            if isinstance(spec, S.NodeTable) and data.num_rows <= _SMALL_ROWS:
                 self._create_rows(spec, data)
             else:
                 self._copy(spec.name, data)
@@ -1002,25 +1054,21 @@ class ProfileDB:
         params: dict | None = None,
         add: list[tuple[str, list[dict] | pa.Table]] | None = None,
     ) -> int:
-        """Delete rows matching Cypher predicates — the only safe way to delete here —
-        and then insert the rows of `add` (table name, rows as for `bulk_insert`; nodes
-        before the rels that point at them).
+        """Delete rows matching Cypher predicates, then insert the rows of `add` (table
+        name, rows as for `bulk_insert`; nodes before the rels that point at them), all in
+        ONE transaction: a crash or an error at any point leaves the DB as it was.
 
         `nodes` maps a node table to a predicate over `{v}` (e.g.
         `{"Diff": "{v}.run_a = $a AND {v}.run_b = $b"}`); matching nodes go with all
         their rels. `rels` maps a rel table to a predicate over `{v}` (the rel); matching
-        rels go. Returns the number of node and rel rows deleted (0: nothing rewritten).
-        When something is deleted, the added rows go into the rewritten file with the
-        kept ones (one bulk write per table, not a rewrite and then a COPY per table).
+        rels go. Returns the number of node and rel rows deleted.
 
-        Why not `DELETE` in place: in Kùzu 0.11.3 every form tried (`DETACH DELETE` of the
-        nodes; `DELETE` of the rels selected by either end, with or without a CHECKPOINT,
-        then of the nodes) loses rels of *other* nodes (seen: every IN_MODULE rel of two
-        untouched runs gone after deleting a third run; `python -m
-        magneton.graphdb.kuzu_defects` reproduces it on two plain tables) and leaves "has
-        connected edges" ghosts. This rewrites the DB without the deleted rows, in bulk,
-        into a fresh file swapped in atomically (a crash leaves the old DB intact).
-        Cost: about one bulk load of everything that stays.
+        In place, since LadybugDB: Kùzu 0.11.3 lost rels of *other* runs on every form
+        of in-place `DELETE` (this method then rewrote the whole DB into a fresh file,
+        about one bulk load of everything kept). graphdb/engine_checks.py replays that
+        defect's sequences against the engine, and tests/test_graphdb.py fails if it
+        returns; a deleted row's rels go with it because every rel table stores both
+        directions (graphdb/schema.py).
         """
         self._writable()
         nodes, rels, params = nodes or {}, rels or {}, params or {}
@@ -1028,87 +1076,35 @@ class ProfileDB:
             S.table(t)  # KeyError for a typo, before anything happens
         added = [(S.table(t), _rows_table(S.table(t), rows)) for t, rows in add or []]
         tables = self._table_names()
-        dropped = 0
-        for spec in S.all_tables():
-            pred = (nodes if isinstance(spec, S.NodeTable) else rels).get(spec.name)
-            if pred and spec.name in tables:
-                dropped += self._count(spec, f"coalesce({pred.format(v='x')}, false)", params)
-        # rels hanging on deleted nodes are deleted with them, nothing else to count
-        if dropped:
-            check_space(self.file, sum(t.nbytes for _, t in added), rewrite=True)
-            self._rebuild(nodes, rels, params, add=added)
-        else:
-            for spec, data in added:
-                if data.num_rows:
-                    self._copy(spec.name, data)
-        return dropped
+        check_space(self.file, sum(t.nbytes for _, t in added))
+        deleted = 0
+        self._execute("BEGIN TRANSACTION")
+        try:
+            for spec in S.all_tables():
+                pred = (nodes if isinstance(spec, S.NodeTable) else rels).get(spec.name)
+                if pred and spec.name in tables:
+                    deleted += self._delete(spec, f"coalesce({pred.format(v='x')}, false)", params)
+            self._load_tables(added)
+            self._execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._execute("ROLLBACK")
+            raise
+        return deleted
 
     def _count(self, spec: S.Table, cond: str, params: dict) -> int:
-        pattern = f"(x:{spec.name})" if isinstance(spec, S.NodeTable) else f"()-[x:{spec.name}]->()"
-        cypher = f"MATCH {pattern} WHERE {cond} RETURN count(*)"
+        cypher = f"MATCH {_pattern(spec)} WHERE {cond} RETURN count(*)"
         res = self._execute(cypher, _used(cypher, params))
         return int(res.get_all()[0][0])
 
-    def _rebuild(
-        self,
-        nodes: dict[str, str],
-        rels: dict[str, str],
-        params: dict,
-        add: list[tuple[S.Table, pa.Table]] | None = None,
-    ) -> None:
-        """Write the DB without the deleted rows, plus the rows of `add` (a replacing
-        run's tables), into a fresh file and swap it in with one rename: a crash or an
-        error before the rename leaves the old DB exactly as it was.
-
-        Each table's kept and added rows go in with ONE bulk write into the empty table
-        of the fresh file (a second COPY of the added rows into the then non-empty table
-        cost about one more save: Kùzu charges a COPY by what the table already holds)."""
-        tables = self._table_names()
-        unknown = sorted(tables - {t.name for t in S.all_tables()})
-        if unknown:
-            raise MagnetonError(
-                f"cannot delete from {self.file}: it has tables this magneton does not know "
-                f"({', '.join(unknown)}); use the magneton version that wrote them"
-            )
-        added: dict[str, list[pa.Table]] = {}
-        for spec, data in add or []:
-            added.setdefault(spec.name, []).append(data)
-        ordered = sorted(S.all_tables(), key=lambda t: isinstance(t, S.RelTable))
-
-        def merged() -> Iterator[tuple[S.Table, pa.Table]]:
-            # one table at a time, read and then written: the kept rows of the whole DB
-            # are never all in memory at once
-            for spec in ordered:  # nodes before the rels that point at them
-                parts = added.get(spec.name, [])
-                if spec.name in tables:
-                    parts = [self._kept_rows(spec, nodes, rels, params), *parts]
-                if parts:
-                    yield spec, pa.concat_tables(parts).combine_chunks()
-
-        tmp = self.file.with_name(self.file.name + ".rebuild")
-        for stale in (tmp, tmp.with_name(tmp.name + ".wal")):
-            stale.unlink(missing_ok=True)
-        new_db = kuzu.Database(str(tmp), compression=False)
-        try:
-            new = kuzu.Connection(new_db)
-            new.execute("BEGIN TRANSACTION")
-            for stmt in S.ddl():
-                new.execute(stmt)
-            new.execute("COMMIT")
-            self._load_tables(merged(), new)
-            new.close()
-        except BaseException:
-            new_db.close()
-            for stale in (tmp, tmp.with_name(tmp.name + ".wal")):
-                stale.unlink(missing_ok=True)
-            raise
-        new_db.close()
-        self._close_results()
-        self._conn.close()
-        self._db.close()
-        os.replace(tmp, self.file)
-        self._db = _open_kuzu(self.file, read_only=False)
-        self._conn = kuzu.Connection(self._db)
+    def _delete(self, spec: S.Table, cond: str, params: dict) -> int:
+        """Delete the rows of `spec` matching `cond` (a node's rels go with it)."""
+        n = self._count(spec, cond, params)
+        if n:
+            verb = "DETACH DELETE" if isinstance(spec, S.NodeTable) else "DELETE"
+            cypher = f"MATCH {_pattern(spec)} WHERE {cond} {verb} x"
+            self._execute(cypher, _used(cypher, params))
+        return n
 
     def _kept_rows(
         self, spec: S.Table, nodes: dict[str, str], rels: dict[str, str], params: dict
@@ -1198,9 +1194,11 @@ class ProfileDB:
     ) -> None:
         run = profile.run.name
         digest = integrity.run_digest(profile.run, tables)
-        if rewrite:
-            run_row = (S.RUN, _run_table(profile.run, status, len(profile.ops), digest))
-            self._rebuild(*self._run_rows(run), add=[run_row, *tables])
+        if rewrite:  # the old run out and the new one in, in one transaction
+            run_row = (S.RUN.name, _run_table(profile.run, status, len(profile.ops), digest))
+            self.delete_where(
+                *self._run_rows(run), add=[run_row, *((t.name, d) for t, d in tables)]
+            )
             return
         self._claim_name(run, replace)
         self._insert_run(profile.run, "loading", len(profile.ops), checksum=digest)
@@ -1395,7 +1393,33 @@ class ProfileDB:
                 r.close()
 
     def user_query(self, cypher: str, params: dict | None = None) -> QueryResult:
-        """Run a user's read-only Cypher; write clauses and Kùzu errors → MagnetonError."""
+        """Run a user's read-only Cypher; refused clauses and engine errors →
+        MagnetonError. In-process: the CLI and the TUI go through graphdb/contained.py."""
+        columns, rows = self.user_query_rows(cypher, params)
+        return QueryResult(columns=columns, rows=list(rows))
+
+    def user_query_rows(
+        self, cypher: str, params: dict | None = None
+    ) -> tuple[list[str], Iterator[list]]:
+        """`user_query` streamed: the columns, and the rows as the engine hands them out."""
+        used = self._guard_user_query(cypher, params or {})
+        try:
+            res = self._execute(cypher, used)
+        except RuntimeError as e:
+            raise _query_error(e) from None
+        return list(res.get_column_names()), self._stream(res)
+
+    def _stream(self, res: Any) -> Iterator[list]:
+        try:
+            while res.has_next():
+                yield res.get_next()
+        except RuntimeError as e:
+            raise _query_error(e) from None
+        finally:
+            res.close()
+
+    def _guard_user_query(self, cypher: str, params: dict) -> dict:
+        """Refuse what `magneton query` must not run; the parameters the query uses."""
         if not cypher.strip():
             raise MagnetonError("empty query")
         if self.damaged:  # its rows could reach the result unchecked
@@ -1415,19 +1439,19 @@ class ProfileDB:
                 f"one statement per query, got {n_statements} separated by ';' "
                 "(run them one at a time)"
             )
-        params = params or {}
         wanted = query_params(cypher)
         missing = sorted(wanted - set(params))
-        if missing:  # Kùzu would run it with the parameter silently unset
+        if missing:  # the engine would run it with the parameter silently unset
             raise MagnetonError(
                 f"the query uses {', '.join('$' + m for m in missing)}; pass "
                 + " ".join(f"-p {m}=VALUE" for m in missing)
             )
-        try:
-            # unused parameters are dropped (Kùzu rejects them) so one set of `-p` values
-            # serves a whole file of queries
-            return self.query(cypher, {k: v for k, v in params.items() if k in wanted})
-        except RuntimeError as e:
-            if "read-only" in str(e):
-                raise _refused("the query") from None
-            raise MagnetonError(f"query failed: {_first_line(e)}") from None
+        # unused parameters are dropped (the engine rejects them) so one set of `-p`
+        # values serves a whole file of queries
+        return {k: v for k, v in params.items() if k in wanted}
+
+
+def _query_error(e: RuntimeError) -> MagnetonError:
+    if "read-only" in str(e):
+        return _refused("the query")
+    return MagnetonError(f"query failed: {_first_line(e)}")

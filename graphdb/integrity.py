@@ -134,6 +134,11 @@ def _seal_state(file: Path) -> tuple[bool, str]:
 # --------------------------------------------------------------------------------------
 
 
+def in_probe() -> bool:
+    """Whether this process is the probe child of `check_before_open`."""
+    return bool(os.environ.get(_PROBE_ENV))
+
+
 def check_before_open(file: Path) -> dict[str, str]:
     """Damaged runs of an existing DB file ({} when none), or MagnetonError when
     reading it is unsafe. Sealed files open at the cost of one hash; others are read

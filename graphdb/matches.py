@@ -44,10 +44,9 @@ def _started(db: Any, run: str) -> str:
 def delete_diff(db: Any, a: str, b: str, add: list[tuple[str, list[dict]]] | None = None) -> None:
     """Remove the stored diff of (a, b), if any, with the EXPLAINS rels of its findings
     (they name findings by id, which a new diff of the pair reuses for others), then
-    insert the rows of `add` (a new diff's: they go into the same rewrite)."""
-    # Never DETACH DELETE: in Kùzu 0.11.3 it can lose rels of untouched runs (see
-    # ProfileDB.delete_where); that rewrites the DB without these rows instead. Deleting
-    # the EXPLAINS rels here also spares `rules.link_explanations` a second rewrite.
+    insert the rows of `add` (a new diff's), in one transaction (`delete_where`)."""
+    # Deleting the EXPLAINS rels here too spares `rules.link_explanations` a delete of
+    # its own, and keeps the old diff whole if adding the new one fails.
     pred = "{v}.run_a = $a AND {v}.run_b = $b"
     db.delete_where(
         nodes={t: pred for t in ("MatchedRegion", "DiffFinding", "Diff")},

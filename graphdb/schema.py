@@ -61,10 +61,11 @@ class RelTable:
     dst: str
     columns: tuple[Column, ...] = ()
     doc: str = ""
-    # "both" (Kùzu's default) or "fwd": a forward-only table skips the backward CSR,
-    # which halves what a COPY into a non-empty table costs; patterns against the arrow
-    # still work (Kùzu joins from the other side) but undirected ones are refused.
-    storage: str = "both"
+    # Every rel table is stored in both directions (the engine's default). Kùzu 0.11 runs
+    # stored five of them forward-only to halve COPY costs, but a node that a forward-only
+    # table points at cannot be deleted at all ("Failed to get bwd data", still so in
+    # LadybugDB: graphdb/engine_checks.py), and on LadybugDB both directions cost no more
+    # per save (docs/benchmarks.md), so runs are now deleted in place.
 
     @property
     def per_run(self) -> bool:
@@ -72,11 +73,7 @@ class RelTable:
 
     def ddl(self) -> str:
         cols = "".join(f", {c.name} {c.type}" for c in self.columns)
-        with_ = "" if self.storage == "both" else f" WITH (storage_direction='{self.storage}')"
-        return (
-            f"CREATE REL TABLE IF NOT EXISTS {self.name}(FROM {self.src} TO {self.dst}{cols})"
-            + with_
-        )
+        return f"CREATE REL TABLE IF NOT EXISTS {self.name}(FROM {self.src} TO {self.dst}{cols})"
 
 
 Table = NodeTable | RelTable
@@ -305,13 +302,20 @@ INPUT = RelTable(
     "Operator",
     (Column("arg", "INT64", "input position (flattened argument order)"),),
     "Tensor was consumed by this operator.",
-    storage="fwd",
 )
 IN_MODULE = RelTable(
-    "IN_MODULE", "Operator", "Module", (), "Operator ran in this module.", storage="fwd"
+    "IN_MODULE",
+    "Operator",
+    "Module",
+    (),
+    "Operator ran in this module.",
 )
 CHILD_OF = RelTable(
-    "CHILD_OF", "Module", "Module", (), "Module is a child of that module.", storage="fwd"
+    "CHILD_OF",
+    "Module",
+    "Module",
+    (),
+    "Module is a child of that module.",
 )
 CALLED_FROM = RelTable(
     "CALLED_FROM",
@@ -319,7 +323,6 @@ CALLED_FROM = RelTable(
     "Frame",
     (Column("depth", "INT64", "0 = entry frame, increasing toward the op's call site"),),
     "Python call stack of the operator.",
-    storage="fwd",
 )
 LAUNCHED = RelTable(
     "LAUNCHED",
@@ -327,7 +330,6 @@ LAUNCHED = RelTable(
     "Kernel",
     (Column("launch_order", "INT64", "position in the operator's launch order"),),
     "Operator launched this kernel.",
-    storage="fwd",
 )
 # No Run → node rel tables: every per-run node has a `run` property to filter on, and
 # each rel table costs one COPY (60-200 ms fixed into a non-empty DB) per save.
@@ -357,10 +359,9 @@ CORE_TABLES: list[Table] = [
 # when missing, so no SCHEMA_VERSION bump is needed. Give per-run node tables a `run`
 # column (and `uid` first, as the primary key) so `ProfileDB.delete_run` removes their
 # rows with the run; load rows with `ProfileDB.bulk_insert(table_name, rows)`, and remove
-# rows ONLY with `ProfileDB.delete_where(nodes={...}, rels={...}, params)`: in Kùzu 0.11.3
-# every in-place `DELETE` / `DETACH DELETE` form tried loses rels of other rows
-# (graphdb/kuzu_defects.py). Rows that replace deleted ones go in the same call
-# (`add=[(table, rows), ...]`), so they ride the rewrite instead of a COPY each after it.
+# rows with `ProfileDB.delete_where(nodes={...}, rels={...}, params)`. Rows that replace
+# deleted ones go in the same call (`add=[(table, rows), ...]`): one transaction, so a
+# crash leaves the old rows or the new ones, never neither.
 # --------------------------------------------------------------------------------------
 
 # ---- differential matching (graphdb/matches.py writes these; `magneton diff`) --------

@@ -364,7 +364,7 @@ def test_unfinished_commit_is_finished_and_read_only_is_not_corrupt(tmp_path: Pa
     mnt, db = tmp_path / "mnt", tmp_path / "db"
     mnt.mkdir()
     made = _in_namespace(_UNFINISHED_COMMIT, str(mnt), str(db))
-    if "profile.kuzu.shadow" not in made.stdout:  # Kùzu failed before its checkpoint
+    if "profile.lbug.shadow" not in made.stdout:  # Kùzu failed before its checkpoint
         pytest.skip(f"the full disk left no .shadow file this time: {made.stdout.split()}")
     proc = _in_namespace(
         """
@@ -392,19 +392,19 @@ print('fallback', o('$R/done').read_only)"
     # it is set aside beside the DB, kept, and the DB opens as of the commit before
     cut = tmp_path / "cut"
     shutil.copytree(db, cut)
-    shadow = cut / "profile.kuzu.shadow"
+    shadow = cut / "profile.lbug.shadow"
     os.truncate(shadow, (shadow.stat().st_size // 4096 - 16) * 4096)
     listed = magneton("runs", "--db", str(cut), "--json")
     assert listed.returncode == 0 and "could not be finished" in listed.stderr, listed.stderr
-    (aside,) = cut.glob("profile.kuzu.unfinished-*")
-    assert {p.name for p in aside.iterdir()} == {"profile.kuzu.shadow", "profile.kuzu.wal"}
+    (aside,) = cut.glob("profile.lbug.unfinished-*")
+    assert {p.name for p in aside.iterdir()} == {"profile.lbug.shadow", "profile.lbug.wal"}
     assert "set aside in" in listed.stderr and str(aside) in listed.stderr
     # where it can write, a read-only command finishes the commit itself (or sets it
     # aside, when this run's full disk cut it)
     listed = magneton("runs", "--db", str(db), "--json")  # was "corrupt ... shadow pages"
     assert listed.returncode == 0, listed.stderr
-    assert not (db / "profile.kuzu.shadow").exists()
-    assert bool(list(db.glob("profile.kuzu.unfinished-*"))) == ("set aside" in listed.stderr)
+    assert not (db / "profile.lbug.shadow").exists()
+    assert bool(list(db.glob("profile.lbug.unfinished-*"))) == ("set aside" in listed.stderr)
 
 
 # ---- item 7: operators of worker threads are not dropped without a word ---------------
@@ -527,9 +527,9 @@ def test_damaged_pages_are_one_line_or_correct_data(tiny_db: Path, tmp_path: Pat
 
     with open_db(pristine, read_only=True) as pdb:
         b = pdb.load_profile("b")
-    times = _places(pristine / "profile.kuzu", [struct.pack("<d", o.time_s) for o in b.ops])
-    names = _places(pristine / "profile.kuzu", [o.name.encode() for o in b.ops])
-    catalog = _places(pristine / "profile.kuzu", [b"Operator"])  # the tables' definitions
+    times = _places(pristine / "profile.lbug", [struct.pack("<d", o.time_s) for o in b.ops])
+    names = _places(pristine / "profile.lbug", [o.name.encode() for o in b.ops])
+    catalog = _places(pristine / "profile.lbug", [b"Operator"])  # the tables' definitions
     assert times and names and catalog, "the rows are not where this test looks for them"
     db, trace = tmp_path / "db", tmp_path / "trace.json"
     shutil.copytree(pristine, db)
@@ -541,7 +541,7 @@ def test_damaged_pages_are_one_line_or_correct_data(tiny_db: Path, tmp_path: Pat
     for seed, places in enumerate((times, names, times, names, catalog)):
         shutil.rmtree(db)
         shutil.copytree(pristine, db)
-        _damage(db / "profile.kuzu", places, seed, on_value=seed < 2)
+        _damage(db / "profile.lbug", places, seed, on_value=seed < 2)
         for k, ((rc, out, err), (_, want_out, _)) in enumerate(
             zip(_outcome(db, trace), want, strict=True)
         ):

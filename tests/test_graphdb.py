@@ -16,16 +16,16 @@ import random
 import subprocess
 import sys
 import textwrap
+import threading
 from dataclasses import fields, replace
 from pathlib import Path
 
-import kuzu
 import pyarrow as pa
 import pytest
 
 from magneton.cli import main as cli_main
 from magneton.graphdb import db as dbmod
-from magneton.graphdb import integrity, open_db
+from magneton.graphdb import engine, integrity, open_db
 from magneton.graphdb import schema as S
 from magneton.graphdb.model import (
     SCHEMA_VERSION,
@@ -330,7 +330,7 @@ def test_round_trip_is_exact(dbdir: Path) -> None:
     p.ops[3].input_shapes = [[2, 3], [], [7]]
     with open_db(dbdir) as db:
         db.save_profile(p)
-    assert (dbdir / "profile.kuzu").is_file()
+    assert (dbdir / "profile.lbug").is_file()
     with open_db(dbdir, read_only=True) as db:
         back = db.load_profile("gpt2-a")
         # graph facts users query: frames are shared, not copied per operator
@@ -502,16 +502,27 @@ def test_replace_and_rm_leave_every_other_run_exact(dbdir: Path) -> None:
         assert {k: counts[k] for k in _expected_rels(live)} == _expected_rels(live)
 
 
-def test_engine_still_loses_rels_when_deleting_in_place() -> None:
-    """Why deleting rewrites the DB: in Kùzu 0.11.3 deleting one run's rels (here by
-    their source end, then CHECKPOINT, then the nodes) drops every forward rel of a run
-    nothing touched. If this fails after an engine upgrade, the defect is gone and
-    `ProfileDB.delete_where` may delete in place (re-check all forms with
-    `python -m magneton.graphdb.kuzu_defects --trials 20`)."""
-    from magneton.graphdb import kuzu_defects
+def test_engine_keeps_other_runs_rels_when_deleting_in_place() -> None:
+    """Why deleting is in place: the sequence that made Kùzu 0.11.3 drop every forward
+    rel of an untouched run, in all three delete forms, and random sequences, lose
+    nothing on the engine in use. If this fails after an engine change, the defect is
+    back: `ProfileDB.delete_where` must rewrite the DB again (git history has it)."""
+    from magneton.graphdb import engine_checks
 
-    loss = kuzu_defects.run_steps(kuzu_defects.SHORTEST, "src")
-    assert loss is not None and loss.expected == {"r": 4935} and loss.forward == {}
+    rng = random.Random(3)
+    for form in engine_checks.FORMS:
+        assert engine_checks.run_steps(engine_checks.SHORTEST, form) is None, form
+        for _ in range(2):
+            steps = engine_checks.random_steps(rng)
+            assert engine_checks.run_steps(steps, form) is None, (form, steps)
+
+
+def test_forward_only_rel_tables_still_block_deletes() -> None:
+    """Why every rel table stores both directions (graphdb/schema.py): a node that a
+    forward-only rel table points at still cannot be deleted on the engine in use."""
+    from magneton.graphdb import engine_checks
+
+    assert "bwd" in engine_checks.fwd_only_delete()
 
 
 def test_invalid_profile_is_refused_before_writing(dbdir: Path) -> None:
@@ -535,11 +546,11 @@ def test_crash_mid_load_leaves_no_partial_run(dbdir: Path, monkeypatch) -> None:
         real_copy = dbmod.ProfileDB._copy
         calls = []
 
-        def failing_copy(self, table: str, data: pa.Table, conn=None) -> None:
+        def failing_copy(self, table: str, data: pa.Table) -> None:
             calls.append(table)
             if table == "INPUT":  # nodes and some rels are in by now
                 raise RuntimeError("disk full")
-            real_copy(self, table, data, conn)
+            real_copy(self, table, data)
 
         monkeypatch.setattr(dbmod.ProfileDB, "_copy", failing_copy)
         with pytest.raises(RuntimeError, match="disk full"):
@@ -567,8 +578,8 @@ def test_require_run_names_the_runs(shared: dict) -> None:
 
 
 def _set_version(dbdir: Path, version: str) -> None:
-    raw = kuzu.Database(str(dbdir / "profile.kuzu"))
-    kuzu.Connection(raw).execute(
+    raw = engine.Database(str(dbdir / "profile.lbug"))
+    engine.Connection(raw).execute(
         "MATCH (m:Meta {key: 'schema_version'}) SET m.value = $v", {"v": version}
     )
     raw.close()
@@ -600,8 +611,8 @@ def test_plausible_but_wrong_values_fail_the_run_checksum(dbdir: Path, capsys) -
         db.save_profile(good)
         db.save_profile(synthetic_profile("hurt", n_ops=10, seed=2))
     assert integrity.sealed(dbmod.db_file(dbdir))
-    raw = kuzu.Database(str(dbmod.db_file(dbdir)), compression=False)
-    kuzu.Connection(raw).execute("MATCH (o:Operator {run: 'hurt', idx: 3}) SET o.time_s = 0.5")
+    raw = engine.Database(str(dbmod.db_file(dbdir)), compression=False)
+    engine.Connection(raw).execute("MATCH (o:Operator {run: 'hurt', idx: 3}) SET o.time_s = 0.5")
     raw.close()
     assert not integrity.sealed(dbmod.db_file(dbdir))
     with open_db(dbdir, read_only=True) as db:
@@ -625,36 +636,36 @@ def test_plausible_but_wrong_values_fail_the_run_checksum(dbdir: Path, capsys) -
 
 def test_foreign_kuzu_db_is_refused(dbdir: Path, capsys) -> None:
     dbdir.mkdir()
-    raw = kuzu.Database(str(dbdir / "profile.kuzu"))
-    conn = kuzu.Connection(raw)
+    raw = engine.Database(str(dbdir / "profile.lbug"))
+    conn = engine.Connection(raw)
     conn.execute("CREATE NODE TABLE Person(name STRING PRIMARY KEY, age INT64)")
     conn.execute("CREATE (:Person {name: 'Ada', age: 36})")
     raw.close()
     for ro in (False, True):
-        with pytest.raises(MagnetonError, match="Kùzu DB but not a Magneton DB"):
+        with pytest.raises(MagnetonError, match="LadybugDB DB but not a Magneton DB"):
             open_db(dbdir, read_only=ro)
     code, _, err = cli("runs", "--db", str(dbdir), capsys=capsys)
     assert code != 0 and "not a Magneton DB" in err
     # and we did not add our tables to someone else's DB
-    raw = kuzu.Database(str(dbdir / "profile.kuzu"), read_only=True)
-    names = {r[0] for r in kuzu.Connection(raw).execute("CALL show_tables() RETURN name").get_all()}
+    raw = engine.Database(str(dbdir / "profile.lbug"), read_only=True)
+    names = {r[0] for r in engine.Connection(raw).execute("CALL show_tables() RETURN name").get_all()}
     raw.close()
     assert names == {"Person"}
 
 
 def test_corrupt_file_is_refused(dbdir: Path, capsys) -> None:
     dbdir.mkdir()
-    (dbdir / "profile.kuzu").write_bytes(bytes(range(256)) * 64)
+    (dbdir / "profile.lbug").write_bytes(bytes(range(256)) * 64)
     for ro in (False, True):
-        with pytest.raises(MagnetonError, match="not a Kùzu database"):
+        with pytest.raises(MagnetonError, match="not a LadybugDB database"):
             open_db(dbdir, read_only=ro)
     code, _, err = cli("runs", "--db", str(dbdir), capsys=capsys)
-    assert code != 0 and err.count("\n") == 1 and "not a Kùzu database" in err
+    assert code != 0 and err.count("\n") == 1 and "not a LadybugDB database" in err
 
 
 def test_truncated_db_is_refused(dbdir: Path) -> None:
     _earlier(dbdir)
-    f = dbdir / "profile.kuzu"
+    f = dbdir / "profile.lbug"
     f.write_bytes(f.read_bytes()[:5000])
     with pytest.raises(MagnetonError, match="cannot open the Magneton DB"):
         open_db(dbdir, read_only=True)
@@ -673,18 +684,20 @@ def test_missing_db(tmp_path: Path, capsys) -> None:
     assert code != 0 and "magneton record" in err
 
 
-def test_db_locked_by_another_process(dbdir: Path) -> None:
-    _earlier(dbdir, "a")
+def _holder(dbdir: Path, read_only: bool) -> subprocess.Popen:
+    """Another process holding the DB open (a writer, or a reader) until told to stop."""
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
             textwrap.dedent(
                 f"""
-                import sys, kuzu
-                db = kuzu.Database({str(dbdir / "profile.kuzu")!r})
+                import sys
+                from magneton.graphdb import open_db
+                db = open_db({str(dbdir)!r}, read_only={read_only})
                 print("ready", flush=True)
                 sys.stdin.read()
+                db.close()
                 """
             ),
         ],
@@ -692,15 +705,51 @@ def test_db_locked_by_another_process(dbdir: Path) -> None:
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert holder.stdout.readline().strip() == "ready"
+    return holder
+
+
+def test_db_locked_by_another_process(dbdir: Path) -> None:
+    """One writer, or readers while nobody writes — across processes. The engine itself
+    lets a reader in while another process writes (graphdb/lock.py says why that is
+    refused here); a writer is refused while anyone reads."""
+    _earlier(dbdir, "a")
+    holder = _holder(dbdir, read_only=False)
     try:
-        assert holder.stdout.readline().strip() == "ready"
         for ro in (True, False):
             with pytest.raises(MagnetonError, match="in use by another process"):
-                open_db(dbdir, read_only=ro)
+                open_db(dbdir, read_only=ro, wait_s=0)
+    finally:
+        holder.communicate("", timeout=30)
+    holder = _holder(dbdir, read_only=True)
+    try:
+        with open_db(dbdir, read_only=True, wait_s=0) as db:  # readers share
+            assert db.has_run("a")
+        with pytest.raises(MagnetonError, match="in use by another process"):
+            open_db(dbdir, wait_s=0)
     finally:
         holder.communicate("", timeout=30)
     with open_db(dbdir, read_only=True) as db:  # released: fine again
         assert db.has_run("a")
+
+
+def test_a_busy_db_is_waited_for_then_written(dbdir: Path) -> None:
+    """A writer that finds the DB busy waits (saying so once) and then writes: a finished
+    recording is never thrown away because another command held the DB a moment."""
+    _earlier(dbdir, "a")
+    holder = _holder(dbdir, read_only=False)
+    heard: list[str] = []
+    releaser = threading.Timer(1.0, lambda: holder.communicate("", timeout=30))
+    releaser.start()
+    try:
+        held = dbmod.lock.acquire(dbmod.db_file(dbdir), exclusive=True, wait_s=60, say=heard.append)
+        held.release()
+    finally:
+        releaser.join()
+    assert len(heard) == 1 and "waiting up to 60 s" in heard[0]
+    with open_db(dbdir, wait_s=0) as db:
+        db.save_profile(synthetic_profile("b", n_ops=5))
+        assert {r.name for r in db.list_runs()} == {"a", "b"}
 
 
 def test_second_writer_in_same_process_is_refused(dbdir: Path) -> None:
@@ -742,6 +791,8 @@ def _counts(dbdir: Path) -> list:
         ("COPY Run FROM 'runs.csv'", "COPY"),
         ("ALTER TABLE Run ADD x INT64", "ALTER"),
         ("LOAD EXTENSION fts", "LOAD EXTENSION"),
+        ("LOAD FROM '/etc/passwd' (file_format='csv', delim=':') RETURN *", "LOAD FROM"),
+        ("load from 'x.csv' RETURN *", "LOAD FROM"),
         ("INSTALL fts", "INSTALL"),
         ("CALL create_fts_index('Frame', 'f', ['file'])", "CALL create_fts_index"),
         ("EXPORT DATABASE '/tmp/x'", "EXPORT"),
@@ -761,7 +812,7 @@ def test_guard_names_the_write_clause(cypher: str, clause: str) -> None:
         "MATCH (o:Operator) /* SET o.x = 1 */ RETURN o.name // DELETE",
         "MATCH (o:Operator {name: $create}) RETURN o.offset, o.reset, o.dataset",
         "MATCH (o:Operator) RETURN {delete: 1, create: 2} AS m",
-        "LOAD FROM 'x.csv' RETURN *",
+        "MATCH (o:Operator) RETURN o.load, o.from",
         "CALL show_tables() RETURN *",
         "MATCH (o:Operator) WHERE o.scalar_args = 'it\\'s SET' RETURN o",
     ],
@@ -924,12 +975,12 @@ def test_extension_tables_are_created_and_bulk_loaded(dbdir: Path, monkeypatch) 
         assert same(db.load_profile("b"), without_windows(synthetic_profile("b", 5, seed=2)))
 
 
-def test_restoring_a_diff_replaces_its_rows_and_explanations_in_one_rewrite(
+def test_restoring_a_diff_replaces_its_rows_and_explanations_in_one_transaction(
     dbdir: Path, monkeypatch
 ) -> None:
     """`matches.delete_diff(..., add=...)`: the pair's old Diff rows and EXPLAINS rels
-    go, the new rows come in (with the rewrite, or by COPY when nothing was stored),
-    and another pair's rows and every run stay."""
+    go and the new rows come in, in one transaction (a failure while adding leaves the
+    old rows), and another pair's rows and every run stay."""
     from magneton.graphdb.matches import delete_diff
 
     a, b = synthetic_profile("a", n_ops=20, seed=1), synthetic_profile("b", n_ops=20, seed=2)
@@ -950,20 +1001,21 @@ def test_restoring_a_diff_replaces_its_rows_and_explanations_in_one_rewrite(
             ("EXPLAINS", [{"from": "r1", "to": f"{x}/{i}", "run_a": x, "run_b": y} for i in ops]),
         ]
 
-    rebuilds = []
-    real_rebuild = dbmod.ProfileDB._rebuild
-    monkeypatch.setattr(
-        dbmod.ProfileDB,
-        "_rebuild",
-        lambda self, *a, **k: rebuilds.append(1) or real_rebuild(self, *a, **k),
-    )
     explains = "MATCH (:Rule)-[e:EXPLAINS]->(o:Operator) RETURN e.run_a, e.run_b, o.idx ORDER BY e.run_a, o.idx"
     with open_db(dbdir) as db:
         delete_diff(db, "a", "b", add=rows(("a", "b"), [1, 2], "first"))  # nothing stored yet
         delete_diff(db, "b", "a", add=rows(("b", "a"), [5], "other pair"))
-        assert rebuilds == []
-        delete_diff(db, "a", "b", add=rows(("a", "b"), [3], "second"))  # replaces in one rewrite
-        assert rebuilds == [1]
+        real_load = dbmod.ProfileDB._load_tables
+
+        def failing_load(self, tables) -> None:
+            raise RuntimeError("disk full")
+
+        monkeypatch.setattr(dbmod.ProfileDB, "_load_tables", failing_load)
+        with pytest.raises(RuntimeError, match="disk full"):  # after the delete ran
+            delete_diff(db, "a", "b", add=rows(("a", "b"), [3], "second"))
+        assert db.query(explains).rows == [["a", "b", 1], ["a", "b", 2], ["b", "a", 5]]
+        monkeypatch.setattr(dbmod.ProfileDB, "_load_tables", real_load)
+        delete_diff(db, "a", "b", add=rows(("a", "b"), [3], "second"))
         assert db.query("MATCH (d:Diff) RETURN d.uid, d.message ORDER BY d.uid").rows == [
             ["a|b", "second"],
             ["b|a", "other pair"],

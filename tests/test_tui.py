@@ -363,7 +363,7 @@ def test_unopenable_dbs_one_line_error_and_exit_2(tmp_path, capsys) -> None:
     """Before the terminal is taken over: `magneton-tui: <one line>` on stderr, exit 2."""
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()
-    (corrupt / "profile.kuzu").write_bytes(bytes(range(256)) * 64)
+    (corrupt / "profile.lbug").write_bytes(bytes(range(256)) * 64)
     old = tmp_path / "old"
     with open_db(old) as pdb:
         pdb.query("MATCH (m:Meta {key: 'schema_version'}) SET m.value = '0'")

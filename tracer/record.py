@@ -522,27 +522,17 @@ def defer_sigint() -> Iterator[None]:
         )
 
 
-# Kùzu allows one writer and no readers beside it; a `magneton runs` in another shell
-# holds the file for well under a second, so the final write waits this long for it.
-_LOCK_WAIT_S = 20.0
-
-
 @contextlib.contextmanager
 def _opened(db: Any) -> Iterator[Any]:
-    from magneton.graphdb.db import DBLocked, open_db
+    """The DB to save into: a handle as given, or a path opened for writing, which waits
+    while another process holds the DB (graphdb/lock.py: the recording is never thrown
+    away because another command was reading or saving a second earlier)."""
+    from magneton.graphdb.db import open_db
 
     if hasattr(db, "save_profile"):
         yield db
         return
-    deadline = time.monotonic() + _LOCK_WAIT_S
-    while True:
-        try:
-            handle = open_db(db)
-            break
-        except DBLocked:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    handle = open_db(db)
     try:
         yield handle
     finally:

@@ -37,7 +37,8 @@ from magneton.graphdb.model import (
 from magneton.graphdb.wording import energy_wording
 
 if TYPE_CHECKING:
-    from magneton.graphdb.db import ProfileDB, QueryResult, RunRow
+    from magneton.graphdb.contained import QueryStream
+    from magneton.graphdb.db import ProfileDB, RunRow
 
 
 class Store:
@@ -81,9 +82,14 @@ class Store:
             self._profiles.clear()
             self._diffs.clear()
 
-    def query(self, cypher: str) -> QueryResult:
-        with self.db() as pdb:
-            return pdb.user_query(cypher)
+    def query(self, cypher: str, limit: int) -> QueryStream:
+        """A user's query, run as `magneton query` runs it (graphdb/contained.py: a child
+        process, so an engine crash is an error line here, not the end of the TUI)."""
+        from magneton.graphdb.contained import stream_query
+
+        res = stream_query(self.path, cypher, limit=limit)
+        res.rows = iter(list(res.rows))  # read all (at most `limit`) in the worker thread
+        return res
 
     def cached_diff(self, a: str, b: str) -> DiffResult | None:
         return self._diffs.get((a, b))

@@ -80,11 +80,11 @@ class QueryScreen(BaseScreen):
     @work(thread=True, exclusive=True, group="query")
     def run_query(self, q: str) -> None:
         try:
-            res = self.store.query(q)
+            res = self.store.query(q, MAX_ROWS)
         except Exception as e:
             self.from_thread(self._show_error, error_text(e))
             return
-        self.from_thread(self._show_rows, res.columns, res.rows)
+        self.from_thread(self._show_rows, res.columns, list(res.rows), res.truncated)
 
     def _show_error(self, text: str) -> None:
         err = self.query_one("#query-error", Note)
@@ -93,7 +93,7 @@ class QueryScreen(BaseScreen):
         err.display = True
         self.query_one("#query-info", Note).update("")
 
-    def _show_rows(self, columns: list[str], rows: list[list]) -> None:
+    def _show_rows(self, columns: list[str], rows: list[list], truncated: bool = False) -> None:
         self.query_one("#query-error", Note).display = False
         table = self.query_one("#query-result", DataTable)
         table.clear(columns=True)
@@ -101,8 +101,11 @@ class QueryScreen(BaseScreen):
         for row in rows[:MAX_ROWS]:
             table.add_row(*[cell(v) for v in row])
         n = len(rows)
-        shown = f" (showing the first {MAX_ROWS})" if n > MAX_ROWS else ""
-        self.query_one("#query-info", Note).update(f"{n} row{'s' if n != 1 else ''}{shown}")
+        if truncated:
+            info = f"more than {n} rows (showing the first {n}; add LIMIT or ORDER BY)"
+        else:
+            info = f"{n} row{'s' if n != 1 else ''}"
+        self.query_one("#query-info", Note).update(info)
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -1,8 +1,12 @@
-"""`magneton query --db DIR "CYPHER" [--json|--csv]`: read-only Cypher over a profile DB.
+"""`magneton query --db DIR "CYPHER" [--json|--csv] [--limit N]`: read-only Cypher over a
+profile DB.
 
-The DB is opened read-only and write clauses are refused before running (see
-graphdb/db.py), so a query can never change recorded runs. The schema and example
-queries are in docs/schema.md.
+The DB is opened read-only and write clauses (and `LOAD FROM`, which reads other files)
+are refused before running (see graphdb/db.py), so a query can never change recorded
+runs. The query runs in a child process that streams its rows (graphdb/contained.py): an
+engine crash is one line and exit 1, a huge result is cut at `--limit` rows (said on
+stderr), and `--json`/`--csv` print rows as they arrive. The schema and example queries
+are in docs/schema.md.
 """
 
 from __future__ import annotations
@@ -10,9 +14,8 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import sys
-from decimal import Decimal
+import textwrap
 from typing import Any
 
 from magneton.graphdb.model import MagnetonError
@@ -39,6 +42,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="query parameter $NAME (repeatable); VALUE is read as JSON when it parses "
         "(1, 2.5, true, [1,2], '\"007\"'), as text otherwise",
     )
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="print at most N rows (default 10000; 0: all); a query's own LIMIT is kept",
+    )
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print a JSON list of row objects")
     fmt.add_argument("--csv", action="store_true", help="print CSV with a header row")
@@ -59,58 +69,62 @@ def _params(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def _plain(v: Any) -> Any:
-    """JSON-safe value: NaN/inf → null (JSON has neither), nested lists/dicts kept."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, list | tuple):
-        return [_plain(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _plain(x) for k, x in v.items()}
-    if isinstance(v, Decimal):  # Kùzu sums INT64 into INT128, which arrives as Decimal
-        return int(v) if v == v.to_integral_value() else float(v)
-    if v is None or isinstance(v, bool | int | float | str):
-        return v
-    return str(v)
-
-
 def _cell(v: Any) -> str:
-    if isinstance(v, Decimal):
-        v = _plain(v)
+    """A table cell of a plain value (graphdb/contained.py `plain`)."""
     if v is None:
         return ""
     if isinstance(v, float):
         return f"{v:.6g}"
-    if isinstance(v, dict):  # a node or rel: its properties without Kùzu internals
-        v = {k: x for k, x in v.items() if not k.startswith("_")}
-        return json.dumps(_plain(v), separators=(", ", ": "))
-    if isinstance(v, list | tuple):
-        return json.dumps(_plain(v), separators=(",", ":"))
+    if isinstance(v, dict):  # a node or rel: its properties
+        return json.dumps(v, separators=(", ", ": "))
+    if isinstance(v, list):
+        return json.dumps(v, separators=(",", ":"))
     return str(v)
 
 
 def run(args: argparse.Namespace) -> int:
-    from magneton.graphdb import open_db
+    from magneton.graphdb.contained import DEFAULT_ROW_LIMIT, stream_query
 
-    with open_db(args.db, read_only=True) as db:
-        res = db.user_query(args.cypher, _params(args.param))
+    limit = DEFAULT_ROW_LIMIT if args.limit is None else max(0, args.limit)
+    res = stream_query(args.db, args.cypher, _params(args.param), limit)
     if args.json:
-        print(json.dumps([_plain(r) for r in res.records()], indent=2))
+        _print_json(res)
     elif args.csv:
         w = csv.writer(sys.stdout, lineterminator="\n")
         w.writerow(res.columns)
         for row in res.rows:
-            w.writerow([_cell(v) if not isinstance(v, float) else repr(v) for v in row])
+            w.writerow([repr(v) if isinstance(v, float) else _cell(v) for v in row])
     else:
-        from rich.markup import escape
-        from rich.table import Table
-
-        from magneton.commands.runs import _console
-
-        table = Table(caption=f"{len(res.rows)} row{'s' if len(res.rows) != 1 else ''}")
-        for c in res.columns:
-            table.add_column(escape(c), overflow="fold")
-        for row in res.rows:
-            table.add_row(*(escape(_cell(v)) for v in row))
-        _console().print(table)
+        _print_table(res)
+    if res.truncated:
+        print(
+            f"magneton: showing the first {res.limit} rows; more matched (--limit N for more, "
+            "--limit 0 for all, or add LIMIT/ORDER BY to the query)",
+            file=sys.stderr,
+        )
     return 0
+
+
+def _print_json(res) -> None:
+    """A JSON list of row objects, written row by row (nothing held but the current row)."""
+    sep = "[\n"
+    for row in res.rows:
+        record = dict(zip(res.columns, row, strict=True))
+        sys.stdout.write(sep + textwrap.indent(json.dumps(record, indent=2), "  "))
+        sep = ",\n"
+    sys.stdout.write("[]\n" if sep == "[\n" else "\n]\n")
+
+
+def _print_table(res) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from magneton.commands.runs import _console
+
+    rows = list(res.rows)  # bounded by --limit
+    table = Table(caption=f"{len(rows)} row{'s' if len(rows) != 1 else ''}")
+    for c in res.columns:
+        table.add_column(escape(c), overflow="fold")
+    for row in rows:
+        table.add_row(*(escape(_cell(v)) for v in row))
+    _console().print(table)

@@ -17,16 +17,16 @@ from magneton.graphdb import db as _db
 _real_load = _db.ProfileDB._load_tables
 
 
-def _paused_load(self, tables, conn=None):
-    tables = list(tables)  # a rewrite passes them as a generator
+def _paused_load(self, tables):
+    tables = list(tables)
     nodes = [t for t in tables if isinstance(t[0], _db.S.NodeTable)]
     rels = [t for t in tables if not isinstance(t[0], _db.S.NodeTable)]
-    _real_load(self, nodes, conn)
+    _real_load(self, nodes)
     Path(os.environ["MAGNETON_TEST_READY"]).write_text("writing")
     go = Path(os.environ["MAGNETON_TEST_GO"])
     while not go.exists():
         time.sleep(0.05)
-    _real_load(self, rels, conn)
+    _real_load(self, rels)
 
 
 _db.ProfileDB._load_tables = _paused_load

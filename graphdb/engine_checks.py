@@ -1,7 +1,7 @@
-"""Reproduce the Kùzu 0.11.3 deletion defect that makes `ProfileDB.delete_where` rewrite
-the DB instead of deleting in place.
+"""Replay, against the graph engine in use, the storage defects Kùzu 0.11.3 had, each of
+which once shaped how graphdb/ writes and deletes.
 
-    python -m magneton.graphdb.kuzu_defects [--trials 20] [--seed 1]
+    python -m magneton.graphdb.engine_checks [--trials 20] [--seed 1]
 
 Two node tables A, B and one rel table R (A → B, default storage: both directions), like
 Operator → Frame. Each "run" appends its A and B nodes and its R rels with one COPY each;
@@ -12,15 +12,16 @@ removing a run deletes its rels and then its nodes, in one of three forms:
 - `dst`: the same with the rels selected by their B end.
 
 After every step the rels of every live run are counted from both ends (forward from A,
-backward from B) and compared with what was written. The shortest sequence found
-(`SHORTEST`: add r, add p, remove p, add p again, remove p) loses every forward rel of r,
-a run nothing touched, in all three forms; the backward index keeps them. So no order or
-form of `DELETE` is safe here; randomized sequences (`--trials`) find more.
+backward from B) and compared with what was written. On Kùzu 0.11.3 the shortest sequence
+found (`SHORTEST`: add r, add p, remove p, add p again, remove p) lost every forward rel
+of r, a run nothing touched, in all three forms, so Magneton rewrote the whole DB to delete
+a run. On LadybugDB 0.22 nothing is lost in any form (tests/test_graphdb.py checks
+`SHORTEST` and random sequences), so `ProfileDB.delete_where` deletes in place.
 
-A second, independent limit: a node table that is the target of a forward-only rel table
-(`storage_direction='fwd'`, which Magneton uses for INPUT, IN_MODULE, CHILD_OF,
-CALLED_FROM, LAUNCHED) cannot lose a node at all: `DELETE` says "Failed to get bwd data",
-`DETACH DELETE` "Cannot delete edges of direction bwd" (`fwd_only_delete`).
+A second, independent limit, still present: a node table that is the target of a
+forward-only rel table (`storage_direction='fwd'`) cannot lose a node at all (`DELETE`:
+"Failed to get bwd data"; `fwd_only_delete`). Magneton's rel tables are therefore all
+stored in both directions (graphdb/schema.py).
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import kuzu
 import pyarrow as pa
+
+from . import engine
 
 FORMS = ("detach", "src", "dst")
 # (run, A nodes, rels per A node); 0 nodes = remove the run
@@ -55,9 +57,9 @@ class Loss:
         )
 
 
-def _open(d: Path, storage: str = "both") -> tuple[kuzu.Database, kuzu.Connection]:
-    db = kuzu.Database(str(d / "x.kuzu"), compression=False)
-    c = kuzu.Connection(db)
+def _open(d: Path, storage: str = "both") -> tuple[engine.Database, engine.Connection]:
+    db = engine.open_database(d / "x.db", read_only=False)
+    c = engine.Connection(db)
     c.execute("CREATE NODE TABLE A(uid STRING, run STRING, PRIMARY KEY(uid))")
     c.execute("CREATE NODE TABLE B(uid STRING, run STRING, PRIMARY KEY(uid))")
     with_ = "" if storage == "both" else f" WITH (storage_direction='{storage}')"
@@ -65,7 +67,7 @@ def _open(d: Path, storage: str = "both") -> tuple[kuzu.Database, kuzu.Connectio
     return db, c
 
 
-def _add(c: kuzu.Connection, run: str, n: int, fan: int) -> int:
+def _add(c: engine.Connection, run: str, n: int, fan: int) -> int:
     a = [f"{run}/{i}" for i in range(n)]
     nb = max(1, n // 4)
     b = [f"{run}/{i}" for i in range(nb)]
@@ -78,7 +80,7 @@ def _add(c: kuzu.Connection, run: str, n: int, fan: int) -> int:
     return len(src)
 
 
-def _remove(c: kuzu.Connection, run: str, form: str) -> None:
+def _remove(c: engine.Connection, run: str, form: str) -> None:
     p = {"r": run}
     if form == "detach":
         c.execute("MATCH (a:A) WHERE a.run = $r DETACH DELETE a", p)
@@ -92,7 +94,7 @@ def _remove(c: kuzu.Connection, run: str, form: str) -> None:
     c.execute("CHECKPOINT")
 
 
-def _counts(c: kuzu.Connection) -> tuple[dict[str, int], dict[str, int]]:
+def _counts(c: engine.Connection) -> tuple[dict[str, int], dict[str, int]]:
     fwd = c.execute("MATCH (a:A)-[e:R]->(:B) RETURN a.run, count(e)").get_all()
     bwd = c.execute("MATCH (b:B)<-[e:R]-(:A) RETURN b.run, count(e)").get_all()
     return dict(fwd), dict(bwd)
@@ -120,7 +122,7 @@ def run_steps(steps: list[tuple[str, int, int]], form: str) -> Loss | None:
 
 
 def fwd_only_delete() -> str:
-    """The error Kùzu gives when a target node of a forward-only rel table is deleted."""
+    """The error the engine gives when a target node of a forward-only rel table is deleted."""
     with tempfile.TemporaryDirectory() as tmp:
         db, c = _open(Path(tmp), storage="fwd")
         try:
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=0, help="random sequences per form")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
-    print(f"kuzu {kuzu.__version__}")
+    print(f"{engine.NAME} {engine.VERSION}")
     print(f"deleting a target node of a forward-only rel table: {fwd_only_delete() or 'works'}")
     lost = 0
     for form in FORMS:

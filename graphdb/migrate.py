@@ -1,0 +1,197 @@
+"""Convert a Magneton DB of the Kùzu era (`DIR/profile.kuzu`) to the current engine.
+
+    magneton migrate --db DIR          (needs the old engine: pip install "magneton[kuzu]")
+
+Magneton first stored runs in Kùzu 0.11.3, whose files the current engine (LadybugDB,
+graphdb/engine.py) cannot open. Choices and the failures they prevent:
+
+- Every table is copied row for row (read as Arrow, written with one bulk write per
+  table into a fresh file), not run by run through the data model: stored diff results,
+  failed runs, rule rows and tables this version added as extensions come along without a
+  line of code per table, and each run's stored checksum (graphdb/integrity.py) travels
+  with its rows, so `load_profile` on the new file proves the rows are what was recorded.
+- The old file is read in a child process (`python -m magneton.graphdb.migrate --dump`)
+  with `MAGNETON_READ_KUZU=1`, which makes graphdb/engine.py bind `kuzu`: the two engines'
+  Python packages cannot be loaded in one process (the second import fails and the
+  interpreter later segfaults), and an old, damaged file may crash Kùzu natively —
+  in the child, where the parent reports it instead of dying.
+- Nothing is lost: the new file is written beside the old one as `profile.lbug.migrating`,
+  checked (every run loads and verifies its checksum; every table has as many rows as
+  were read), and only then renamed to `profile.lbug`. `profile.kuzu` is never modified;
+  the user deletes it when satisfied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .model import MagnetonError
+
+_DUMP_SUFFIX = ".arrow"
+
+
+@dataclass
+class MigrationResult:
+    old_file: Path
+    new_file: Path
+    runs: list[str]
+    rows: dict[str, int] = field(default_factory=dict)  # table → rows copied
+    time_s: float = 0.0
+
+
+def old_file(path: str | Path) -> Path | None:
+    """The Kùzu-era DB file of a `--db` argument, when there is one to convert."""
+    from . import engine
+
+    p = Path(path)
+    candidate = p if p.is_file() else p / engine.KUZU_FILENAME
+    if candidate.is_file() and engine.is_kuzu_file(candidate):
+        return candidate
+    return None
+
+
+def needs_migration_message(old: Path) -> str:
+    from . import engine
+
+    return (
+        f"{old} was written by an earlier Magneton on Kùzu 0.11, which this version "
+        f"({engine.NAME} {engine.VERSION}) cannot read; convert it once with "
+        f'`magneton migrate --db {old.parent}` (pip install "magneton[kuzu]" first)'
+    )
+
+
+def refuse_old_engine(path: str | Path) -> None:
+    """Raise the one-line conversion hint when `path` holds only a Kùzu-era DB."""
+    from . import engine
+
+    if os.environ.get("MAGNETON_READ_KUZU") == "1" or engine.DB_FILENAME == engine.KUZU_FILENAME:
+        return  # the migration's own reader
+    old = old_file(path)
+    if old is not None:
+        raise MagnetonError(needs_migration_message(old))
+
+
+def migrate(path: str | Path, say: Callable[[str], None] = print) -> MigrationResult:
+    """Convert the Kùzu-era DB in `path` into `path`/profile.lbug (see the module doc)."""
+    from . import engine
+
+    old = old_file(path)
+    if old is None:
+        raise MagnetonError(f"no Kùzu-era Magneton DB ({engine.KUZU_FILENAME}) at {path}")
+    new = old.with_name(engine.DB_FILENAME)
+    if new.exists():
+        raise MagnetonError(
+            f"{new} exists already (converted before?); move it away to convert {old} again"
+        )
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="magneton-migrate-", dir=old.parent) as tmp:
+        say(f"reading {old} with Kùzu (a child process) ...")
+        runs = _dump_in_child(old, Path(tmp))
+        tables = _read_dump(Path(tmp))
+        staging = new.with_name(new.name + ".migrating")
+        say(f"writing {len(runs)} run(s) into {new} ...")
+        _write_and_check(staging, tables, runs)
+        os.replace(staging, new)
+    rows = {spec.name: t.num_rows for spec, t in tables}
+    return MigrationResult(old, new, runs, rows, time.perf_counter() - t0)
+
+
+def _dump_in_child(old: Path, out: Path) -> list[str]:
+    env = {**os.environ, "MAGNETON_READ_KUZU": "1"}
+    argv = [sys.executable, "-m", "magneton.graphdb.migrate", "--dump", str(old), str(out)]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        err = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        if "No module named 'kuzu'" in proc.stderr:
+            raise MagnetonError(
+                'reading the old DB needs the Kùzu package: pip install "magneton[kuzu]"'
+            )
+        if proc.returncode < 0:
+            err = f"Kùzu crashed reading it (signal {-proc.returncode}); the file is damaged"
+        raise MagnetonError(f"cannot read {old}: {err}; nothing was written")
+    return json.loads((out / "runs.json").read_text())
+
+
+def _read_dump(out: Path) -> list:
+    import pyarrow as pa
+
+    from . import schema as S
+
+    tables = []
+    for spec in sorted(S.all_tables(), key=lambda t: isinstance(t, S.RelTable)):
+        f = out / f"{spec.name}{_DUMP_SUFFIX}"
+        if f.exists():
+            with pa.memory_map(str(f)) as src:
+                tables.append((spec, pa.ipc.open_file(src).read_all()))
+    return tables
+
+
+def _write_and_check(staging: Path, tables: list, runs: list[str]) -> None:
+    from . import engine
+    from .db import ProfileDB, write_fresh
+
+    write_fresh(staging, tables)
+    pdb = ProfileDB(engine.open_database(staging, read_only=True), staging, read_only=True)
+    try:
+        for spec, data in tables:
+            got = pdb._count(spec, "true", {})
+            if got != data.num_rows:
+                raise MagnetonError(
+                    f"conversion check failed: {spec.name} has {got} rows, {data.num_rows} "
+                    "were read; the old DB is untouched"
+                )
+        stored = [r.name for r in pdb.list_runs()]
+        if sorted(stored) != sorted(runs):
+            raise MagnetonError("conversion check failed: the runs differ; the old DB is untouched")
+        for r in pdb.list_runs():
+            if r.status not in ("loading", "failed"):
+                pdb.load_profile(r.name)  # verifies the run's stored checksum
+    except BaseException:
+        pdb.close()
+        staging.unlink(missing_ok=True)
+        raise
+    pdb.close()
+
+
+def _dump(old: Path, out: Path) -> None:
+    """Child side: every table of the old DB as an Arrow IPC file, and the run names."""
+    import pyarrow as pa
+
+    from . import schema as S
+    from .db import open_db
+
+    with open_db(old, read_only=True, wait_s=0) as pdb:
+        present = pdb._table_names()
+        for spec in S.all_tables():
+            if spec.name in present:
+                data = pdb._kept_rows(spec, {}, {}, {})
+                with pa.OSFile(str(out / f"{spec.name}{_DUMP_SUFFIX}"), "wb") as sink:
+                    with pa.ipc.new_file(sink, data.schema) as writer:
+                        writer.write_table(data)
+        names = [r.name for r in pdb.list_runs()]
+    (out / "runs.json").write_text(json.dumps(names))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="child side of `magneton migrate`")
+    ap.add_argument("--dump", nargs=2, metavar=("OLD_FILE", "OUT_DIR"), required=True)
+    args = ap.parse_args(argv)
+    try:
+        _dump(Path(args.dump[0]), Path(args.dump[1]))
+    except MagnetonError as e:
+        print(e, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
