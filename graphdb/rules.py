@@ -202,7 +202,5 @@ def save_diagnosis(db: Any, result: DiffResult) -> bool:
         )
         changed = True
     if changed:
-        db.query(
-            "MATCH (d:Diff {uid: $u}) SET d.result_json = $j", {"u": uid, "j": seal(data)}
-        )
+        db.query("MATCH (d:Diff {uid: $u}) SET d.result_json = $j", {"u": uid, "j": seal(data)})
     return changed

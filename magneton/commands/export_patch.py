@@ -100,9 +100,7 @@ def _recorded_sources(db, a: str, b: str) -> tuple[list[str], set[str]]:
     ]
     rows = db.query("MATCH (r:Run) WHERE r.name IN $n RETURN r.script", {"n": names}).rows
     scripts = sorted({os.path.realpath(s) for (s,) in rows if s})
-    frames = db.query(
-        "MATCH (f:Frame) WHERE f.run IN $n RETURN DISTINCT f.file", {"n": names}
-    ).rows
+    frames = db.query("MATCH (f:Frame) WHERE f.run IN $n RETURN DISTINCT f.file", {"n": names}).rows
     read = set(scripts) | {os.path.realpath(f) for (f,) in frames if f and os.path.isabs(f)}
     return scripts, read
 
