@@ -75,11 +75,12 @@ def _version() -> str:
         return "magneton (not installed)"
 
 
-class OutputFailed(Exception):
-    """A write to the command's output (stdout) failed with `error`."""
+class OutputFailed(OSError):
+    """A write to the command's output (stdout) failed with `error`. An OSError still, so
+    a recorded script that catches OSError around its print() behaves as it would alone."""
 
     def __init__(self, error: OSError):
-        super().__init__(str(error))
+        super().__init__(error.errno, error.strerror or str(error))
         self.error = error
 
 
