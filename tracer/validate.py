@@ -36,8 +36,8 @@ from typing import Any
 from magneton.graphdb.model import MagnetonError
 
 # Largest plausible magnitude per unit suffix; the `_j` and `_s` bounds are those of the
-# DB's load check (graphdb/db.py `_MAX_ENERGY_J`, `_MAX_TIME_S`; tests/test_values_from_outside.py
-# keeps them in step): per-call figures of one entry call.
+# DB's load check (graphdb/db.py `_MAX_ENERGY_J`, `_MAX_TIME_S`; a test in
+# tests/test_values_from_outside.py keeps them in step): per-call figures of one call.
 BOUNDS = {"_j": 1e9, "_s": 1e6, "_w": 1e7, "watts": 1e7}
 _INT64 = 2**63 - 1
 # µs timestamps of a trace: their ns must fit INT64 (year 2262)
