@@ -16,19 +16,69 @@ Choices and the failures they prevent:
   per-table columns exist for Cypher, not as the only copy.
 - A diff whose runs were deleted or re-recorded since (the runs' `started_at` changed)
   is stale: `load_diff` returns None rather than results about other data.
+- `Diff.result_json` carries a SHA-256 of its own content (`seal`), checked by every
+  `load_diff`: the stored findings hold patches that `export-patch --apply` writes to
+  disk, and a row edited with the engine's own Python package (its `fix.base_dir`
+  aimed at another folder) was applied as stored. A row that fails the check is refused
+  in one line; one without a checksum (written before it existed) is treated as no
+  stored diff, so the diff is recomputed from the runs. The checksum catches edits made
+  outside Magneton; it is not a signature (whoever can write the DB can recompute it),
+  so `export-patch` also confines what it writes (magneton/commands/export_patch.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import hashlib
 import json
 from typing import Any
 
-from .model import DiffResult, Finding, Region, RunSummary, SavingInterval
+from .model import DiffResult, Finding, MagnetonError, Region, RunSummary, SavingInterval
+
+# the key of `Diff.result_json` that holds the SHA-256 of the rest (`seal`)
+SEAL_KEY = "sha256"
 
 # the fields diagnosis fills, stored in their JSON form
 DIAGNOSIS_FIELDS = ("category", "divergence", "root_cause", "fix")
+
+
+def _digest(data: dict) -> str:
+    # sorted keys and fixed separators: json.loads -> json.dumps reproduces the same text
+    # (Python's float repr round-trips), so the digest survives a load and a re-save
+    body = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+def seal(data: dict) -> str:
+    """`Diff.result_json` for `data`: its JSON with the SHA-256 of the rest under
+    `SEAL_KEY`. Every writer of the column goes through here."""
+    data = {k: v for k, v in data.items() if k != SEAL_KEY}
+    return json.dumps({**data, SEAL_KEY: _digest(data)}, separators=(",", ":"))
+
+
+def unseal(blob: str, a: str, b: str) -> dict | None:
+    """The stored diff's data when its checksum holds; None when it has none (written
+    before checksums: the caller recomputes); MagnetonError when it does not match."""
+    try:
+        data = json.loads(blob)
+    except (TypeError, ValueError):
+        data = None
+    if not isinstance(data, dict):
+        raise MagnetonError(_tampered(a, b, "is not valid JSON"))
+    stored = data.pop(SEAL_KEY, None)
+    if stored is None:
+        return None
+    if stored != _digest(data):
+        raise MagnetonError(_tampered(a, b, "does not match its checksum"))
+    return data
+
+
+def _tampered(a: str, b: str, why: str) -> str:
+    return (
+        f"the stored diff of '{a}' and '{b}' {why} (changed outside Magneton): refused; "
+        f"run `magneton diff {a} {b}` again to store it anew"
+    )
 
 
 def diff_uid(a: str, b: str) -> str:
@@ -85,7 +135,7 @@ def store_diff(
             "findings": len(result.findings),
             "message": result.message,
             "created_at": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "result_json": json.dumps(_result_dict(result, regions), separators=(",", ":")),
+            "result_json": seal(_result_dict(result, regions)),
         }
     ]
     region_rows, in_region = _region_rows(uid, a, b, regions, finding_of_region)
@@ -217,8 +267,9 @@ def finding_from_record(d: dict) -> Finding:
 def load_diff(
     db: Any, a: str, b: str
 ) -> tuple[DiffResult, list[tuple[str, Region, Region]]] | None:
-    """The stored diff of (a, b) and its region pairs, or None when there is none or it
-    is stale (a run deleted or re-recorded since)."""
+    """The stored diff of (a, b) and its region pairs, or None when there is none, it
+    is stale (a run deleted or re-recorded since) or it predates checksums; a stored
+    diff that fails its checksum raises MagnetonError (see `unseal`)."""
     rows = db.query(
         "MATCH (d:Diff {uid: $u}) RETURN d.started_a, d.started_b, d.result_json",
         {"u": diff_uid(a, b)},
@@ -228,7 +279,9 @@ def load_diff(
     started_a, started_b, blob = rows[0]
     if _started(db, a) != started_a or _started(db, b) != started_b:
         return None
-    data = json.loads(blob)
+    data = unseal(blob, a, b)
+    if data is None:
+        return None
     r = data["result"]
     result = DiffResult(
         a=RunSummary(**r["a"]),

@@ -173,14 +173,16 @@ def save_diagnosis(db: Any, result: DiffResult) -> bool:
     matching is left untouched. Returns True when something was written."""
     if getattr(db, "read_only", True):
         return False
-    from magneton.graphdb.matches import DIAGNOSIS_FIELDS, diff_uid, load_diff
+    from magneton.graphdb.matches import DIAGNOSIS_FIELDS, diff_uid, load_diff, seal, unseal
 
     loaded = load_diff(db, result.a.run, result.b.run)
     if loaded is None:
         return False
     uid = diff_uid(result.a.run, result.b.run)
     blob = db.query("MATCH (d:Diff {uid: $u}) RETURN d.result_json", {"u": uid}).rows[0][0]
-    data = json.loads(blob)
+    data = unseal(blob, result.a.run, result.b.run)  # checked by load_diff just above
+    if data is None:
+        return False
     stored = {f["id"]: f for f in data["result"]["findings"]}
     changed = False
     for f in result.findings:
@@ -200,7 +202,5 @@ def save_diagnosis(db: Any, result: DiffResult) -> bool:
         )
         changed = True
     if changed:
-        db.query(
-            "MATCH (d:Diff {uid: $u}) SET d.result_json = $j", {"u": uid, "j": json.dumps(data)}
-        )
+        db.query("MATCH (d:Diff {uid: $u}) SET d.result_json = $j", {"u": uid, "j": seal(data)})
     return changed

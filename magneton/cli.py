@@ -4,16 +4,30 @@ Each subcommand lives in `magneton/commands/<name>.py` and exposes
 `register(subparsers) -> None`, which adds its parser and sets `func=<callable(args)->int>`.
 Keeping one file per command lets the stages grow their commands without editing a
 shared dispatcher. Errors meant for users are `MagnetonError`s: one line, non-zero exit.
+
+What every command shares is handled here, once, not per command:
+- Ctrl-C and SIGTERM (tracer/signals.py): one line and 130/143; SIGTERM used to kill
+  `diff` and `import-trace` silently with 143.
+- The output cannot be written (`> /dev/full`, a full disk, an I/O error): stdout is
+  wrapped so only a failed write *to the output* becomes "cannot write the output: ...",
+  exit 1 -- an OSError of the DB or of a read is not misnamed -- where a traceback was.
+- The reader went away (`| head -1`): a quiet exit 0, as `cat` does. In both cases fd 1 is
+  pointed at /dev/null so the interpreter's final flush of what is still buffered does
+  not print "Exception ignored ..." after the message.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import pkgutil
 import sys
+from typing import Any
 
 from magneton.graphdb.model import MagnetonError
+from magneton.tracer.signals import interruptible, stop_message
 
 # Display order in --help; commands not listed here follow alphabetically.
 _ORDER = [
@@ -61,22 +75,82 @@ def _version() -> str:
         return "magneton (not installed)"
 
 
+class OutputFailed(OSError):
+    """A write to the command's output (stdout) failed with `error`. An OSError still, so
+    a recorded script that catches OSError around its print() behaves as it would alone."""
+
+    def __init__(self, error: OSError):
+        super().__init__(error.errno, error.strerror or str(error))
+        self.error = error
+
+
+class _GuardedOutput:
+    """sys.stdout during a command: a failed write or flush raises `OutputFailed`, so the
+    CLI can tell the output's failure from any other OSError (a broken pipe stays a
+    BrokenPipeError: the reader left, nothing failed). Everything else is the stream's
+    (rich asks for isatty, fileno, encoding)."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise OutputFailed(e) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise OutputFailed(e) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _drop_output() -> None:
+    """Point fd 1 at /dev/null: what is still buffered goes nowhere at exit instead of
+    failing again in the interpreter's final flush."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ else 1)
+        os.close(devnull)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    real_stdout = sys.stdout
+    sys.stdout = _GuardedOutput(real_stdout)
     try:
-        return int(args.func(args) or 0)
+        with interruptible():
+            code = int(args.func(args) or 0)
+            sys.stdout.flush()  # a full disk shows at the flush, not at print()
+        return code
     except MagnetonError as e:
         print(f"magneton: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("magneton: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        print(f"magneton: {stop_message(e)[0]}", file=sys.stderr)
+        return stop_message(e)[1]
+    except OutputFailed as e:
+        _drop_output()
+        why = e.error.strerror or str(e.error)
+        print(f"magneton: cannot write the output: {why}", file=sys.stderr)
+        return 1
     except BrokenPipeError:
+        _drop_output()
         return 0
+    finally:
+        sys.stdout = real_stdout
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from __future__ import annotations
 import datetime as _dt
 import gzip
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,15 +145,24 @@ def read_trace(path: str | Path) -> TraceFile:
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise MagnetonError(f"{path} is not a Chrome trace (no traceEvents list)")
     dist = doc.get("distributedInfo") or {}
+    if not isinstance(dist, dict):
+        raise MagnetonError(f"{path}: distributedInfo: expected an object; nothing was stored")
     rank = dist.get("rank")
     if rank is None:
         m = re.search(r"rank[-_]?(\d+)", path.name)
         rank = int(m.group(1)) if m else 0
+    from magneton.tracer.validate import BadValue, integer
+
+    try:
+        rank = integer(rank, "distributedInfo.rank", low=0)
+        world = integer(dist.get("world_size", 1) or 1, "distributedInfo.world_size", low=1)
+    except BadValue as e:
+        raise MagnetonError(f"{path}: {e}; nothing was stored") from None
     return TraceFile(
         path=path,
         doc=doc,
-        rank=int(rank),
-        world_size=int(dist.get("world_size", 1) or 1),
+        rank=rank,
+        world_size=world,
         backend=str(dist.get("backend", "")),
     )
 
@@ -178,6 +188,42 @@ def _ns(t_us: float) -> int:
     """µs → ns without the float error of `t_us * 1000` (Unix µs need 51 bits already)."""
     whole = int(t_us)
     return whole * 1000 + round((t_us - whole) * 1000)
+
+
+def _check_event(e: dict, i: int, path: Path) -> None:
+    """The fields of event `i` that become stored numbers (tracer/validate.py): `ts` a
+    finite µs time whose ns fit INT64, `dur` a finite, non-negative µs span (a negative
+    one was stored as an `ok` operator of negative energy), `pid`/`tid` an integer or a
+    string, and the `args` that are priced (`bytes`, occupancy)."""
+    from magneton.tracer.validate import MAX_TRACE_US, BadValue, number
+
+    where = f"traceEvents[{i}]"
+
+    def us(key: str, v: Any, low: float) -> float:
+        x = number(v, f"{where}.{key}")
+        if not math.isfinite(x) or not low <= x <= MAX_TRACE_US:
+            what = "a non-negative" if low == 0 else "a"
+            raise BadValue(f"{where}.{key}: {v!r} is not {what} finite time in µs")
+        return x
+
+    try:
+        ts = us("ts", e["ts"], -MAX_TRACE_US)
+        dur = us("dur", e.get("dur", 0) or 0, 0)
+        if abs(ts) + dur > MAX_TRACE_US:
+            raise BadValue(f"{where}.dur: {dur:g} µs is out of range")
+        for key in ("pid", "tid"):
+            v = e.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, str))):
+                raise BadValue(f"{where}.{key}: expected an integer or a string, got {v!r:.40}")
+        a = _args(e)
+        for key in ("bytes", "est. achieved occupancy %"):
+            v = a.get(key)
+            if v is not None:
+                x = number(v, f"{where}.args.{key}")
+                if not (math.isfinite(x) and x >= 0):
+                    raise BadValue(f"{where}.args.{key}: {v!r} is not a finite number >= 0")
+    except BadValue as err:
+        raise MagnetonError(f"{path}: {err}; nothing was stored") from None
 
 
 def _tid(v: Any) -> int:
@@ -303,17 +349,18 @@ def profile_from_trace(tf: TraceFile, run: str) -> tuple[Profile, ImportStats]:
     threads: dict[tuple, list[_Node]] = {}
     gpu: list[dict] = []
     launches: dict[int, _Node] = {}
-    for e in tf.doc["traceEvents"]:
+    for i, e in enumerate(tf.doc["traceEvents"]):
         if not isinstance(e, dict) or e.get("ph") != "X" or "ts" not in e:
             continue
         cat = e.get("cat")
-        if cat in GPU_CATS:
-            gpu.append(e)
-            continue
         kind = {"cpu_op": "cpu_op", "python_function": "python"}.get(cat)
         if kind is None and cat in LAUNCH_CATS:
             kind = "launch"
-        if kind is None:
+        if kind is None and cat not in GPU_CATS:
+            continue  # events Magneton does not read are not checked either
+        _check_event(e, i, tf.path)
+        if cat in GPU_CATS:
+            gpu.append(e)
             continue
         start = float(e["ts"])
         node = _Node(e, kind, start, start + float(e.get("dur", 0) or 0))

@@ -397,6 +397,8 @@ class _Recorder(_Controller):
         self._prof: Any = None
         self._timing_open = False
         self._t0 = 0
+        self._elsewhere = [0]
+        self.unrecorded = 0  # operator calls other threads ran in the structure unit
 
     def _sync(self) -> None:
         import torch
@@ -406,7 +408,7 @@ class _Recorder(_Controller):
 
     def begin_structure(self, frame: Any) -> None:
         from magneton.tracer.capture import ModuleTracker, StructureCapture, call_profiler
-        from magneton.tracer.record import _roots_and_sources
+        from magneton.tracer.record import _other_threads, _roots_and_sources
 
         user = _user_frame(frame) if frame is not None else None
         names = {**user.f_globals, **user.f_locals} if user is not None else {}
@@ -422,6 +424,10 @@ class _Recorder(_Controller):
             self._prof = self._stack.enter_context(call_profiler())
         self._stack.enter_context(self._capture.modules)
         self._stack.enter_context(self._capture)
+        # threads the program starts during the unit: their operators are not traced
+        # (the capture is per thread); count them as `record SCRIPT` does
+        self._elsewhere = [0]
+        self._stack.enter_context(_other_threads(self._elsewhere))
         if self.sched.active == 1:  # no timing unit: sample power over this one
             self.session.start()
             self._stack.callback(self.session.stop)
@@ -430,6 +436,7 @@ class _Recorder(_Controller):
     def end_structure(self) -> None:
         from magneton.tracer.capture import attach_profile, finish_modules
         from magneton.tracer.config import snapshot
+        from magneton.tracer.record import note_unrecorded_threads
 
         wall = (time.perf_counter_ns() - self._t0) / 1e9
         stack, self._stack = self._stack, None
@@ -452,6 +459,8 @@ class _Recorder(_Controller):
             kernels=res.kernels,
             config=config,
         )
+        self.unrecorded = max(res.other_thread_ops, self._elsewhere[0])
+        note_unrecorded_threads(self.profile, self.unrecorded)
         self.info.device = "cuda" if any(op.device.startswith("cuda") for op in res.ops) else "cpu"
         self.structure_wall_s = wall
 
@@ -476,6 +485,10 @@ class _Recorder(_Controller):
         from magneton.tracer.record import _merge_timing
 
         profile, info = self.profile, self.info
+        if not profile.ops:  # nothing to price; `record_program` says so after the run
+            if self.iterations:
+                self.session.stop()
+            return
         if self.iterations:
             self.session.stop()
             info.timing = "separate" if _merge_timing(profile, self.iterations) else "combined"
@@ -543,6 +556,10 @@ def _run(spec: ProgramSpec) -> None:
         else:
             runpy.run_path(spec.script, run_name="__main__")
     except SystemExit as e:
+        from magneton.tracer.record import WorkloadExited
+
+        if isinstance(e, WorkloadExited) and e.code:
+            raise  # `record_program` words it (where, and whether the window was done)
         if e.code not in (None, 0):
             raise MagnetonError(f"the program exited with status {e.code}", exit_code=1) from None
 
@@ -552,10 +569,15 @@ def record_program(spec: ProgramSpec, *, db: Any, run: str, options: Any = None)
     any failure, after marking the run failed in the DB."""
     from magneton.tracer.record import (
         RecordOptions,
+        Terminated,
+        _exit_reason,
+        _interruptible,
+        _no_exit,
         _opened,
         _record_failure,
         _workload_raised,
         check_run_name,
+        no_operator_error,
         save,
     )
 
@@ -590,19 +612,33 @@ def record_program(spec: ProgramSpec, *, db: Any, run: str, options: Any = None)
     try:
         rec.session.measure_idle()  # before any of the program's work
         rec.install()
-        with _as_main(spec):
+        # SIGTERM and os._exit as `record SCRIPT` handles them (tracer/record.py): a
+        # message and a failed run instead of a silent exit with nothing stored
+        with _interruptible(), _no_exit(), _as_main(spec):
             _run(spec)
         if not rec.done:
             raise MagnetonError(rec.incomplete())
+        if not rec.profile.ops:
+            raise no_operator_error(f"the recorded {spec.describe()}", None, rec.unrecorded)
     except MagnetonError as e:
         rec.abort()
         info.error = str(e)
         raise MagnetonError(f"{e}; {_record_failure(info, db, opts.replace)}") from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         rec.abort()
-        info.error = "interrupted (Ctrl-C) while recording"
+        how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)"
+        info.error = f"{how} while recording"
         raise MagnetonError(
-            f"interrupted; {_record_failure(info, db, opts.replace)}", exit_code=130
+            f"{how}; {_record_failure(info, db, opts.replace)}",
+            exit_code=143 if isinstance(e, Terminated) else 130,
+        ) from None
+    except SystemExit as e:  # os._exit(n != 0) in the program (see `_run`)
+        rec.abort()
+        info.error = _exit_reason(
+            e, spec.script, "the program", "" if rec.done else "before the window was recorded"
+        )
+        raise MagnetonError(
+            f"{info.error}; {_record_failure(info, db, opts.replace)}", exit_code=1
         ) from None
     except Exception as e:
         rec.abort()

@@ -25,7 +25,6 @@ import contextlib
 import datetime as _dt
 import importlib.util
 import os
-import signal
 import socket
 import sys
 import threading
@@ -53,6 +52,9 @@ from magneton.tracer.capture import (
     run_structure_pass,
 )
 from magneton.tracer.config import sha256_file, snapshot
+from magneton.tracer.signals import InterruptedAfterSave as _InterruptedAfterSave
+from magneton.tracer.signals import Terminated, defer_sigint
+from magneton.tracer.signals import interruptible as _interruptible
 from magneton.tracer.timing import MAX_ITERATIONS, timed_iterations
 
 
@@ -282,6 +284,43 @@ def _other_threads(counts: list[int]) -> Iterator[None]:
         threading.Thread.run = real_run
 
 
+def note_unrecorded_threads(profile: Profile, count: int) -> None:
+    """Keep in the run's config how many operator calls other threads ran unrecorded
+    (`unrecorded_thread_warning` words it for `record` and `report`). The caller passes
+    the larger of the profiler's count (it sees every thread, a pool built before the
+    recording too) and `_other_threads`' (it works without the profiler)."""
+    if count:
+        profile.config[UNRECORDED_THREAD_OPS] = str(count)
+
+
+def no_operator_error(what: str, returned: Any = None, other_threads: int = 0) -> MagnetonError:
+    """The one-line error for a recording in which the traced thread ran no PyTorch
+    operator. Without it the empty run reached the energy attribution, whose numpy
+    reshape failed, and the user read "main.py raised ValueError: cannot reshape array
+    of size 0" -- Magneton's error blamed on the script."""
+    import inspect
+
+    if inspect.isgenerator(returned) or inspect.isasyncgen(returned):
+        why = (
+            f"{what} returned a generator that was never iterated, so it ran no PyTorch "
+            "operator (run the work in the entry itself, e.g. consume the generator)"
+        )
+    elif inspect.iscoroutine(returned):
+        returned.close()  # never awaited: close it so Python does not warn at exit
+        why = (
+            f"{what} returned a coroutine that was never awaited, so it ran no PyTorch "
+            "operator (call asyncio.run(...) in the entry)"
+        )
+    else:
+        why = f"{what} ran no PyTorch operator"
+    if other_threads:
+        why += (
+            f"; {other_threads} operator call(s) ran in other threads, which are not "
+            "recorded (Magneton records the thread that calls the entry)"
+        )
+    return MagnetonError(f"{why}: nothing to record")
+
+
 def unrecorded_thread_warning(profile: Profile) -> str:
     """The warning for operators run outside the recorded thread ('' when none)."""
     return unrecorded_threads_warning(profile.config)
@@ -372,7 +411,10 @@ def record_callable(
     capture = StructureCapture(ModuleTracker(roots), sources=sources, stop_code=_entry_code(fn))
     elsewhere = [0]
     with _other_threads(elsewhere):
-        _, structure = run_structure_pass(call, capture, profile_calls=opts.call_paths)
+        out, structure = run_structure_pass(call, capture, profile_calls=opts.call_paths)
+    unrecorded = max(structure.other_thread_ops, elsewhere[0])
+    if not structure.ops:
+        raise no_operator_error(f"{info.entry}()", out, unrecorded)
     profile = Profile(
         run=info,
         ops=structure.ops,
@@ -382,11 +424,7 @@ def record_callable(
         kernels=structure.kernels,
         config=snapshot(script),
     )
-    # the profiler sees every thread (a pool built in setup() too), so its count holds
-    # the hook's; without it (no call paths, an older torch) the hook's count stands
-    unrecorded = max(structure.other_thread_ops, elsewhere[0])
-    if unrecorded:
-        profile.config[UNRECORDED_THREAD_OPS] = str(unrecorded)
+    note_unrecorded_threads(profile, unrecorded)
     info.device = "cuda" if any(op.device.startswith("cuda") for op in profile.ops) else "cpu"
 
     sync = info.device == "cuda"
@@ -437,38 +475,8 @@ def _device_hint(args: tuple) -> str:
 # --------------------------------------------------------------------------------------
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (a CI cancel, `timeout`) during a recording: handled like Ctrl-C."""
-
-
-class _InterruptedAfterSave(MagnetonError):
-    """A Ctrl-C or SIGTERM held back during the DB write, which then completed."""
-
-
 class WorkloadExited(SystemExit):
     """`os._exit(n)` called by the workload in the recording process (see `_no_exit`)."""
-
-
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def _interruptible() -> Iterator[None]:
-    """Turn SIGTERM into `Terminated` (a KeyboardInterrupt) while recording, so a
-    `timeout` or a CI cancel leaves the same record as Ctrl-C instead of dying silently.
-    Handlers can only be set from the main thread; elsewhere the block runs as is."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 @contextlib.contextmanager
@@ -489,37 +497,6 @@ def _no_exit() -> Iterator[None]:
         yield
     finally:
         os._exit = real
-
-
-@contextlib.contextmanager
-def defer_sigint() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM until the block ends, so a bulk load is never cut
-    half-way. A signal that arrived raises `_InterruptedAfterSave` when the block
-    completed (the data is stored: saying "failed" would be false), and the usual
-    KeyboardInterrupt when the block raised anyway.
-
-    Signal handlers can only be set from the main thread; elsewhere the block runs as is.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pending: list[int] = []
-    old = {s: signal.signal(s, lambda signum, _f: pending.append(signum)) for s in _STOP_SIGNALS}
-    try:
-        yield
-    except BaseException:
-        if pending:
-            raise (Terminated if signal.SIGTERM in pending else KeyboardInterrupt) from None
-        raise
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
-    if pending:
-        how = "terminated (SIGTERM)" if signal.SIGTERM in pending else "interrupted (Ctrl-C)"
-        raise _InterruptedAfterSave(
-            f"{how} during the DB write, which completed",
-            exit_code=143 if signal.SIGTERM in pending else 130,
-        )
 
 
 @contextlib.contextmanager
@@ -560,9 +537,11 @@ def check_run_name(run: str) -> None:
         raise MagnetonError(f"--run needs a non-blank name, got {run!r}")
 
 
-def _exit_reason(e: SystemExit, script: str) -> str:
+def _exit_reason(
+    e: SystemExit, script: str, who: str = "the workload", before: str = "before finishing"
+) -> str:
     call = f"os._exit({e.code})" if isinstance(e, WorkloadExited) else f"sys.exit({e.code!r})"
-    return f"the workload called {call}{_user_location(e, script)} before finishing"
+    return f"{who} called {call}{_user_location(e, script)}" + (f" {before}" if before else "")
 
 
 def record_script(

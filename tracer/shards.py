@@ -146,12 +146,39 @@ def read_shard(path: str | Path) -> Shard:
         raise MagnetonError(
             f"{path} was written by a newer Magneton (shard version {doc['version']}); upgrade"
         )
-    run = _known(RunInfo, doc["run"])
-    profile = profile_from_dict(doc["profile"]) if doc.get("profile") else None
+    from magneton.tracer.validate import BadValue, check_profile, check_record, integer
+
+    # Every value is checked here, before anything is merged (tracer/validate.py): a
+    # shard is a file that travelled between machines, and a rank "zero" or a NaN energy
+    # used to crash the merge or be stored as an ok run that every later load called
+    # damaged.
+    try:
+        if not isinstance(doc.get("job"), str) or not doc["job"]:
+            raise BadValue(f"job: expected a non-empty string, got {doc.get('job')!r:.40}")
+        rank = integer(doc.get("rank"), "rank", low=0)
+        world = integer(doc.get("world_size"), "world_size", low=1)
+        if rank >= world:
+            raise BadValue(f"rank: {rank} is not below world_size {world}")
+        if not isinstance(doc.get("run"), dict):
+            raise BadValue(f"run: expected an object, got {doc.get('run')!r:.40}")
+        if doc.get("profile") is not None and not isinstance(doc["profile"], dict):
+            raise BadValue(f"profile: expected an object, got {doc['profile']!r:.40}")
+        run = _known(RunInfo, doc["run"])
+        check_record(run, "run")
+    except BadValue as e:
+        raise MagnetonError(f"{path}: {e}; nothing was merged") from None
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        raise MagnetonError(f"{path} is not a valid Magneton shard ({e})") from None
+    try:
+        profile = profile_from_dict(doc["profile"]) if doc.get("profile") else None
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        raise MagnetonError(f"{path} is not a valid Magneton shard ({e})") from None
+    if profile is not None:
+        check_profile(profile, f"{path}: profile", stored="merged")
     return Shard(
-        job=str(doc["job"]),
-        rank=int(doc["rank"]),
-        world_size=int(doc["world_size"]),
+        job=doc["job"],
+        rank=rank,
+        world_size=world,
         run=profile.run if profile is not None else run,
         profile=profile,
         path=str(path),

@@ -77,6 +77,10 @@ kills the whole group with SIGKILL and removes the worker's temporary directory;
 caller dies (even by SIGKILL), the zygote sees its command pipe close, removes the
 directory and kills its group itself. Children
 run with stdout on /dev/null and stderr in a file, whose last line explains a crash.
+When both die (`kill -9` of both, the OOM killer), the directory and its sockets stayed
+in /tmp for good: each directory names its owner (pid and start time, `owner.json`), and
+every new worker first removes this user's directories whose owner is gone
+(`remove_stale_dirs`).
 """
 
 from __future__ import annotations
@@ -179,6 +183,79 @@ def common_imports(scripts: Sequence[str]) -> list[str]:
 # --------------------------------------------------------------------------------------
 
 
+# the prefixes of this module's temporary directories (WarmWorker `tmp_prefix`)
+TMP_PREFIXES = ("magneton-diff-", "magneton-warm-", "magneton-rerun-")
+_OWNER = "owner.json"
+# a directory without an owner file (an older Magneton's) is stale after this long
+_UNOWNED_STALE_S = 24 * 3600.0
+
+
+def _process_start(pid: int) -> str:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22): with
+    the pid it names one process, not a later one that reuses the number. "" off Linux."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _write_owner(tmp: str) -> None:
+    with contextlib.suppress(OSError):
+        Path(tmp, _OWNER).write_text(
+            json.dumps({"pid": os.getpid(), "start": _process_start(os.getpid())})
+        )
+
+
+def _owner_alive(tmp: str) -> bool:
+    """Whether the process that made `tmp` may still use it (unknown: assume it may)."""
+    try:
+        owner = json.loads(Path(tmp, _OWNER).read_text())
+        pid, start = int(owner["pid"]), str(owner.get("start", ""))
+    except FileNotFoundError:
+        try:
+            return time.time() - os.stat(tmp).st_mtime < _UNOWNED_STALE_S
+        except OSError:
+            return True
+    except (OSError, ValueError, KeyError, TypeError):
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process with that pid: not ours, but alive
+    now = _process_start(pid)
+    return not (start and now and now != start)  # the pid was reused: the owner is gone
+
+
+def remove_stale_dirs(prefix: str = "") -> list[str]:
+    """Remove this user's warm-worker directories whose owner died without cleaning up
+    (`kill -9` of a diff left `/tmp/magneton-diff-*/` with its sockets, forever; the
+    zygote removes the directory only when it outlives its caller long enough to notice).
+    Returns what was removed."""
+    removed = []
+    base = tempfile.gettempdir()
+    prefixes = tuple(dict.fromkeys((*TMP_PREFIXES, *([prefix] if prefix else []))))
+    try:
+        names = [n for n in os.listdir(base) if n.startswith(prefixes)]
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(base, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        # only our own real directories (never follow a link planted in /tmp)
+        if not os.path.isdir(path) or os.path.islink(path) or st.st_uid != os.getuid():
+            continue
+        if not _owner_alive(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 class WarmWorker:
     """A zygote process for one environment; see the module docstring.
 
@@ -199,7 +276,9 @@ class WarmWorker:
         tmp_prefix: str = "magneton-warm-",
         fork: bool | None = None,
     ):
+        remove_stale_dirs(tmp_prefix)
         self.tmp = tempfile.mkdtemp(prefix=tmp_prefix)
+        _write_owner(self.tmp)
         self.env = dict(os.environ)
         self.env.update(env or {})
         self.env.setdefault("KINETO_LOG_LEVEL", "5")  # torch.profiler's banner on stderr

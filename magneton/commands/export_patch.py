@@ -11,6 +11,17 @@ and silently skips paths outside the current directory ("Skipped patch"), which 
 report success without changing anything; `--apply` therefore runs from the top-level with
 `--directory=<script dir relative to it>`, and the printed hint says the same.
 
+What `--apply` may write is confined, whatever the stored diff says (a diff row is data
+anyone who can write the DB can edit; one aimed at `~/.bashrc` was applied there):
+the patch's folder (`fix.base_dir`) must lie inside the folder of a script that runs A
+or B recorded, or inside that script's git repository; the patch must change exactly one
+file, `fix.file`, which must be a file the recording read (the script, or a source file
+in its recorded Python frames), and must neither create, delete, rename nor change the
+mode of a file (git's own `--numstat --summary` reading of the patch is what is checked).
+Stored diffs also carry a checksum (graphdb/matches.py `seal`): a row edited outside
+Magneton is refused before any of this. The patch file `--apply` hands to git without
+`-o` is a temporary file removed when the command ends.
+
 The diagnosis comes from the stored diff when it already carries one (`magneton diff`
 stores its result); otherwise the diff pipeline (diagnose/pipeline.py) runs now and its
 result is stored (a re-run of both scripts when the divergence is in Python). A and B may
@@ -20,6 +31,7 @@ name multi-rank jobs; their findings are numbered as `magneton diff` numbers the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -78,6 +90,68 @@ def git_apply_command(base_dir: str, patch_file: str, check: bool = False) -> tu
     return argv + [os.path.abspath(patch_file)], base_dir
 
 
+def _recorded_sources(db, a: str, b: str) -> tuple[list[str], set[str]]:
+    """The scripts that runs (or jobs) A and B recorded, and every file their recordings
+    read (the scripts and the files of their recorded Python frames), as real paths."""
+    names = [
+        n
+        for n, _ in db.query("MATCH (r:Run) RETURN r.name, r.script").rows
+        if n in (a, b) or n.startswith((f"{a}/rank", f"{b}/rank"))
+    ]
+    rows = db.query("MATCH (r:Run) WHERE r.name IN $n RETURN r.script", {"n": names}).rows
+    scripts = sorted({os.path.realpath(s) for (s,) in rows if s})
+    frames = db.query("MATCH (f:Frame) WHERE f.run IN $n RETURN DISTINCT f.file", {"n": names}).rows
+    read = set(scripts) | {os.path.realpath(f) for (f,) in frames if f and os.path.isabs(f)}
+    return scripts, read
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def confine(db, a: str, b: str, fix: Fix) -> str:
+    """The file `--apply` may change for `fix` (a real path), or MagnetonError saying why
+    the patch is refused (module docstring)."""
+    scripts, read = _recorded_sources(db, a, b)
+    if not scripts:
+        raise MagnetonError(f"runs '{a}' and '{b}' recorded no script: nothing to apply to")
+    base = os.path.realpath(fix.base_dir or "")
+    roots: list[str] = []
+    for s in scripts:
+        folder = os.path.dirname(s)
+        top = _git_toplevel(folder) if os.path.isdir(folder) else None
+        roots += [folder] + ([os.path.realpath(top)] if top else [])
+    if not fix.base_dir or not any(_inside(base, r) for r in roots):
+        raise MagnetonError(
+            f"refused: the patch's folder {fix.base_dir!r} is outside the recorded scripts' "
+            f"folders and repositories ({', '.join(sorted(set(roots)))})"
+        )
+    rel = fix.file or ""
+    target = os.path.realpath(os.path.join(base, rel))
+    if not rel or os.path.isabs(rel) or target not in read:
+        raise MagnetonError(
+            f"refused: the patch changes {rel or '(no file)'!r}, which is not a file the "
+            f"recordings of '{a}' and '{b}' read"
+        )
+    return target
+
+
+def _patch_touches(patch_file: str, cwd: str) -> list[str]:
+    """What git would do with the patch, one line per changed file and per create,
+    delete, rename or mode change (`git apply --numstat --summary`; nothing is changed)."""
+    res = subprocess.run(
+        ["git", "apply", "--numstat", "--summary", os.path.abspath(patch_file)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if res.returncode != 0:
+        msg = (res.stderr or res.stdout).strip().splitlines()
+        raise MagnetonError(f"git apply refused the patch: {msg[0] if msg else 'unknown error'}")
+    return [line for line in res.stdout.splitlines() if line.strip()]
+
+
 def find_finding(db, a: str, b: str, fid: int, rerun: bool):
     from magneton.diagnose.pipeline import diagnose_findings, is_job, run_diff, store_outcome
     from magneton.diagnose.rootcause import store_diagnosis
@@ -109,7 +183,8 @@ def run(args: argparse.Namespace) -> int:
 
     with open_db(args.db, create=False) as db:
         result, finding = find_finding(db, args.a, args.b, args.finding, not args.no_rerun)
-    fix = finding.fix or Fix()
+        fix = finding.fix or Fix()
+        target = confine(db, args.a, args.b, fix) if args.apply and fix.patch else ""
     patch = fix.patch
     summary = fix.summary or "no fix"
     if not patch:
@@ -130,13 +205,29 @@ def run(args: argparse.Namespace) -> int:
         print(f"apply with: (cd {cwd} && {' '.join(argv)})", file=sys.stderr)
     if not args.apply:
         return 0
-    if patch_file is None:
-        import tempfile
+    if patch_file is not None:
+        return _apply(base, patch_file, fix, target)
+    import tempfile
 
-        fd, patch_file = tempfile.mkstemp(suffix=".patch")
+    fd, tmp = tempfile.mkstemp(prefix="magneton-", suffix=".patch")
+    try:  # removed however the command ends (it was left behind in /tmp)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(patch)
-    target = os.path.join(base, fix.file or "")
+        return _apply(base, tmp, fix, target)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _apply(base: str, patch_file: str, fix: Fix, target: str) -> int:
+    """Check that the patch changes `fix.file` and nothing else, then apply it with git
+    and verify the file changed."""
+    touched = _patch_touches(patch_file, base)
+    if len(touched) != 1 or touched[0].split("\t")[2:] != [fix.file]:
+        raise MagnetonError(
+            f"refused: the patch must change {fix.file!r} only, but git reads it as: "
+            + "; ".join(line.strip() for line in touched)
+        )
     before = open(target, encoding="utf-8").read() if os.path.isfile(target) else None
     for check in (True, False):
         argv, cwd = git_apply_command(base, patch_file, check=check)

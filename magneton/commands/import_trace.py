@@ -92,6 +92,9 @@ def _convert(tf: TraceFile, name: str, args: argparse.Namespace) -> Profile:
         meter_energy(profile, args.power, base_time_ns=base)
     else:
         estimate_energy(profile, args.model)
+    from magneton.tracer.validate import check_profile
+
+    check_profile(profile, str(tf.path))  # a power log's NaN, say: never stored as ok
     run = profile.run
     print(
         f"{tf.path.name} -> run '{name}': {stats.operators} operators "
@@ -105,6 +108,7 @@ def _convert(tf: TraceFile, name: str, args: argparse.Namespace) -> Profile:
 
 def _save_one(db_path: str, profile: Profile, replace: bool) -> None:
     from magneton.graphdb import open_db
+    from magneton.tracer.signals import defer_sigint
 
     with open_db(db_path) as db:
         if db.has_run(profile.run.name) and not replace:
@@ -112,4 +116,5 @@ def _save_one(db_path: str, profile: Profile, replace: bool) -> None:
                 f"run(s) already in the DB: {profile.run.name}; pass --replace "
                 "or import under another --run name"
             )
-        db.save_profile(profile, replace=replace)
+        with defer_sigint():  # as `merge` and `record`: a load is never cut half-way
+            db.save_profile(profile, replace=replace)

@@ -132,6 +132,11 @@ def _record_program(args: argparse.Namespace, opts) -> int:
         raise MagnetonError("--warmup/--repeat count calls of main(); for programs use --steps")
     spec = parse_command(command, steps=args.steps, window=args.window)
     profile = record_program(spec, db=args.db, run=args.run, options=opts)
+    from magneton.tracer.record import unrecorded_thread_warning
+
+    warning = unrecorded_thread_warning(profile)
+    if warning:
+        print(f"magneton: {warning}", file=sys.stderr)
     r = profile.run
     print(
         f"recorded run '{r.name}' ({spec.describe()}): {len(profile.ops)} operators, "
