@@ -648,7 +648,9 @@ def test_foreign_kuzu_db_is_refused(dbdir: Path, capsys) -> None:
     assert code != 0 and "not a Magneton DB" in err
     # and we did not add our tables to someone else's DB
     raw = engine.Database(str(dbdir / "profile.lbug"), read_only=True)
-    names = {r[0] for r in engine.Connection(raw).execute("CALL show_tables() RETURN name").get_all()}
+    names = {
+        r[0] for r in engine.Connection(raw).execute("CALL show_tables() RETURN name").get_all()
+    }
     raw.close()
     assert names == {"Person"}
 

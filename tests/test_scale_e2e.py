@@ -1,0 +1,51 @@
+"""A real-size pair of the corpus (benchmarks/scale.py), end to end through the CLI as a
+user runs it: the BERT encoder with `chunk_size_feed_forward=8` vs `0` whose diff died
+with a segfault inside Kùzu 0.11.3. Here at 4 layers (about 1,000 operators on the
+chunked side: the size at which Kùzu's kernel-path query aborted) to keep the suite
+short; benchmarks/scale.py runs it at 12 layers with the other real-size pairs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+PAIR = Path(__file__).resolve().parents[1] / "examples" / "scale" / "bert_base_chunk"
+
+
+def magneton(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "magneton", *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=cwd,
+        env=dict(os.environ, KINETO_LOG_LEVEL="5"),
+    )
+
+
+def test_bert_chunked_feed_forward_is_diagnosed_to_its_config_value(tmp_path: Path) -> None:
+    for side in ("a", "b"):
+        text = (PAIR / f"{side}.py").read_text()
+        assert "num_hidden_layers=12" in text
+        (tmp_path / f"{side}.py").write_text(
+            text.replace("num_hidden_layers=12", "num_hidden_layers=4")
+        )
+        rec = magneton("record", f"{side}.py", "--db", "db", "--run", side, "-q", cwd=tmp_path)
+        assert rec.returncode == 0, rec.stderr[-2000:]
+    diff = magneton("diff", "--db", "db", "a", "b", "--json", cwd=tmp_path)
+    assert diff.returncode == 0, diff.stderr[-2000:]
+    result = json.loads(diff.stdout)
+    causes = [f["root_cause"] or {} for f in result["findings"] if f["wasteful"] == "a"]
+    assert any(
+        c.get("variable") == "chunk_size_feed_forward"
+        and "chunk_size_feed_forward=8" in (c.get("code") or "")
+        and Path(c.get("file") or "").name == "a.py"
+        for c in causes
+    ), [(c.get("kind"), c.get("variable"), c.get("code")) for c in causes]
