@@ -300,6 +300,8 @@ def test_fail_on_waste_is_a_ci_gate_with_exit_3(db, capsys):
     share = max(f["saving_share"] for f in plain["findings"] if f["verdict"] == "waste")
     rc, _, err = run(capsys, *args, "--fail-on", "waste", "--fail-on-share", f"{share * 1.01}")
     assert rc == 0, err
+    # a waste finding under the gate's share is named as below it, not silently dropped
+    assert "below the gate's minimum share" in err and "#" in err
     # the two addmm forms differ by less than the threshold: nothing to fail on
     rc, _, err = run(capsys, "diff", "--db", str(db), "addmm", "add_mm", "--fail-on", "waste")
     assert rc == 0, err
