@@ -101,7 +101,10 @@ class EnergyScreen(BaseScreen):
             share.append(_mini_bar(r.share), style="magenta")
             table.add_row(
                 # interpreter time is not an operator: set apart, as `report` does
-                Text(r.name, style="yellow") if r.kind == "python" else r.name,
+                # one helper shortens names everywhere, the column capped (graphdb/names.py)
+                Text(cell_name(r.name), style="yellow")
+                if r.kind == "python"
+                else cell_name(r.name),
                 str(r.calls),
                 fmt_j(r.energy_j),
                 share,
@@ -148,6 +151,16 @@ class EnergyScreen(BaseScreen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
+
+
+def cell_name(name: str) -> str:
+    """A name in a table cell: shortened, and cut to the name column's cap."""
+    from magneton.graphdb.names import COLUMN_MAX, names_are_full, short_name
+
+    text = short_name(name)
+    if names_are_full() or len(text) <= COLUMN_MAX:
+        return text
+    return text[: COLUMN_MAX - 1] + "…"
 
 
 def _mini_bar(share: float) -> str:

@@ -272,7 +272,7 @@ def element_text(el: PathElement | None, side: str | None = None) -> Text:
             t.append(f"\n      {el.code.strip()}", style="italic")
     elif el.kind in ("op", "kernel"):
         t.append("aten op " if el.kind == "op" else "kernel ", style="dim")
-        t.append(str(el.name), style="bold")
+        t.append(short_op(str(el.name)) if el.kind == "kernel" else str(el.name), style="bold")
     elif el.kind == "args":
         t.append(f"{el.op}", style="bold")
         if el.kernel:

@@ -33,6 +33,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from magneton.graphdb.model import DiffResult, Finding, RunSummary
+from magneton.graphdb.names import COLUMN_MAX, add_full_names, names_are_full, short_name
 
 if TYPE_CHECKING:
     from magneton.diagnose.grouping import CauseGroup
@@ -80,6 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"run's energy count (default {DEFAULT_FAIL_ON_SHARE:g}, i.e. "
         f"{DEFAULT_FAIL_ON_SHARE:.0%}%; 0 counts any)",
     )
+    add_full_names(p)
     p.set_defaults(func=run)
 
 
@@ -125,7 +127,9 @@ def run(args: argparse.Namespace) -> int:
     from magneton.diagnose.pipeline import run_diff, store_outcome
     from magneton.graphdb import open_db
     from magneton.graphdb.model import MagnetonError
+    from magneton.graphdb.names import set_full_names
 
+    set_full_names(args.full_names)
     check_threshold(args.threshold)
     share = DEFAULT_FAIL_ON_SHARE if args.fail_on_share is None else args.fail_on_share
     if not 0.0 <= share < 1.0:
@@ -136,13 +140,18 @@ def run(args: argparse.Namespace) -> int:
     with open_db(args.db, create=False) as db:
         out = run_diff(db, args.a, args.b, threshold=args.threshold, rerun=not args.no_rerun)
         store_outcome(db, out)
+        warning = setup_warning(db, args.a, args.b, out.result)
     result = out.result
     groups = group_by_cause(result.findings)
     if args.json:
         out_json = result.to_json()
         out_json["groups"] = [g.to_json() for g in groups]  # one per cause (diagnose/grouping.py)
+        if warning:
+            print(warning, file=sys.stderr)  # the JSON on stdout stays the contract
         print(json.dumps(out_json, indent=2))
     else:
+        if warning:
+            print(warning)
         if result.match_note:
             print(result.match_note)
         if result.confirm_note:
@@ -169,11 +178,65 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+# config keys that name the hardware a run ran on (tracer/config.py, tracer/kineto.py)
+_HW_KEYS_CYPHER = (
+    "MATCH (c:ConfigEntry) WHERE c.run IN [$a, $b] AND (c.key = 'trace.gpu' OR "
+    "c.key = 'device.cpu' OR (c.key STARTS WITH 'device.cuda.' AND c.key ENDS WITH '.name')) "
+    "RETURN c.run, c.key, c.value"
+)
+
+
+def _config_run(db: object, name: str) -> str:
+    """The run whose config speaks for `name`: itself, or a job's rank 0."""
+    from magneton.diagnose.pipeline import is_job
+
+    return f"{name}/rank0" if is_job(db, name) else name
+
+
+def hardware(rows: list[tuple[str, str, str]], run: str) -> str:
+    """`NVIDIA A100-PG509-200` (GPUs, in device order) or the CPU when no GPU is named."""
+    mine = {k: v for r, k, v in rows if r == run and v}
+    gpus = [mine["trace.gpu"]] if "trace.gpu" in mine else []
+    gpus += [v for k, v in sorted(mine.items()) if k.startswith("device.cuda.")]
+    if gpus:
+        return ", ".join(dict.fromkeys(gpus))
+    return mine.get("device.cpu", "")
+
+
+def setup_warning(db: object, a: str, b: str, result: DiffResult) -> str:
+    """One line when the two sides ran on different hardware or were priced by
+    different energy models (a difference that is the machine's or the model's, not the
+    code's); "" when they match or nothing says."""
+    ra, rb = _config_run(db, a), _config_run(db, b)
+    try:
+        rows = [tuple(r) for r in db.query(_HW_KEYS_CYPHER, {"a": ra, "b": rb}).rows]  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - a warning must never stop the diff
+        rows = []
+    parts = []
+    hw_a, hw_b = hardware(rows, ra), hardware(rows, rb)
+    if hw_a and hw_b and hw_a != hw_b:
+        parts.append(f"ran on different hardware (a: {hw_a}; b: {hw_b})")
+    src_a, src_b = result.a.power_source, result.b.power_source
+    how_a, how_b = result.a.energy_method, result.b.energy_method
+    if (src_a, how_a) != (src_b, how_b):
+        parts.append(
+            f"were priced differently (a: {how_a or '?'} by {src_a or '?'}; "
+            f"b: {how_b or '?'} by {src_b or '?'})"
+        )
+    if not parts:
+        return ""
+    return (
+        "warning: the two runs "
+        + " and ".join(parts)
+        + ": part of every difference below is the machine's or the energy model's, not the code's"
+    )
+
+
 def print_diagnosis(result: DiffResult, groups: list[CauseGroup] | None = None) -> None:
     """Each cause's diagnosis under its lead finding's id (a cause found in several
     regions is diagnosed once); findings judged noise share one line (they all say the
     same thing, and on a busy machine there can be many)."""
-    from magneton.diagnose.grouping import group_by_cause
+    from magneton.diagnose.grouping import cause_key, group_by_cause, kernel_family
     from magneton.diagnose.interpreter import describe_interpreter
     from magneton.diagnose.rootcause import describe_finding
 
@@ -190,6 +253,11 @@ def print_diagnosis(result: DiffResult, groups: list[CauseGroup] | None = None) 
             for x in g.findings[1:]
             if x.kind == "interpreter"
         ]
+        fam = kernel_family(f) if len(g.findings) > 1 and cause_key(f)[0] == "family" else ""
+        if fam:
+            lines.append(
+                f"{len(g.findings)} regions without a cause, grouped by kernel family {fam}"
+            )
         for i, line in enumerate(lines):
             print((f"#{_ids(g)} " if i == 0 else "   ") + line)
     if noise:
@@ -235,7 +303,16 @@ def abbreviate(ops: list[str], occurrences: int = 1, limit: int = 6) -> str:
     per = len(ops) // occurrences if occurrences > 1 and len(ops) % occurrences == 0 else len(ops)
     one = ops[:per]
     shown = [o for o in one if o not in FREE_OPS] or one
-    names = [o.removeprefix("aten::") for o in shown]
+    names: list[str] = []  # a run of the same operator is one name ×N
+    runs: list[int] = []
+    for o in shown:
+        n = short_name(o.removeprefix("aten::"))
+        if names and names[-1] == n:
+            runs[-1] += 1
+        else:
+            names.append(n)
+            runs.append(1)
+    names = [n if k == 1 else f"{n} ×{k}" for n, k in zip(names, runs, strict=True)]
     text = " ".join(names[:limit])
     if len(names) > limit:
         text += f" … (+{len(names) - limit})"
@@ -252,6 +329,20 @@ def _side_text(f: Finding, side: str) -> str:
 
         return place_text(f, side)
     return abbreviate(f.ops_a if side == "a" else f.ops_b, f.occurrences)
+
+
+def _ids_cell(g: CauseGroup, shown: int = 3) -> str:
+    """`8,12,16 +6`: a group's first ids (the diagnosis lines below list them all)."""
+    ids = [str(f.id) for f in g.findings]
+    return ",".join(ids) if len(ids) <= shown else ",".join(ids[:shown]) + f" +{len(ids) - shown}"
+
+
+def _cell(text: str, mark: str) -> str:
+    """A table cell of names, cut to the column's cap with "…" (the ◀ mark kept)."""
+    room = COLUMN_MAX - len(mark)
+    if not names_are_full() and len(text) > room:
+        text = text[: room - 1] + "…"
+    return text + mark
 
 
 def _interval(g: CauseGroup) -> str:
@@ -311,8 +402,10 @@ def print_result(result: DiffResult, groups: list[CauseGroup] | None = None) -> 
     )
     table.add_column("id", justify="right")
     table.add_column("verdict")
-    table.add_column("ops a", overflow="fold")
-    table.add_column("ops b", overflow="fold")
+    # capped (graphdb/names.py): a cell of kernel signatures folded into 30 lines a row
+    width = {} if names_are_full() else {"max_width": COLUMN_MAX}
+    table.add_column("ops a", overflow="fold", ratio=1, **width)
+    table.add_column("ops b", overflow="fold", ratio=1, **width)
     table.add_column("J a", justify="right")
     table.add_column("J b", justify="right")
     table.add_column("ms a", justify="right")
@@ -327,10 +420,10 @@ def print_result(result: DiffResult, groups: list[CauseGroup] | None = None) -> 
         mark_a = " ◀" if f.wasteful == "a" else ""
         mark_b = " ◀" if f.wasteful == "b" else ""
         table.add_row(
-            _ids(g),
+            _ids_cell(g),
             verdict,
-            escape(_side_text(f, "a") + mark_a),
-            escape(_side_text(f, "b") + mark_b),
+            escape(_cell(_side_text(f, "a"), mark_a)),
+            escape(_cell(_side_text(f, "b"), mark_b)),
             f"{sum(x.region_a.energy_j for x in g.findings):.3g}",
             f"{sum(x.region_b.energy_j for x in g.findings):.3g}",
             f"{sum(x.region_a.time_s for x in g.findings) * 1e3:.3g}",

@@ -16,6 +16,8 @@ import sys
 
 from rich.markup import escape
 
+from magneton.graphdb.names import add_full_names
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -38,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=None, help="show the N costliest rows")
     p.add_argument("--no-fold", action="store_true", help="do not fold repeated blocks")
     p.add_argument("--depth", type=int, default=4, help="module tree depth shown (default 4)")
+    add_full_names(p)
     p.set_defaults(func=run)
 
 
@@ -50,9 +53,11 @@ def run(args: argparse.Namespace) -> int:
     )
     from magneton.graphdb import open_db
     from magneton.graphdb.model import MagnetonError
+    from magneton.graphdb.names import set_full_names
 
     if args.top is not None and args.top < 1:
         raise MagnetonError("--top must be at least 1")
+    set_full_names(args.full_names)
     from magneton.diagnose.ranks import print_rank_report, rank_report
 
     with open_db(args.db, read_only=True) as db:
@@ -171,6 +176,7 @@ def _print(profile, rows, tree, args) -> None:
     from rich.table import Table
     from rich.tree import Tree
 
+    from magneton.graphdb.names import name_column, short_name
     from magneton.tracer.energy import method_line
 
     r = profile.run
@@ -182,13 +188,15 @@ def _print(profile, rows, tree, args) -> None:
     table = Table(
         title=f"run '{escape(r.name)}': energy by {title} (per entry call)", box=box.SIMPLE_HEAD
     )
-    table.add_column(title, overflow="fold", min_width=12)
+    # names shortened (graphdb/names.py) and the column capped: one kernel's C++
+    # signature folded into 30 lines per row
+    table.add_column(title, min_width=12, **name_column())
     for col in ("calls", "time (s)", "energy (J)", "J/call", "avg W", "share"):
         table.add_column(col, justify="right")
     table.add_column("method")
     for row in rows:
         table.add_row(
-            escape(row.name),
+            escape(short_name(row.name)),
             str(row.calls),
             _fmt(row.time_s),
             _fmt(row.energy_j),
