@@ -329,7 +329,11 @@ def test_pipeline_is_pure_and_callers_store_explicitly(db):
         assert load_diff(h, "add_mm", "addmm") is None  # nothing written
         store_outcome(h, out)
         stored, regions = load_diff(h, "add_mm", "addmm")
-    assert stages[0][0] == "detected"
+    # status stages first ("loaded", "matched": done = total = 0, no findings), then counts
+    assert stages[0] == ("loaded", 0, 0)
+    counted = [s for s in stages if s[0] in ("detected", "diagnosed")]
+    assert all(s[1:] == (0, 0) for s in stages if s not in counted)
+    assert counted[0][0] == "detected"
     assert [s for s in stages if s[0] == "diagnosed"][-1:] == (
         [("diagnosed", len(out.result.findings), len(out.result.findings))]
         if out.result.findings

@@ -28,15 +28,19 @@ check needs two recordings).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import csv
 import json
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, TextIO
 
 from magneton.graphdb.model import DiffResult, Finding, RunSummary
 from magneton.graphdb.names import COLUMN_MAX, add_full_names, names_are_full, short_name
 
 if TYPE_CHECKING:
     from magneton.diagnose.grouping import CauseGroup
+    from magneton.diagnose.pipeline import Progress
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,7 +64,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="flag regions whose energies differ by at least this fraction of the larger "
         "side (default 0.10; 0.05 at the lowest)",
     )
-    p.add_argument("--json", action="store_true", help="print DiffResult JSON instead of a table")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print DiffResult JSON instead of a table")
+    fmt.add_argument(
+        "--csv",
+        action="store_true",
+        help="print one CSV row per finding (full names, energies, saving and its interval, "
+        "verdict, cause) instead of a table",
+    )
     p.add_argument(
         "--no-rerun",
         action="store_true",
@@ -97,12 +108,99 @@ def gate_findings(result: DiffResult, min_share: float) -> list[Finding]:
     return [f for f in result.findings if f.verdict == "waste" and f.saving_share >= min_share]
 
 
+@contextlib.contextmanager
+def diff_progress() -> Iterator[Progress | None]:
+    """A rich progress line on stderr while the diff runs (loading, matching, confirming,
+    diagnosing N/M, with the elapsed time), only when stderr is a terminal: a diff that
+    re-runs the scripts is 15-20 s of silence otherwise. Piped or logged, nothing is
+    written, so captured stderr and CI logs stay clean; stdout is never touched."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+    from rich.progress import Progress as Bar
+
+    bar = Bar(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    task = bar.add_task("loading the runs", total=None)
+    stages = {
+        "loaded": "matching regions by value",
+        "matched": "confirming candidates (re-measuring both scripts)",
+        "detected": "diagnosing findings",
+    }
+
+    def progress(stage: str, result: DiffResult, done: int, total: int) -> None:
+        if stage == "diagnosed":
+            bar.update(task, description="diagnosing findings", completed=done, total=total)
+        elif stage in stages:
+            bar.update(task, description=stages[stage], completed=done, total=total or None)
+
+    with bar:
+        yield progress
+
+
+CSV_COLUMNS = (
+    "id", "cause_group", "verdict", "kind", "wasteful", "saving_j", "saving_share",
+    "saving_j_low", "saving_j_high", "confirmed", "energy_a_j", "energy_b_j", "time_a_s",
+    "time_b_s", "occurrences", "ops_a", "ops_b", "cause", "note",
+)  # fmt: skip
+
+
+def write_csv(result: DiffResult, groups: list[CauseGroup], out: TextIO) -> None:
+    """`diff --csv`: one row per finding, full operator names (space-separated, a
+    spreadsheet's filter finds them), its cause group's lead id; findings then the
+    dismissed ones (verdict noise). Just the header when nothing was found."""
+    lead = {f.id: g.lead.id for g in groups for f in g.findings}
+    w = csv.writer(out)
+    w.writerow(CSV_COLUMNS)
+    for f in [*result.findings, *result.dismissed]:
+        iv = f.interval
+        rc = f.root_cause
+        w.writerow(
+            [
+                f.id,
+                lead.get(f.id, ""),
+                f.verdict,
+                f.kind,
+                f.wasteful,
+                f"{f.saving_j:.6g}",
+                f"{f.saving_share:.6g}",
+                "" if iv is None else f"{iv.saving_j_low:.6g}",
+                "" if iv is None else f"{iv.saving_j_high:.6g}",
+                "" if iv is None else str(bool(iv.confirmed)).lower(),
+                f"{f.region_a.energy_j:.6g}",
+                f"{f.region_b.energy_j:.6g}",
+                f"{f.region_a.time_s:.6g}",
+                f"{f.region_b.time_s:.6g}",
+                f.occurrences,
+                " ".join(f.ops_a),
+                " ".join(f.ops_b),
+                "" if rc is None else rc.kind,
+                "" if rc is None else (rc.note or ""),
+            ]  # fmt: skip
+        )
+
+
 def below_gate(result: DiffResult, min_share: float) -> list[Finding]:
     """Findings judged waste that save less than `min_share`: printed, not failing."""
     return [f for f in result.findings if f.verdict == "waste" and f.saving_share < min_share]
 
 
-def self_diff(db: object, name: str, as_json: bool) -> int:
+def self_diff(db: object, name: str, fmt: str) -> int:
     """`diff A A`: say that a run was compared with itself (nothing can differ)."""
     from magneton.diagnose.pipeline import is_job
 
@@ -112,10 +210,13 @@ def self_diff(db: object, name: str, as_json: bool) -> int:
         f"'{name}' was compared with itself: one recording on both sides, nothing can "
         "differ (for an A/A check, record the script twice and diff the two runs)"
     )
-    if as_json:
+    if fmt == "json":
         print(
             json.dumps({"a": name, "b": name, "self_diff": True, "findings": [], "message": line})
         )
+    elif fmt == "csv":  # the header (no findings); the line where a person reads it
+        csv.writer(sys.stdout).writerow(CSV_COLUMNS)
+        print(line, file=sys.stderr)
     else:
         print(line)
     return 0
@@ -136,14 +237,25 @@ def run(args: argparse.Namespace) -> int:
         raise MagnetonError(f"--fail-on-share must be in [0, 1), got {share}")
     if args.a == args.b:
         with open_db(args.db, read_only=True, create=False) as db:
-            return self_diff(db, args.a, args.json)
-    with open_db(args.db, create=False) as db:
-        out = run_diff(db, args.a, args.b, threshold=args.threshold, rerun=not args.no_rerun)
+            return self_diff(db, args.a, "json" if args.json else "csv" if args.csv else "")
+    with open_db(args.db, create=False) as db, diff_progress() as progress:
+        out = run_diff(
+            db,
+            args.a,
+            args.b,
+            threshold=args.threshold,
+            rerun=not args.no_rerun,
+            progress=progress,
+        )
         store_outcome(db, out)
         warning = setup_warning(db, args.a, args.b, out.result)
     result = out.result
     groups = group_by_cause(result.findings)
-    if args.json:
+    if args.csv:
+        if warning:
+            print(warning, file=sys.stderr)
+        write_csv(result, groups, sys.stdout)
+    elif args.json:
         out_json = result.to_json()
         out_json["groups"] = [g.to_json() for g in groups]  # one per cause (diagnose/grouping.py)
         if warning:
