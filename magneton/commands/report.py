@@ -150,6 +150,17 @@ def spread_line(profile) -> str:
         + (f"; stopped: {sp.stop_reason}" if sp.stop_reason else "")
         + ")"
     )
+    e = profile.run.energy_j
+    if e > 0 and not (sp.min_j <= e <= sp.max_j):
+        # the model prices each operator on its own cheapest iteration (docs/energy.md),
+        # and no whole call has every operator at its cheapest at once: the headline
+        # sits below the cheapest call. Said here, so "11.4 J/call … min 12.15 J" is no
+        # contradiction left for the reader to resolve.
+        where = "below the cheapest" if e < sp.min_j else "above the costliest"
+        line += (
+            f"\nheadline {_fmt(e)} J/call is {where} whole call: it sums each operator's "
+            "own cheapest iteration (robust to load), while min/max are whole calls"
+        )
     if sp.unstable:
         line = (
             f"[yellow]{line}\nunstable: the call's energy varied ±{100 * sp.cv:.0f}% between "
