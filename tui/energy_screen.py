@@ -66,7 +66,8 @@ class EnergyScreen(BaseScreen):
             t.append(f" {fmt_j(r.energy_j)}, {fmt_s(r.time_s)} per call, {len(prof.ops)} ops — ")
             t.append(describe_energy(r.energy_method, r.power_source), style="italic")
         t.append(f"\ngrouped by {self.by}", style="dim")
-        t.append(f" · layers {'folded' if self.fold else 'unfolded'}", style="dim")
+        # the fold applies to the module tree only; the table lists every row
+        t.append(f" · module tree: layers {'folded' if self.fold else 'unfolded'}", style="dim")
         if len(self.runs) > 1:
             t.append(f" · s: show {self.runs[1 - self.index]}", style="dim")
         if python_share > 0:
