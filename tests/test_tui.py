@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -199,7 +200,10 @@ def test_pick_runs_findings_diagnosis_detail_and_patch_export(gelu_db) -> None:
         assert "Divergence at the python level" in paths
         # the chosen activation: NewGELUActivation's formula vs GELUTanh's one kernel
         assert "▶ forward transformers/activations.py:66" in paths
-        assert "decided after forward transformers/models/gpt2/modeling_gpt2.py:240" in paths
+        # the line moves between transformers releases (240, 242): the place is the point
+        assert re.search(
+            r"decided after forward transformers/models/gpt2/modeling_gpt2\.py:\d+", paths
+        )
         assert "aten::tanh" in paths and "aten::gelu" in paths
 
         await pilot.press("3")
