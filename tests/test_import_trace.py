@@ -180,6 +180,17 @@ def test_two_rank_traces_load_as_one_job(tmp_path):
             assert (p.run.rank, p.run.world_size) == (rank, 128)
             assert p.dist is not None and p.dist.backend == "nccl"
             assert any(op.device.startswith("cuda") for op in p.ops)
+    # the job report: 126 missing ranks are one row and one note (277 lines before,
+    # one row each), and --by kernel --top 10 gives each recorded rank's top 10
+    r = cli("report", "--db", str(db), "job", "--by", "kernel", "--top", "10")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) <= 80, len(lines)
+    assert sum("2–127" in line for line in lines) == 2  # the row and the note
+    assert "126 of 128 ranks are not in the DB: 2–127" in " ".join(r.stdout.split())
+    for rank in (0, 1):
+        assert f"run 'job/rank{rank}': energy by kernel" in r.stdout
+    assert "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(…)" in r.stdout
     # importing again without --replace leaves the job as it is
     r = cli("import-trace", str(ranks), "--db", str(db), "--run", "job")
     assert r.returncode != 0 and "already in the DB" in r.stderr

@@ -60,17 +60,26 @@ def run(args: argparse.Namespace) -> int:
     set_full_names(args.full_names)
     from magneton.diagnose.ranks import print_rank_report, rank_report
 
+    per_rank = args.by != "op" or args.top is not None  # asked for a breakdown
     with open_db(args.db, read_only=True) as db:
         # a torch.distributed job is stored as NAME/rank0, NAME/rank1, ...
         job = None if db.has_run(args.run) else rank_report(db, args.run)
         if job is None:
             db.require_run(args.run)
             profile = db.load_profile(args.run)
+        elif per_rank and not args.json and not args.csv:
+            from magneton.diagnose.ranks import job_runs
+
+            runs = job_runs(db, args.run)
+            ok = {s.rank for s in job.ranks if s.status == "ok"}
+            rank_profiles = [db.load_profile(runs[r].name) for r in sorted(ok) if r in runs]
     if job is not None:
         if args.json:
             print(json.dumps(job.to_json(), indent=2))
-        else:
-            print_rank_report(job)
+            return 0
+        print_rank_report(job)
+        if per_rank and not args.csv:
+            _print_ranks(rank_profiles, args)
         return 0
     if profile.run.status != "ok":
         raise MagnetonError(
@@ -181,20 +190,30 @@ def _fmt(x: float, unit: str = "") -> str:
     return f"{x:.4g}{unit}"
 
 
-def _print(profile, rows, tree, args) -> None:
-    from rich import box
+def _print_ranks(profiles: list, args: argparse.Namespace) -> None:
+    """`report JOB --by kernel --top N`: the job's report, then each recorded rank's
+    breakdown (the job report alone ignored --by and --top)."""
     from rich.console import Console
-    from rich.table import Table
-    from rich.tree import Tree
 
-    from magneton.graphdb.names import name_column, short_name
-    from magneton.tracer.energy import method_line
+    from magneton.diagnose.breakdown import operator_table, top_rows
 
-    r = profile.run
     console = Console()
     if not console.is_terminal:
-        console = Console(width=max(console.width, 120))  # a pipe: no wrapping of names
-    title = {"op": "operator", "module": "module", "kernel": "kernel"}[args.by]
+        console = Console(width=max(console.width, 120))
+    for p in profiles:
+        rows = top_rows(operator_table(p, by=args.by), args.top or 10, p.run.energy_j)
+        console.print(_table(p, rows, args.by))
+
+
+def _table(profile, rows, by: str):
+    """The breakdown table of one run (rows as `top_rows` gives them, plus the total)."""
+    from rich import box
+    from rich.table import Table
+
+    from magneton.graphdb.names import name_column, short_name
+
+    r = profile.run
+    title = {"op": "operator", "module": "module", "kernel": "kernel"}[by]
     # run and operator names are user text: `bert[fp64]` must not be read as markup
     table = Table(
         title=f"run '{escape(r.name)}': energy by {title} (per entry call)", box=box.SIMPLE_HEAD
@@ -229,6 +248,22 @@ def _print(profile, rows, tree, args) -> None:
         "100%",
         r.energy_method,
     )
+    return table
+
+
+def _print(profile, rows, tree, args) -> None:
+    from rich.console import Console
+    from rich.tree import Tree
+
+    from magneton.tracer.energy import method_line
+
+    r = profile.run
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=max(console.width, 120))  # a pipe: no wrapping of names
+    table = _table(profile, rows, args.by)
+    span = profile.energy.span_s
+    span = span if span > 0 else r.time_s  # charged time of the whole call
     console.print(table)
     console.print(
         f"idle baseline ~ {r.idle_w:.1f} W; above idle {_fmt(r.energy_above_idle_j)} J "
