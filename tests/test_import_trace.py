@@ -190,7 +190,7 @@ def test_two_rank_traces_load_as_one_job(tmp_path):
     assert "126 of 128 ranks are not in the DB: 2–127" in " ".join(r.stdout.split())
     for rank in (0, 1):
         assert f"run 'job/rank{rank}': energy by kernel" in r.stdout
-    assert "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(…)" in r.stdout
+    assert "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t" in r.stdout
     # importing again without --replace leaves the job as it is
     r = cli("import-trace", str(ranks), "--db", str(db), "--run", "job")
     assert r.returncode != 0 and "already in the DB" in r.stderr
