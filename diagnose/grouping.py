@@ -11,7 +11,11 @@ split the group: one argument reaches different library lines (the eager mask is
 one line, its softmax at another) and one edit fixes both. Without a traced origin (kind
 "unknown", or not diagnosed) nothing is known to be shared, so the divergence site is the
 key and such findings group only with those diverging at the same place and kind. Noise
-never groups with a real finding.
+never groups with a real finding. Findings with neither a traced origin nor a Python
+site (imported traces, matched by operator path) group by the *family* of the kernel
+where they diverge (`vectorized_elementwise_kernel`, `Memcpy DtoD`; graphdb/names.py)
+and the side that spends more: a diff of two real GPU traces listed 45 such findings one
+by one, 20 of them some `elementwise_kernel`, which one row says as well.
 
 Interpreter time (diagnose/interpreter.py) joins a real region finding of the same
 wasteful side when its Python is part of that region's implementation: most of the ops
@@ -31,6 +35,7 @@ import os
 from dataclasses import dataclass, field
 
 from magneton.graphdb.model import Finding
+from magneton.graphdb.names import family
 
 
 def cause_key(f: Finding) -> tuple:
@@ -51,7 +56,23 @@ def cause_key(f: Finding) -> tuple:
     site = div.site_a if div is not None else None
     if site is not None and site.file:
         return ("site", noise, site.file, site.line, f.wasteful)
+    fam = kernel_family(f)
+    if fam and f.kind != "interpreter":
+        return ("family", noise, fam, f.wasteful)
     return ("finding", f.id)  # nothing known to share: a group of its own
+
+
+def kernel_family(f: Finding) -> str:
+    """The family (graphdb/names.py) of the kernel where a finding without a cause
+    diverges, on the side that spends more (else the other); "" when none is named."""
+    div = f.divergence
+    if div is None or div.level != "kernel":
+        return ""
+    first, second = (div.a, div.b) if f.wasteful == "a" else (div.b, div.a)
+    for el in (first, second):
+        if el.kind == "kernel" and el.name and el.name != "(none)":
+            return family(el.name)
+    return ""
 
 
 @dataclass

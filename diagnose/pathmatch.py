@@ -113,10 +113,12 @@ def _short(name: str, limit: int = 70) -> str:
 
 
 def describe_deltas(deltas: list[KernelDelta], n: int = 3) -> str:
+    from magneton.graphdb.names import short_name
+
     parts = []
     for d in deltas[:n]:
         parts.append(
-            f"{_short(d.name)} {d.energy_a_j:.3g} J ×{d.calls_a} (a) vs "
+            f"{short_name(d.name)} {d.energy_a_j:.3g} J ×{d.calls_a} (a) vs "
             f"{d.energy_b_j:.3g} J ×{d.calls_b} (b)"
         )
     return "; ".join(parts)

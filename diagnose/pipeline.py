@@ -15,7 +15,10 @@ Two choices, and the failures they prevent:
 * One progress callback, `progress(stage, result, done, total)`: `"detected"` once the
   findings are known (before diagnosis, which can take minutes of re-running scripts),
   then `"diagnosed"` after each diagnosed finding. The TUI shows findings and then
-  causes as they arrive; eval times the two halves.
+  causes as they arrive; eval times the two halves. Before those, two status stages
+  with done = total = 0 and no findings, `"loaded"` (both runs read) and `"matched"`
+  (candidates found, confirmation next), let `magneton diff` say on a terminal what
+  the seconds of a diff are spent on; callers that count ignore them.
 
 Detected candidates are confirmed before anything sees them (diagnose/confirm.py): both
 sides are re-measured in alternating rounds and a candidate the paired test does not
@@ -133,6 +136,10 @@ def diff_run_pair(
     from .pathmatch import diff_by_path, finding_regions, has_values
 
     pa, pb = load_run(db, a), load_run(db, b)
+    if progress is not None:  # stages with done = total = 0: a status, not a count
+        from .diff import summary
+
+        progress("loaded", DiffResult(a=summary(pa), b=summary(pb)), 0, 0)
     if not (has_values(pa) and has_values(pb)):
         # imported traces carry no tensor values: matched by operator path and kernel
         # names (diagnose/pathmatch.py), and nothing to re-run, so nothing to diagnose
@@ -152,6 +159,8 @@ def diff_run_pair(
         if progress is not None:
             progress("detected", result, 0, 0)
         return out
+    if progress is not None:  # candidates found (not passed on): confirmation is next
+        progress("matched", DiffResult(a=result.a, b=result.b), 0, 0)
     from .confirm import sigterm_unwinds
 
     pool = None

@@ -13,6 +13,17 @@ if TYPE_CHECKING:
     from .ranks import RankReport
 
 
+def rank_ranges(ranks: list[int]) -> str:
+    """`2–127` or `0, 3–5`: sorted ranks as ranges."""
+    spans: list[list[int]] = []  # [first, last]
+    for r in sorted(ranks):
+        if spans and r == spans[-1][1] + 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in spans)
+
+
 def print_rank_report(rep: RankReport, console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -46,7 +57,18 @@ def print_rank_report(rep: RankReport, console: Any = None) -> None:
     c = Table(title="collectives per entry call")
     for col in ("rank", "ops", "ms", "J", "waited ms", "busy-wait ms", "peer wait ms"):
         c.add_column(col, justify="right")
+    missing: list[int] = []  # a run of missing ranks is one row: 126 of 128 were one each
+
+    def flush_missing() -> None:
+        if missing:
+            t.add_row(rank_ranges(missing), f"[red]missing ({len(missing)})[/]", *[""] * 6)
+            missing.clear()
+
     for s in rep.ranks:
+        if s.status == "missing":
+            missing.append(s.rank)
+            continue
+        flush_missing()
         if s.status != "ok":
             t.add_row(str(s.rank), f"[red]{s.status}[/]", *[""] * 6)
             continue
@@ -69,6 +91,7 @@ def print_rank_report(rep: RankReport, console: Any = None) -> None:
             ms(s.busy_wait_s),
             ms(s.peer_wait_s),
         )
+    flush_missing()
     console.print(t)
     console.print(
         "busy = own work (CPU time on CPU ranks); blocked = time the rank used no CPU (wall - "

@@ -387,9 +387,17 @@ def _job_totals(rep: RankReport, profiles: dict[int, Profile]) -> None:
                     f"same power source ({source}): each rank's energy covers everything that "
                     "source sees, so the job total counts it once per rank (an upper bound)"
                 )
+    missing = [s.rank for s in stats if s.status == "missing"]
+    if missing:
+        from .rank_view import rank_ranges
+
+        rep.notes.append(
+            f"{len(missing)} of {world} ranks are not in the DB: {rank_ranges(missing)} "
+            "(merge their shards, or import their traces)"
+        )
     for s in stats:
         if s.status == "missing":
-            rep.notes.append(f"rank {s.rank} of {world} is not in the DB (merge its shard)")
+            continue
         elif s.status != "ok":
             rep.notes.append(f"rank {s.rank} {s.status}: {s.error or 'no error recorded'}")
 

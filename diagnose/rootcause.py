@@ -589,9 +589,11 @@ def _cause_line(f: Finding, rc: RootCause) -> str:
 
 
 def _element_label(e: PathElement) -> str:
+    from magneton.graphdb.names import short_name
+
     if e.kind == "frame":
         return f"{os.path.basename(e.file or '')}:{e.line} {e.function}"
-    return e.name or e.kind
+    return short_name(e.name) if e.name else e.kind
 
 
 def describe_finding(f: Finding) -> list[str]:
@@ -602,7 +604,16 @@ def describe_finding(f: Finding) -> list[str]:
     lines = [_cause_line(f, rc)]
     div = f.divergence
     if div is not None:
-        lines.append(f"diverges ({div.level}): {_element_label(div.a)} vs {_element_label(div.b)}")
+        la, lb = _element_label(div.a), _element_label(div.b)
+        if div.a.kind == div.b.kind and (div.a.name, div.a.file, div.a.line) == (
+            div.b.name,
+            div.b.file,
+            div.b.line,
+        ):
+            # the largest difference is in one kernel both sides ran: not a divergence
+            lines.append(f"same {div.level} on both sides: {la} (it ran longer or more often)")
+        else:
+            lines.append(f"diverges ({div.level}): {la} vs {lb}")
     if rc.rule is not None:
         lines.append(f"rule {rc.rule.id}: {rc.rule.title} [{', '.join(rc.rule.references)}]")
     fix = f.fix

@@ -18,7 +18,8 @@ def test_demo_works_in_its_scratch_dir_and_its_hint_applies_as_printed(tmp_path:
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        env={**env, "COLUMNS": "400"},
+        # narrow: the hint line must come out whole however wide the console (not wrapped)
+        env={**env, "COLUMNS": "60"},
         timeout=900,
     )
     assert demo.returncode == 0, demo.stderr

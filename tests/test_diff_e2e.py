@@ -300,6 +300,8 @@ def test_fail_on_waste_is_a_ci_gate_with_exit_3(db, capsys):
     share = max(f["saving_share"] for f in plain["findings"] if f["verdict"] == "waste")
     rc, _, err = run(capsys, *args, "--fail-on", "waste", "--fail-on-share", f"{share * 1.01}")
     assert rc == 0, err
+    # a waste finding under the gate's share is named as below it, not silently dropped
+    assert "below the gate's minimum share" in err and "#" in err
     # the two addmm forms differ by less than the threshold: nothing to fail on
     rc, _, err = run(capsys, "diff", "--db", str(db), "addmm", "add_mm", "--fail-on", "waste")
     assert rc == 0, err
@@ -327,7 +329,11 @@ def test_pipeline_is_pure_and_callers_store_explicitly(db):
         assert load_diff(h, "add_mm", "addmm") is None  # nothing written
         store_outcome(h, out)
         stored, regions = load_diff(h, "add_mm", "addmm")
-    assert stages[0][0] == "detected"
+    # status stages first ("loaded", "matched": done = total = 0, no findings), then counts
+    assert stages[0] == ("loaded", 0, 0)
+    counted = [s for s in stages if s[0] in ("detected", "diagnosed")]
+    assert all(s[1:] == (0, 0) for s in stages if s not in counted)
+    assert counted[0][0] == "detected"
     assert [s for s in stages if s[0] == "diagnosed"][-1:] == (
         [("diagnosed", len(out.result.findings), len(out.result.findings))]
         if out.result.findings

@@ -111,11 +111,27 @@ def test_control_vs_test_diff_names_largest_kernel_differences(tmp_path):
         assert f"-> run '{run}'" in r.stdout
     r = cli("diff", "--db", str(db), "control", "test")
     assert r.returncode == 0, r.stderr
-    first = r.stdout.splitlines()[0]
+    lines = r.stdout.splitlines()
+    # the control ran on an A100, the test on a V100, priced by two GPU models: said first
+    assert lines[0].startswith("warning: the two runs ran on different hardware")
+    assert "A100-PG509-200" in lines[0] and "V100-SXM2-16GB" in lines[0]
+    assert "model:a100" in lines[0] and "model:gpu-default" in lines[0]
+    first = lines[1]
     assert first.startswith("matched by operator path and kernel names")
     # the test variant runs 4645 device-to-device copies against the control's 18
     assert "largest kernel-level differences: Memcpy DtoD (Device -> Device)" in first
     assert "×18 (a)" in first and "×4645 (b)" in first
+    # readable at real size: 730 lines before names were shortened and findings without
+    # a cause grouped by kernel family; no 1,500-character C++ signature printed whole
+    assert len(lines) <= 150, len(lines)
+    assert "GenericPackedTensorAccessor" not in r.stdout
+    assert "split_embedding_backward_codegen_rowwise_adagrad" in r.stdout  # short form
+    assert "grouped by kernel family" in r.stdout
+    for line in lines:  # a kernel both sides ran is not "X vs X"
+        if line.strip().startswith("diverges ("):
+            a, b = line.split(": ", 1)[1].split(" vs ", 1)
+            assert a != b, line
+    assert any(line.strip().startswith("same kernel on both sides: ") for line in lines)
     # the stored result (what --json prints, plus regions), without a second diff
     with open_db(db, read_only=True) as h:
         rows = h.query("MATCH (d:Diff) RETURN d.run_a, d.run_b, d.result_json").rows
@@ -128,7 +144,19 @@ def test_control_vs_test_diff_names_largest_kernel_differences(tmp_path):
         assert f["divergence"]["matched_by"] == "path"
         assert f["divergence"]["kernels"], f
         assert "largest kernel differences" in f["root_cause"]["note"]
-    assert f"{len(findings)} finding(s)" in r.stdout
+    # the JSON keeps every name whole
+    kernels = {k["name"] for f in findings for k in f["divergence"]["kernels"]}
+    assert any("GenericPackedTensorAccessor" in k for k in kernels)
+    rows_shown = sum(1 for line in lines if line.startswith("│") and line[1:].strip()[:1].isdigit())
+    assert f"{rows_shown} finding(s)" in r.stdout  # one row per cause or kernel family
+    assert rows_shown < len(findings)
+    # `report --by kernel --top 10` is about ten rows (151 lines when names wrapped)
+    r = cli("report", "--db", str(db), "control", "--by", "kernel", "--top", "10")
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) <= 30, r.stdout
+    assert "(other " in r.stdout and "GenericPackedTensorAccessor" not in r.stdout
+    r = cli("report", "--db", str(db), "control", "--by", "kernel", "--top", "3", "--full-names")
+    assert r.returncode == 0 and "GenericPackedTensorAccessor" in r.stdout
 
 
 @needs_hta
@@ -152,6 +180,17 @@ def test_two_rank_traces_load_as_one_job(tmp_path):
             assert (p.run.rank, p.run.world_size) == (rank, 128)
             assert p.dist is not None and p.dist.backend == "nccl"
             assert any(op.device.startswith("cuda") for op in p.ops)
+    # the job report: 126 missing ranks are one row and one note (277 lines before,
+    # one row each), and --by kernel --top 10 gives each recorded rank's top 10
+    r = cli("report", "--db", str(db), "job", "--by", "kernel", "--top", "10")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) <= 80, len(lines)
+    assert sum("2–127" in line for line in lines) == 2  # the row and the note
+    assert "126 of 128 ranks are not in the DB: 2–127" in " ".join(r.stdout.split())
+    for rank in (0, 1):
+        assert f"run 'job/rank{rank}': energy by kernel" in r.stdout
+    assert "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t" in r.stdout
     # importing again without --replace leaves the job as it is
     r = cli("import-trace", str(ranks), "--db", str(db), "--run", "job")
     assert r.returncode != 0 and "already in the DB" in r.stderr

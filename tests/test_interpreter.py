@@ -183,3 +183,36 @@ def test_an_interpreter_finding_survives_storage_and_groups_alone():
     }
     (g,) = group_by_cause([f])
     assert g.findings == [f]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_drift_every_place_shares_is_no_finding(seed):
+    """The same script recorded twice on a loaded machine: its Python ran 35% slower at
+    every place of one recording, each recording's own iterations steady (2%). The
+    other places' drift is the noise a place is judged against, so none is a finding
+    (judged on the operators' calibration alone, both were)."""
+    a, b = _pair(ratio=1.0, noise=0.02, seed=seed)
+    for op in a.ops:  # every place of `a` 35% slower
+        op.energy_j += 0.35 * (op.energy_j - P_STATIC_W * 1e-3)
+    a.energy.interp_j = [1.35 * e for e in a.energy.interp_j]
+    a.energy.interp_samples_j = [[1.35 * e for e in row] for row in a.energy.interp_samples_j]
+    a.run.energy_j = sum(op.energy_j for op in a.ops)
+    assert interpreter_findings(a, b, [], threshold=0.10) == []
+
+
+def test_without_samples_the_drift_between_recordings_still_bounds_a_place():
+    """Neither side kept per-iteration samples: a 1.4× place with the other place 1.3×
+    apart is no finding, a 3× place with the other unchanged is one, with an interval."""
+    a, b = _pair(ratio=1.4, noise=0.0, seed=0)
+    for p in (a, b):
+        p.energy.interp_samples_j = []
+        p.energy.op_samples_j = []
+    a.energy.interp_j[1] *= 1.3
+    assert interpreter_findings(a, b, [], threshold=0.10) == []
+    a, b = _pair(ratio=3.0, noise=0.0, seed=0)
+    for p in (a, b):
+        p.energy.interp_samples_j = []
+        p.energy.op_samples_j = []
+    found = interpreter_findings(a, b, [], threshold=0.10)
+    assert len(found) == 1 and found[0].interval is not None
+    assert found[0].interval.iterations_a == 0 and found[0].interval.saving_j_low > 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -199,7 +200,10 @@ def test_pick_runs_findings_diagnosis_detail_and_patch_export(gelu_db) -> None:
         assert "Divergence at the python level" in paths
         # the chosen activation: NewGELUActivation's formula vs GELUTanh's one kernel
         assert "▶ forward transformers/activations.py:66" in paths
-        assert "decided after forward transformers/models/gpt2/modeling_gpt2.py:240" in paths
+        # the line moves between transformers releases (240, 242): the place is the point
+        assert re.search(
+            r"decided after forward transformers/models/gpt2/modeling_gpt2\.py:\d+", paths
+        )
         assert "aten::tanh" in paths and "aten::gelu" in paths
 
         await pilot.press("3")
@@ -612,7 +616,8 @@ def test_diagnosis_crash_keeps_the_findings(gelu_db) -> None:
         assert msg.startswith("diagnosis failed: the diff/diagnosis process stopped")
         assert "(the findings stand)" in msg
         assert cells(screen.query_one("#findings"))[0][0] == "1"  # still listed
-        assert cells(screen.query_one("#findings"))[0][-1] == "-"  # no cause, not "diagnosing…"
+        # no cause: the cell says the diagnosis failed, not "diagnosing…" or "-"
+        assert cells(screen.query_one("#findings"))[0][-1] == "failed"
         await pilot.press("enter")  # and still usable
         assert isinstance(app.screen, FindingScreen)
 
@@ -652,12 +657,17 @@ def test_finding_screen_shows_the_interval_and_whether_it_was_confirmed(gelu_db)
     async def scenario(pilot) -> None:
         await pilot.press("enter")
         assert isinstance(app.screen, FindingScreen) and app.screen.finding.id == 1
+        # the two-line header says it short; the Root cause tab opens with the long form
         text = flat(text_of(app.screen.query_one("#finding-summary")))
         assert "saving 750 mJ to 1.1 J per call at 95% (ratio 1.60–2.40×)" in text
-        assert "confirmed: 7 interleaved rounds per side" in text
+        assert "confirmed in 7 rounds" in text
+        details = flat(text_of(app.screen.query_one("#rootcause")))
+        assert "confirmed: 7 interleaved rounds per side (paired t)" in details
         await pilot.press("escape", "down", "enter")
         assert app.screen.finding.id == 2
         text = flat(text_of(app.screen.query_one("#finding-summary")))
-        assert "unconfirmed (re-measurement disabled (--no-rerun))" in text
+        assert text.endswith("unconfirmed")
+        details = flat(text_of(app.screen.query_one("#rootcause")))
+        assert "unconfirmed (re-measurement disabled (--no-rerun))" in details
 
     run_app(app, scenario)

@@ -217,7 +217,11 @@ def bar(fraction: float, width: int = 10) -> str:
 
 
 def short_op(name: str) -> str:
-    return name.removeprefix("aten::")
+    """An operator or kernel name as every view prints it (graphdb/names.py), without
+    the `aten::` every operator has."""
+    from magneton.graphdb.names import short_name
+
+    return short_name(name.removeprefix("aten::"))
 
 
 def periodic_unit(seq: Sequence[str]) -> tuple[list[str], int]:

@@ -66,7 +66,8 @@ class EnergyScreen(BaseScreen):
             t.append(f" {fmt_j(r.energy_j)}, {fmt_s(r.time_s)} per call, {len(prof.ops)} ops — ")
             t.append(describe_energy(r.energy_method, r.power_source), style="italic")
         t.append(f"\ngrouped by {self.by}", style="dim")
-        t.append(f" · layers {'folded' if self.fold else 'unfolded'}", style="dim")
+        # the fold applies to the module tree only; the table lists every row
+        t.append(f" · module tree: layers {'folded' if self.fold else 'unfolded'}", style="dim")
         if len(self.runs) > 1:
             t.append(f" · s: show {self.runs[1 - self.index]}", style="dim")
         if python_share > 0:
@@ -101,7 +102,10 @@ class EnergyScreen(BaseScreen):
             share.append(_mini_bar(r.share), style="magenta")
             table.add_row(
                 # interpreter time is not an operator: set apart, as `report` does
-                Text(r.name, style="yellow") if r.kind == "python" else r.name,
+                # one helper shortens names everywhere, the column capped (graphdb/names.py)
+                Text(cell_name(r.name), style="yellow")
+                if r.kind == "python"
+                else cell_name(r.name),
                 str(r.calls),
                 fmt_j(r.energy_j),
                 share,
@@ -148,6 +152,16 @@ class EnergyScreen(BaseScreen):
 
     def action_back(self) -> None:
         self.app.pop_screen()
+
+
+def cell_name(name: str) -> str:
+    """A name in a table cell: shortened, and cut to the name column's cap."""
+    from magneton.graphdb.names import COLUMN_MAX, names_are_full, short_name
+
+    text = short_name(name)
+    if names_are_full() or len(text) <= COLUMN_MAX:
+        return text
+    return text[: COLUMN_MAX - 1] + "…"
 
 
 def _mini_bar(share: float) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rich.console import Group
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -24,6 +25,7 @@ from .widgets import (
     PowerView,
     divergence_view,
     fill_region_table,
+    finding_details,
     finding_summary,
     fix_view,
     root_cause_view,
@@ -83,9 +85,12 @@ class FindingScreen(BaseScreen):
     BINDINGS = [
         Binding("escape", "back", "Findings"),
         Binding("x", "export", "Export patch"),
-        Binding("1", "tab('regions')", "Regions"),
-        Binding("2", "tab('paths')", "Call paths"),
-        Binding("3", "tab('cause')", "Cause & fix"),
+        # the tabs show their numbers: 1-3 stay off the footer, which at 80 columns cut
+        # its last keys ("s Oth")
+        Binding("1", "tab('regions')", "Regions", show=False),
+        Binding("2", "tab('paths')", "Call paths", show=False),
+        Binding("3", "tab('cause')", "Cause & fix", show=False),
+        Binding("f", "fix", "Fix"),
     ]
 
     def __init__(self, owner: FindingsScreen, result: DiffResult, finding: Finding) -> None:
@@ -169,7 +174,9 @@ class FindingScreen(BaseScreen):
         self.query_one("#callpaths", Static).update(
             divergence_view(f, self.prof["a"], self.prof["b"], r.a.run, r.b.run)
         )
-        self.query_one("#rootcause", Static).update(root_cause_view(f, r.a.run, r.b.run))
+        self.query_one("#rootcause", Static).update(
+            Group(finding_details(f), root_cause_view(f, r.a.run, r.b.run))
+        )
         self.render_fix()
 
     def render_fix(self) -> None:
@@ -180,6 +187,13 @@ class FindingScreen(BaseScreen):
         # focus the tab's content so ↑/↓/pgup/pgdn scroll it right away
         target = {"regions": "#ops-a", "paths": "#paths-scroll", "cause": "#cause-scroll"}[tab]
         self.query_one(target).focus()
+
+    def action_fix(self) -> None:
+        """The fix and its patch preview, at the top of the view (tab 3 scrolled)."""
+        self.action_tab("cause")
+        self.query_one("#cause-scroll", VerticalScroll).scroll_to_widget(
+            self.query_one("#fix"), animate=False, top=True
+        )
 
     def action_export(self) -> None:
         export_finding(self, self.result, self.finding)

@@ -13,7 +13,7 @@ from textual.containers import Horizontal
 from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
 from textual.worker import get_current_worker
 
-from magneton.graphdb.model import DiffResult, Finding
+from magneton.graphdb.model import DiffResult, Finding, RootCause
 
 from .base import BaseScreen, row_summary
 from .data import fmt_pct
@@ -160,6 +160,7 @@ class FindingsScreen(BaseScreen):
             self.diagnosing = False
             self.set_progress("")
             self.show_msg(f"diagnosis failed: {message} (the findings stand)", "error")
+            self._mark_failed(message)
             self._refresh_causes()
         else:
             self.diagnosing = False
@@ -232,6 +233,17 @@ class FindingsScreen(BaseScreen):
             f = self.finding(self.detail.finding.id)
             if f is not None:
                 self.detail.update_finding(result, f)
+
+    def _mark_failed(self, message: str) -> None:
+        """Findings the failed diagnosis left without a cause carry its error, so the
+        table and the finding screen say "diagnosis failed", not "not diagnosed yet"."""
+        if self.result is None:
+            return
+        for f in self.result.findings:
+            if f.category is None and f.kind != "interpreter" and f.root_cause is None:
+                f.root_cause = RootCause(kind="unknown", error=message)
+        if self.detail is not None and self.detail.is_attached:
+            self.detail.render_all()
 
     def _refresh_causes(self) -> None:
         if self.result is None:

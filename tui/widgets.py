@@ -85,12 +85,31 @@ def side_style(f: Finding, side: str) -> str:
     return "red" if f.wasteful == side else "green"
 
 
+def diagnosis_failed(f: Finding) -> str:
+    """Why this finding's diagnosis failed ("" when it did not): the error a root cause
+    carries while no category was found. A failed diagnosis must say so, not read as
+    "not diagnosed yet" forever."""
+    rc = f.root_cause
+    if f.category is None and f.kind != "interpreter" and rc is not None and rc.error:
+        return rc.error
+    return ""
+
+
 def cause_text(f: Finding, diagnosing: bool) -> Text:
     if f.kind == "interpreter":  # explained at detection, never diagnosed
         return Text("python", style="bold yellow")
     if f.category:
         return Text(f.category, style="bold")
+    if diagnosis_failed(f):
+        return Text("failed", style="bold red")
     return Text("diagnosing…" if diagnosing else "-", style="dim")
+
+
+SIDE_CELL_MAX = 36  # widest an "ops A"/"ops B" cell gets in the findings table
+
+
+def _clip_cell(text: str, width: int = SIDE_CELL_MAX) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def side_summary(f: Finding, side: str) -> str:
@@ -109,8 +128,10 @@ def finding_row(f: Finding, diagnosing: bool = False) -> list[RenderableType]:
         Text(str(f.id), style="bold"),
         Text(fmt_j(f.saving_j), style="bold"),
         share,
-        Text(side_summary(f, "a"), style=side_style(f, "a")),
-        Text(side_summary(f, "b"), style=side_style(f, "b")),
+        # capped: one interpreter finding's "python: …" cell was hundreds of characters
+        # wide, and the verdict and cause columns 360 presses of → away at 80 columns
+        Text(_clip_cell(side_summary(f, "a")), style=side_style(f, "a")),
+        Text(_clip_cell(side_summary(f, "b")), style=side_style(f, "b")),
         fmt_j(f.region_a.energy_j),
         fmt_j(f.region_b.energy_j),
         fmt_s(f.region_a.time_s),
@@ -140,25 +161,48 @@ def energy_header(result: DiffResult) -> Text:
 
 
 def finding_summary(result: DiffResult, f: Finding) -> Text:
+    """Two lines at most, each cut with "…" rather than wrapped (80×24: every line the
+    header takes is one the patch preview loses): what the finding is and saves, then
+    how sure it is. The long forms (the test, why unconfirmed, the outputs' difference)
+    head the Root cause tab (`finding_details`)."""
     waste_run = result.a.run if f.wasteful == "a" else result.b.run
-    t = Text()
-    t.append(f"Finding {f.id} ", style="bold")
+    t = Text(no_wrap=True, overflow="ellipsis")
+    t.append(f"#{f.id} ", style="bold")
     t.append_text(verdict_text(f))
-    t.append(f"  saves {fmt_j(f.saving_j)} per call ({fmt_pct(f.saving_share)} of '{waste_run}')")
-    t.append(f"  ratio {fmt_ratio(ratio(f))}")
-    if f.occurrences > 1:
-        t.append(f"  in {f.occurrences} places (e.g. one per layer)")
+    t.append(f" · saves {fmt_j(f.saving_j)}/call, {fmt_pct(f.saving_share)} of '{waste_run}'")
+    t.append(f" · {fmt_ratio(ratio(f))}")
+    if f.occurrences > 1:  # repeats of one region: layers, decode steps, loop turns
+        t.append(f" · {f.occurrences} places")
     if f.category:
-        t.append(f"  [{f.category}]", style="bold cyan")
-    if f.output_rel_diff:
-        t.append(f"  outputs differ by {f.output_rel_diff:.2g} (relative)", style="dim")
-    if f.kind == "interpreter":
-        t.append("\ninterpreter time between operators, ", style="bold yellow")
-        t.append(f"a: {side_summary(f, 'a')}; b: {side_summary(f, 'b')}")
+        t.append(f" · {f.category}", style="bold cyan")
+    elif f.kind == "interpreter":
+        t.append(" · python between ops", style="bold yellow")
+    iv = f.interval
+    if iv is not None:
+        t.append("\n")
+        text = interval_text(f).split(", confirmed:")[0].split(", unconfirmed")[0]
+        text += f", confirmed in {iv.rounds} rounds" if iv.confirmed else ", unconfirmed"
+        t.append(text, style="green" if iv.confirmed else "yellow")
+    return t
+
+
+def finding_details(f: Finding) -> Text:
+    """What the two-line summary leaves out, at the top of the Root cause tab."""
+    t = Text()
     iv = interval_text(f)
     if iv:
-        t.append("\n")
-        t.append(iv, style="green" if f.interval.confirmed else "yellow")
+        t.append(iv + "\n", style="green" if f.interval and f.interval.confirmed else "yellow")
+    if f.occurrences > 1:
+        t.append(
+            f"the same region repeats in {f.occurrences} places (layers, decode steps or loop "
+            "turns), folded into this finding\n",
+            style="dim",
+        )
+    if f.output_rel_diff:
+        t.append(f"outputs differ by {f.output_rel_diff:.2g} (relative)\n", style="dim")
+    if f.kind == "interpreter":
+        t.append("interpreter time between operators, ", style="bold yellow")
+        t.append(f"a: {side_summary(f, 'a')}; b: {side_summary(f, 'b')}\n")
     return t
 
 
@@ -272,7 +316,7 @@ def element_text(el: PathElement | None, side: str | None = None) -> Text:
             t.append(f"\n      {el.code.strip()}", style="italic")
     elif el.kind in ("op", "kernel"):
         t.append("aten op " if el.kind == "op" else "kernel ", style="dim")
-        t.append(str(el.name), style="bold")
+        t.append(short_op(str(el.name)) if el.kind == "kernel" else str(el.name), style="bold")
     elif el.kind == "args":
         t.append(f"{el.op}", style="bold")
         if el.kernel:
@@ -322,12 +366,15 @@ def divergence_view(
             t.append_text(_divergence_side(f, d, side, run, prof))
         parts.append(t)
     else:
+        failed = diagnosis_failed(f)
         parts.append(
             Text(
-                "Divergence: not diagnosed yet (diagnosis runs in the background)"
+                f"Divergence: diagnosis failed ({failed})"
+                if failed
+                else "Divergence: not diagnosed yet (diagnosis runs in the background)"
                 if f.category is None
                 else "Divergence: diagnosis found no divergence point for this finding",
-                style="dim",
+                style="bold red" if failed else "dim",
             )
         )
     for side, run, prof, region, names in (
@@ -552,12 +599,15 @@ def fix_view(f: Finding, exported: str | None = None) -> RenderableType:
     change is not mechanical, the efficient side's code as guidance."""
     fx = f.fix
     if fx is None:
+        failed = diagnosis_failed(f)
         msg = (
-            "Fix: waiting for diagnosis"
+            f"Fix: none, diagnosis failed ({failed})"
+            if failed
+            else "Fix: waiting for diagnosis"
             if f.category is None
             else "Fix: no automatic fix for this finding (see the root cause above)"
         )
-        return Text(msg, style="dim")
+        return Text(msg, style="bold red" if failed else "dim")
     parts: list[RenderableType] = []
     t = Text()
     t.append("\nSuggested fix\n", style="bold underline")

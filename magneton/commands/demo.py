@@ -90,14 +90,14 @@ def run(args: argparse.Namespace) -> int:
             return rc
     # the diff runs here rather than through the CLI so the hint below can name a
     # finding worth patching (finding 1 is the largest difference, which may be noise)
-    from magneton.commands.diff import print_diagnosis, print_result
+    from magneton.commands.diff import diff_progress, print_diagnosis, print_result
     from magneton.diagnose.grouping import group_by_cause
     from magneton.diagnose.pipeline import run_diff, store_outcome
     from magneton.graphdb import open_db
 
     console.rule(f"[bold]magneton diff --db {escape(db)} a b")
-    with open_db(db, create=False) as pdb:
-        out = run_diff(pdb, "a", "b")
+    with open_db(db, create=False) as pdb, diff_progress() as progress:
+        out = run_diff(pdb, "a", "b", progress=progress)
         store_outcome(pdb, out)
     result = out.result
     groups = group_by_cause(result.findings)
@@ -105,8 +105,10 @@ def run(args: argparse.Namespace) -> int:
     print_diagnosis(result, groups)
     act = [g.lead for g in groups if g.lead.verdict != "noise"]
     best = next((f for f in act if f.fix is not None and f.fix.patch), act[0] if act else None)
-    console.print(f"\nNext: {escape(next_step_hint(scratch, best.id if best else None))}")
-    console.print(f"Explore: {escape(next_step_hint(scratch, None))}")
+    # plain print, not rich: rich wraps a long line at the console width even when
+    # piped, and a shell line broken in two no longer runs when pasted as printed
+    print(f"\nNext: {next_step_hint(scratch, best.id if best else None)}", flush=True)
+    print(f"Explore: {next_step_hint(scratch, None)}", flush=True)
     return 0
 
 

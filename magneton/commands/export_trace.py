@@ -1,4 +1,5 @@
-"""`magneton export-trace --db DIR RUN -o OUT`: Kineto-style Chrome traces of a run or job.
+"""`magneton export-trace --db DIR RUN -o OUT`: Kineto-style Chrome traces of a run or job,
+or (`--format folded`) its energy as folded stacks for a flame graph (`folded_stacks`).
 
 The files follow torch.profiler's (Kineto's) trace format, so Perfetto, chrome://tracing
 and Holistic Trace Analysis (HTA) read them as they read a profiler trace:
@@ -50,6 +51,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run", help="run name, or job name for a multi-rank job")
     p.add_argument("--db", required=True, help="profile DB directory")
     p.add_argument("-o", "--output", required=True, help="output .json file (directory for a job)")
+    p.add_argument(
+        "--format",
+        choices=("kineto", "folded"),
+        default="kineto",
+        help="kineto: Chrome trace JSON (default); folded: one `frame;frame;op value` line "
+        "per stack, the value its energy in µJ (flamegraph.pl, speedscope, inferno)",
+    )
+    p.add_argument(
+        "--folded", dest="format", action="store_const", const="folded", help="= --format folded"
+    )
     p.set_defaults(func=run)
 
 
@@ -68,6 +79,20 @@ def run(args: argparse.Namespace) -> int:
         if p.run.status != "ok" or not p.ops:
             raise MagnetonError(f"run '{p.run.name}' has no operators to export")
     out = Path(args.output)
+    if args.format == "folded":
+        suffix = ".folded"
+        targets = {r: out / f"rank{r}{suffix}" for r in profiles} if ranks else {-1: out}
+        for r, p in profiles.items():
+            lines = folded_stacks(p)
+            try:
+                targets[r].parent.mkdir(parents=True, exist_ok=True)
+                targets[r].write_text("".join(f"{k} {v}\n" for k, v in lines.items()))
+            except OSError as e:
+                raise MagnetonError(f"cannot write {targets[r]}: {e.strerror or e}") from None
+            total = sum(lines.values())
+            print(f"wrote {targets[r]}: {len(lines)} stacks, {total} µJ per call")
+        print("render with flamegraph.pl --countname uJ, or open in https://www.speedscope.app")
+        return 0
     targets = {r: out / f"rank{r}.json" for r in profiles} if ranks else {-1: out}
     for r, p in profiles.items():
         trace = build_trace(p)
@@ -82,6 +107,56 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {targets[r]}: {n_ops} operators, {n_gpu} GPU activities")
     print("open in https://ui.perfetto.dev, or load the directory with HTA's TraceAnalysis")
     return 0
+
+
+def _frame_label(p: Profile, fidx: int) -> str:
+    """`forward (modeling_gpt2.py:312)`, as py-spy names frames in its folded output."""
+    fr = p.frames[fidx]
+    return f"{fr.function} ({Path(fr.file).name}:{fr.line})"
+
+
+def _clean_frame(text: str) -> str:
+    # `;` separates frames and the last space the value: neither may end a name early
+    return text.replace(";", ",").replace("\n", " ").strip() or "?"
+
+
+def folded_stacks(p: Profile) -> dict[str, int]:
+    """A run as folded stacks, flamegraph.pl's "collapsed" format: for each operator its
+    Python frames (entry first; where none were recorded, its module path, one frame per
+    level), then the operator, valued at its energy per call in integer µJ. Interpreter
+    time kept apart (`RunEnergy.interp_j`, report's python rows) is a `[python]` leaf
+    beside the operator, so the flame graph's width is the run's energy, split as
+    `report` splits it. A GPU activity stands under the operator that launched it.
+    Integer µJ because the format's counts are integers; stacks that round to 0 are left
+    out (a flame graph cannot draw them either)."""
+    from magneton.diagnose.interpreter import interp_energy
+
+    interp = interp_energy(p)
+
+    def stack(op: OpRecord, depth: int = 0) -> list[str]:
+        launcher = _LAUNCHED_BY.search(op.scalar_args) if op.device.startswith("cuda") else None
+        if launcher and depth < 2:
+            k = int(launcher.group(1))
+            if 0 <= k < len(p.ops) and k != op.idx:
+                parent = p.ops[k]
+                return [*stack(parent, depth + 1), parent.name]
+        if op.frames:
+            return [_frame_label(p, f) for f in op.frames if 0 <= f < len(p.frames)]
+        if op.module:
+            segs = op.module.split(".")
+            return [".".join(segs[: i + 1]) for i in range(len(segs))]
+        return []
+
+    out: dict[str, float] = {}
+    for op in p.ops:
+        frames = [_clean_frame(f) for f in stack(op)]
+        py = float(interp[op.idx]) if interp is not None else 0.0
+        own = max(op.energy_j - py, 0.0)
+        for leaf, e in ((_clean_frame(op.name), own), ("[python]", py)):
+            if e > 0:
+                key = ";".join([*frames, leaf])
+                out[key] = out.get(key, 0.0) + e * 1e6
+    return {k: round(v) for k, v in out.items() if round(v) > 0}
 
 
 def _module_spans(ops) -> list[tuple[str, int, int, float, int]]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
-from dataclasses import asdict
+import sys
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,7 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="List the runs of a profile DB: status, script, operators, energy, time.",
     )
     p.add_argument("--db", required=True, help="profile DB directory")
-    p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    fmt.add_argument("--csv", action="store_true", help="print the table as CSV (one run a row)")
     p.set_defaults(func=run)
 
 
@@ -61,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
             r.error = ghost_message(r.name, db_file(Path(args.db)))
     if args.json:
         print(json.dumps([asdict(r) for r in runs], indent=2))
+        return 0
+    if args.csv:
+        write_csv(runs, spreads)
         return 0
     console = _console()
     if not runs:
@@ -108,6 +115,26 @@ def run(args: argparse.Namespace) -> int:
             "quieter machine or with a larger --repeat."
         )
     return 0
+
+
+def write_csv(runs: list, spreads: dict) -> None:
+    """`runs --csv`: every RunRow field (script as stored, energy and time per call)
+    plus the repeatability of its timed iterations (CV, blank when not measured)."""
+    from magneton.graphdb.db import RunRow
+
+    w = csv.writer(sys.stdout)
+    cols = [f.name for f in fields(RunRow)]
+    w.writerow([*cols, "cv", "iterations"])
+    for r in runs:
+        sp = spreads.get(r.name)
+        has = sp is not None and sp.iterations >= 2
+        w.writerow(
+            [
+                *(getattr(r, c) for c in cols),
+                f"{sp.cv:.6g}" if has else "",
+                sp.iterations if has else "",
+            ]
+        )
 
 
 def _spread_cell(sp) -> str:

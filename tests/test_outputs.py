@@ -1,0 +1,124 @@
+"""Output for the tools people use beside Magneton, driven through the CLI: CSV of `diff`
+and `runs` (spreadsheets, pandas), folded stacks of any run (flamegraph.pl, speedscope),
+and `diff`'s progress line, which appears on a terminal and never in a pipe or a log."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import pty
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from recordings import copy_db
+
+from magneton.commands.diff import CSV_COLUMNS
+
+
+def magneton(*argv: str, stderr_tty: bool = False) -> tuple[int, str, str]:
+    """Run `magneton`; with `stderr_tty` its stderr is a pseudo-terminal (read while it
+    runs: a full pty buffer would block the child)."""
+    cmd = [sys.executable, "-m", "magneton", *argv]
+    if not stderr_tty:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        return r.returncode, r.stdout, r.stderr
+    master, slave = pty.openpty()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=slave, text=True)
+    os.close(slave)
+    buf = bytearray()
+
+    def pump() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            buf.extend(chunk)
+
+    t = threading.Thread(target=pump, daemon=True)
+    t.start()
+    out = p.stdout.read() if p.stdout else ""
+    p.wait(timeout=600)
+    t.join(10)
+    os.close(master)
+    return p.returncode, out, buf.decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def db(gpt2_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return copy_db(gpt2_db, tmp_path_factory.mktemp("outputs") / "db")
+
+
+def test_diff_csv_has_one_row_per_finding_with_full_names(db: Path) -> None:
+    args = ("diff", "--db", str(db), "gelu_new", "gelu_fused", "--no-rerun")
+    rc, out, err = magneton(*args, "--json")
+    assert rc == 0, err
+    findings = json.loads(out)["findings"]
+    assert findings
+    rc, out, err = magneton(*args, "--csv")
+    assert rc == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert tuple(rows[0].keys()) == CSV_COLUMNS
+    assert [int(r["id"]) for r in rows] == [f["id"] for f in findings]
+    first, f = rows[0], findings[0]
+    assert first["verdict"] == f["verdict"] and first["wasteful"] == f["wasteful"]
+    assert float(first["saving_j"]) == pytest.approx(f["saving_j"], rel=1e-5)
+    assert first["ops_a"].split(" ") == f["ops"]["a"]  # full names, `aten::` kept
+    # a run with itself: the header, and the one line on stderr
+    rc, out, err = magneton("diff", "--db", str(db), "gelu_new", "gelu_new", "--csv")
+    assert rc == 0 and out.strip() == ",".join(CSV_COLUMNS) and "with itself" in err
+
+
+def test_runs_csv_lists_every_run(db: Path) -> None:
+    rc, out, err = magneton("runs", "--db", str(db), "--csv")
+    assert rc == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert {r["name"] for r in rows} == {"gelu_new", "gelu_fused"}
+    rc, js, _ = magneton("runs", "--db", str(db), "--json")
+    by_name = {r["name"]: r for r in json.loads(js)}
+    for r in rows:
+        assert float(r["energy_j"]) == pytest.approx(by_name[r["name"]]["energy_j"])
+        assert r["status"] == "ok" and int(r["iterations"]) >= 2
+
+
+def test_folded_stacks_add_up_to_the_run_and_name_frames_ops_and_python(
+    db: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "gelu_new.folded"
+    rc, text, err = magneton(
+        "export-trace", "--db", str(db), "gelu_new", "-o", str(out), "--folded"
+    )
+    assert rc == 0, err
+    lines = out.read_text().splitlines()
+    assert lines
+    total = 0
+    for line in lines:
+        stack, value = line.rsplit(" ", 1)
+        assert value.isdigit() and int(value) > 0, line  # integer µJ, as the format wants
+        total += int(value)
+        frames = stack.split(";")
+        assert all(frames), line
+    rc, js, _ = magneton("report", "--db", str(db), "gelu_new", "--json")
+    energy_uj = json.loads(js)["energy_j"] * 1e6
+    assert total == pytest.approx(energy_uj, abs=len(lines))  # rounding, one µJ a line
+    leaves = {line.rsplit(" ", 1)[0].split(";")[-1] for line in lines}
+    assert "aten::tanh" in leaves and "[python]" in leaves  # gelu_new's chain, its Python
+    assert any(line.startswith("main (gpt2_small.py:") for line in lines)
+    assert "stacks" in text
+
+
+def test_diff_progress_only_on_a_terminal(db: Path) -> None:
+    args = ("diff", "--db", str(db), "gelu_new", "gelu_fused", "--no-rerun")
+    rc, out_tty, err_tty = magneton(*args, stderr_tty=True)
+    assert rc == 0, err_tty
+    assert "loading the runs" in err_tty or "matching regions" in err_tty
+    rc, out_pipe, err_pipe = magneton(*args)
+    assert rc == 0 and "loading the runs" not in err_pipe and "matching" not in err_pipe
+    assert "\x1b[" not in out_tty  # stdout (piped) gets the table only, no progress
