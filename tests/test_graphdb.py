@@ -509,12 +509,10 @@ def test_engine_keeps_other_runs_rels_when_deleting_in_place() -> None:
     back: `ProfileDB.delete_where` must rewrite the DB again (git history has it)."""
     from magneton.graphdb import engine_checks
 
-    rng = random.Random(3)
     for form in engine_checks.FORMS:
         assert engine_checks.run_steps(engine_checks.SHORTEST, form) is None, form
-        for _ in range(2):
-            steps = engine_checks.random_steps(rng)
-            assert engine_checks.run_steps(steps, form) is None, (form, steps)
+    steps = engine_checks.random_steps(random.Random(3))  # `--trials 20` checks more
+    assert engine_checks.run_steps(steps, "detach") is None, steps
 
 
 def test_forward_only_rel_tables_still_block_deletes() -> None:
