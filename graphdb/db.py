@@ -259,11 +259,14 @@ def _kuzu_writable(file: Path) -> engine.Database:
 
 
 def _shadow_cut(e: BaseException) -> bool:
-    """Kùzu cannot finish a commit whose shadow file is shorter than its WAL says: the
-    disk filled while the checkpoint wrote it (reproduced in tests/test_faults.py; the
-    writer then spun and was killed). No later open can finish that commit."""
+    """The engine cannot finish a commit whose shadow file is shorter than its WAL says:
+    the disk filled while the checkpoint wrote it (reproduced on Kùzu in
+    tests/test_faults.py; the writer then spun and was killed). No later open can finish
+    that commit. Kùzu said "Reading past the end of the file"; LadybugDB says "Cannot
+    replay shadow file ...: file is too small" or "invalid shadow page count"."""
     msg = str(e).lower()
-    return ".shadow" in msg and "past the end of the file" in msg
+    cut = ("past the end of the file", "file is too small", "invalid shadow page count")
+    return "shadow" in msg and any(c in msg for c in cut)
 
 
 def _set_aside_unfinished(file: Path) -> None:
