@@ -28,6 +28,7 @@ value there is not; and primary-key index pages that a full scan does not read.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -100,8 +101,9 @@ def seal(file: Path, digest: str | None = None) -> None:
     try:
         tmp.write_text((digest or _file_sha256(file)) + "\n")
         os.replace(tmp, target)
-    except OSError:
-        tmp.unlink(missing_ok=True)
+    except OSError:  # e.g. a read-only mount, where even removing the stray .tmp fails
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def unseal(file: Path) -> None:

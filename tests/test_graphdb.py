@@ -1114,3 +1114,33 @@ def test_implausible_values_read_back_are_one_line_damage_errors(dbdir: Path, ca
         assert same(db.load_profile("good"), without_windows(good))
     rc, _, err = cli("report", "--db", str(dbdir), "hurt", capsys=capsys)
     assert rc != 0 and "is damaged" in err and err.count("\n") == 1
+
+
+def test_a_read_only_mount_without_a_seal_reads_fine(dbdir: Path) -> None:
+    """A DB on a read-only mount, never sealed (copied there, or its writer was killed):
+    every read command probes it and works; the seal it cannot write is skipped."""
+    import shutil
+
+    with open_db(dbdir) as db:
+        db.save_profile(synthetic_profile("a", n_ops=20))
+    integrity.seal_file(dbmod.db_file(dbdir)).unlink()
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs unshare -rm (a private mount namespace) for a read-only mount")
+    m = f"{sys.executable} -m magneton"
+    script = (
+        f'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" || exit 77\n'
+        f'{m} runs --db "$1"; echo "rc=$?"\n'
+        f'{m} query --db "$1" \'MATCH (r:Run) RETURN r.name\'; echo "rc=$?"'
+    )
+    proc = subprocess.run(
+        ["unshare", "-rm", "bash", "-c", script, "ro", str(dbdir)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if proc.returncode == 77:
+        pytest.skip(f"cannot bind-mount read-only here: {proc.stderr.strip()}")
+    assert proc.stdout.count("rc=0") == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "Read-only file system" not in proc.stderr
+    assert not integrity.seal_file(dbmod.db_file(dbdir)).exists()
+    shutil.rmtree(dbdir)
