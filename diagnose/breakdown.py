@@ -165,7 +165,7 @@ def operator_table(profile: Profile, by: str = "op") -> list[Row]:
 def _interp(profile: Profile) -> dict[int, tuple[str, float, float]]:
     """op idx -> (python row name, interpreter energy J, interpreter seconds) for the
     interpreter time that led to each op's call."""
-    from .interpreter import call_site_label
+    from .matching.interpreter import call_site_label
 
     vals = profile.energy.interp_j
     if len(vals) != len(profile.ops):

@@ -17,7 +17,7 @@ Two choices, and the failures they prevent:
   then `"diagnosed"` after each diagnosed finding. The TUI shows findings and then
   causes as they arrive; eval times the two halves.
 
-Detected candidates are confirmed before anything sees them (diagnose/confirm.py): both
+Detected candidates are confirmed before anything sees them (diagnose/matching/confirm.py): both
 sides are re-measured in alternating rounds and a candidate the paired test does not
 confirm is dropped, so neither the progress callback nor diagnosis ever gets a finding
 that was drift between the recordings. `rerun=False` turns this off with the re-runs of
@@ -32,7 +32,7 @@ per diff (5-7 s of CPU each for transformers), most of a diff's time.
 
 A name that is not a run but has runs `NAME/rank0`, `NAME/rank1`, ... is a multi-rank
 job (tracer/distributed.py records them so); two such names are compared rank by rank
-(diagnose/jobdiff.py), whose redundant-collective findings come diagnosed. Their
+(diagnose/jobs/jobdiff.py), whose redundant-collective findings come diagnosed. Their
 value-matched findings are not diagnosed: re-running one rank of a distributed script
 would block in its first collective, waiting for absent peers.
 """
@@ -45,8 +45,8 @@ from typing import Any
 
 from magneton.graphdb.model import DiffResult, MagnetonError, Profile, Region
 
-from .detect import DEFAULT_THRESHOLD, check_threshold
-from .equivalence import DEFAULT_TAU
+from .matching.detect import DEFAULT_THRESHOLD, check_threshold
+from .matching.equivalence import DEFAULT_TAU
 
 # progress(stage, result so far, done, total); stage "detected" (done = total = number of
 # findings) or "diagnosed" (after each diagnosed finding)
@@ -73,7 +73,7 @@ class DiffOutcome:
 
 def is_job(db: Any, name: str) -> bool:
     """True when `name` is not a run but a job recorded rank by rank."""
-    from .ranks import is_multirank
+    from .jobs.ranks import is_multirank
 
     return not db.has_run(name) and is_multirank(db, name)
 
@@ -105,7 +105,7 @@ def run_diff(
     diagnose."""
     check_threshold(threshold)
     if is_job(db, a):
-        from .jobdiff import diff_jobs_outcome
+        from .jobs.jobdiff import diff_jobs_outcome
 
         out = diff_jobs_outcome(db, a, b, threshold=threshold, tau=tau)
         if progress is not None:
@@ -129,13 +129,13 @@ def diff_run_pair(
     progress: Progress | None = None,
 ) -> DiffOutcome:
     """`run_diff` for two single runs."""
-    from .diff import diff_profiles, region_findings
-    from .pathmatch import diff_by_path, finding_regions, has_values
+    from .matching.diff import diff_profiles, region_findings
+    from .matching.pathmatch import diff_by_path, finding_regions, has_values
 
     pa, pb = load_run(db, a), load_run(db, b)
     if not (has_values(pa) and has_values(pb)):
         # imported traces carry no tensor values: matched by operator path and kernel
-        # names (diagnose/pathmatch.py), and nothing to re-run, so nothing to diagnose
+        # names (diagnose/matching/pathmatch.py), and nothing to re-run, so nothing to diagnose
         result, regions = diff_by_path(pa, pb, threshold)
         out = DiffOutcome(result, tau, regions, finding_regions(result, regions))
         if progress is not None:
@@ -152,7 +152,7 @@ def diff_run_pair(
         if progress is not None:
             progress("detected", result, 0, 0)
         return out
-    from .confirm import sigterm_unwinds
+    from .matching.confirm import sigterm_unwinds
 
     pool = None
     try:
@@ -169,7 +169,7 @@ def _start_pool(pa: Profile, pb: Profile, rerun: bool) -> Any:
     """The diff's warm workers (tracer/warm.py `WarmPool`), importing the scripts'
     libraries from now on, when confirmation will re-measure the runs; confirmation and
     the key-variable re-run both fork from them. None when nothing is re-run that way."""
-    from .confirm import not_confirmable, start_pool
+    from .matching.confirm import not_confirmable, start_pool
 
     if not_confirmable(pa, pb, rerun):
         return None
@@ -189,12 +189,12 @@ def _confirm_and_diagnose(
 ) -> None:
     """Confirm the candidates, then diagnose what was confirmed, both re-running the
     scripts in `pool` (None: each stage starts workers of its own where it needs them)."""
-    from .confirm import confirm_findings
-    from .diff import region_findings
+    from .matching.confirm import confirm_findings
+    from .matching.diff import region_findings
 
     result = out.result
     # before anything is reported or diagnosed: a candidate that interleaved
-    # re-measurement does not confirm is not a finding (diagnose/confirm.py)
+    # re-measurement does not confirm is not a finding (diagnose/matching/confirm.py)
     result.findings, result.confirm_note = confirm_findings(
         *profiles, result.findings, threshold, rerun=rerun, pool=pool
     )
@@ -206,7 +206,7 @@ def _confirm_and_diagnose(
         return
     from magneton.knowledge.base import default_knowledge
 
-    from .rootcause import Diagnoser
+    from .cause.rootcause import Diagnoser
 
     def step(done: int, total: int) -> None:
         if progress is not None:
@@ -238,7 +238,7 @@ def store_outcome(db: Any, out: DiffOutcome) -> None:
 
     store_diff(db, out.result, out.regions, tau=out.tau, finding_of_region=out.finding_of_region)
     if out.diagnosed:
-        from .rootcause import store_diagnosis
+        from .cause.rootcause import store_diagnosis
 
         # store_diff wrote the diagnosed findings already
         store_diagnosis(db, out.result, out.kb, findings=False)
@@ -247,6 +247,6 @@ def store_outcome(db: Any, out: DiffOutcome) -> None:
 def diagnose_findings(db: Any, result: DiffResult, findings: list, *, rerun: bool = True) -> None:
     """Diagnose some findings of a (stored, undiagnosed) single-run diff in place; pure
     like `run_diff` (store with `rootcause.store_diagnosis`)."""
-    from .rootcause import Diagnoser
+    from .cause.rootcause import Diagnoser
 
     Diagnoser(db, result, rerun=rerun).diagnose_all(findings)

@@ -15,7 +15,14 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from magneton.diagnose.dataflow import (
+from magneton.diagnose.fix.edits import (
+    add_keyword,
+    make_patch,
+    port_statements,
+    replace_value,
+    statement_block,
+)
+from magneton.diagnose.source.dataflow import (
     BackwardSlicer,
     SideContext,
     SliceContext,
@@ -24,13 +31,6 @@ from magneton.diagnose.dataflow import (
     find_library_default,
     source_index,
     user_files,
-)
-from magneton.diagnose.fix import (
-    add_keyword,
-    make_patch,
-    port_statements,
-    replace_value,
-    statement_block,
 )
 from magneton.knowledge.base import default_knowledge
 

@@ -16,9 +16,9 @@ import pytest
 @pytest.mark.parametrize(
     "module",
     [
-        "magneton.diagnose.confirm",
-        "magneton.diagnose.equivalence",
-        "magneton.diagnose.match",
+        "magneton.diagnose.matching.confirm",
+        "magneton.diagnose.matching.equivalence",
+        "magneton.diagnose.matching.match",
         "magneton.graphdb.model",
         "magneton.graphdb.vocab",
         "magneton.tracer.unfoldings",

@@ -539,7 +539,7 @@ def model_attribution(
 ) -> Attribution:
     """The model's price of the ops' timed iterations: on the process CPU clock when the
     timing pass read it (`cpu_ns`, (iterations, ops, 2)), else on their wall windows
-    (`op.windows_ns`). The recorder and interleaved confirmation (diagnose/confirm.py)
+    (`op.windows_ns`). The recorder and interleaved confirmation (diagnose/matching/confirm.py)
     both price through here, so a re-measured region costs what a recorded one would."""
     dyn = np.array([m.dynamic_j(op) for op in ops])
     if cpu_ns is not None:

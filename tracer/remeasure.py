@@ -1,6 +1,6 @@
 """A warm re-measurement worker: one side of a diff, loaded once, timed round by round.
 
-Interleaved confirmation (diagnose/confirm.py) runs `serve` once per side as a job of the
+Interleaved confirmation (diagnose/matching/confirm.py) runs `serve` once per side as a job of the
 diff's warm worker (tracer/warm.py: a fork of the zygote that already imported the
 scripts' libraries) and then alternates rounds between the two jobs (A B A B ...). The
 job loads the recorded script exactly as `magneton record` does (tracer/record.py:

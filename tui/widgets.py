@@ -96,7 +96,7 @@ def cause_text(f: Finding, diagnosing: bool) -> Text:
 def side_summary(f: Finding, side: str) -> str:
     """A side's operators, or for interpreter time the Python frames that ran it."""
     if f.kind == "interpreter":
-        from magneton.diagnose.interpreter import place_text
+        from magneton.diagnose.matching.interpreter import place_text
 
         return place_text(f, side)
     return ops_summary(f.ops_a if side == "a" else f.ops_b)

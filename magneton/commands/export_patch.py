@@ -79,8 +79,8 @@ def git_apply_command(base_dir: str, patch_file: str, check: bool = False) -> tu
 
 
 def find_finding(db, a: str, b: str, fid: int, rerun: bool):
+    from magneton.diagnose.cause.rootcause import store_diagnosis
     from magneton.diagnose.pipeline import diagnose_findings, is_job, run_diff, store_outcome
-    from magneton.diagnose.rootcause import store_diagnosis
     from magneton.graphdb.matches import load_diff
 
     job = is_job(db, a)

@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from magneton.diagnose.ranks import job_runs
+    from magneton.diagnose.jobs.ranks import job_runs
     from magneton.graphdb import open_db
     from magneton.graphdb.model import MagnetonError
 

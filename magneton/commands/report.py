@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.top is not None and args.top < 1:
         raise MagnetonError("--top must be at least 1")
-    from magneton.diagnose.ranks import print_rank_report, rank_report
+    from magneton.diagnose.jobs.ranks import print_rank_report, rank_report
 
     with open_db(args.db, read_only=True) as db:
         # a torch.distributed job is stored as NAME/rank0, NAME/rank1, ...

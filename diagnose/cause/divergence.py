@@ -40,7 +40,6 @@ import linecache
 from dataclasses import replace
 from typing import Any
 
-from magneton.diagnose.dataflow import source_index
 from magneton.graphdb.model import (
     Divergence,
     Finding,
@@ -52,6 +51,8 @@ from magneton.graphdb.model import (
     TensorRecord,
 )
 from magneton.graphdb.paths import PathPair, kernel_paths, path_pairs
+
+from ..source.dataflow import source_index
 
 LEVEL_OF_PREFIX = {"py": "python", "at": "dispatch", "k": "kernel"}
 

@@ -28,10 +28,11 @@ from typing import Any
 
 import libcst as cst
 
-from magneton.diagnose.dataflow import Origin, SourceIndex, find_attribute_origin, source_index
-from magneton.diagnose.divergence import layout
 from magneton.graphdb.model import OperandProperty, Profile, TensorRecord
 from magneton.graphdb.vocab import IGNORED_OPS
+
+from ..cause.divergence import layout
+from .dataflow import Origin, SourceIndex, find_attribute_origin, source_index
 
 MAX_HOPS = 256
 

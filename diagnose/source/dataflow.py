@@ -9,7 +9,7 @@ level flags and environment variables — and stops at a literal in the user's c
 library default (then it says where to override it).
 
 Parsed source (`SourceIndex`), whose code a file is, and literal helpers live in
-`source.py`; they are re-exported here for the callers that import them from this module.
+`source/index.py`; they are re-exported here for the callers that import them from this module.
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from magneton.diagnose.source import (  # noqa: F401  (re-exported)
+from magneton.graphdb.model import OriginInfo
+from magneton.knowledge.base import Knob
+
+from .index import (  # noqa: F401  (re-exported)
     NOT_LITERAL,
     SourceIndex,
     Span,
@@ -32,8 +35,6 @@ from magneton.diagnose.source import (  # noqa: F401  (re-exported)
     source_index,
     user_files,
 )
-from magneton.graphdb.model import OriginInfo
-from magneton.knowledge.base import Knob
 
 # --------------------------------------------------------------------------------------
 # Backward data-flow

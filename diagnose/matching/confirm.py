@@ -151,7 +151,7 @@ def unconfirmable(p: Profile) -> str:
     """Why run `p` cannot be re-measured in a warm worker ('' when it can)."""
     from magneton.tracer.program import program_config
 
-    from .fixes import script_unchanged
+    from ..fix.plan import script_unchanged
 
     name = p.run.name
     if program_config(p.config):
@@ -183,14 +183,14 @@ def work_only(p: Profile) -> bool:
 
 
 # the modules a diff's warm workers preload: the jobs of confirmation and of the
-# key-variable re-run (diagnose/keyvar.py), so neither imports Magneton's side in a child
-PRELOAD = ("magneton.tracer.remeasure", "magneton.tracer.record", "magneton.diagnose.keyvar")
+# key-variable re-run (diagnose/cause/keyvar.py), so neither imports Magneton's side in a child
+PRELOAD = ("magneton.tracer.remeasure", "magneton.tracer.record", "magneton.diagnose.cause.keyvar")
 
 
 def start_pool(pa: Profile, pb: Profile, tmp_prefix: str = "magneton-diff-") -> WarmPool:
     """The warm workers for re-running both sides of a diff (one per recorded
     environment), importing their libraries from now on."""
-    from .keyvar import env_of
+    from ..cause.keyvar import env_of
 
     return WarmPool(
         {s: (p.run.script, env_of(p.config)) for s, p in (("a", pa), ("b", pb))},
@@ -200,7 +200,7 @@ def start_pool(pa: Profile, pb: Profile, tmp_prefix: str = "magneton-diff-") -> 
 
 
 def _covers(pool: WarmPool, profiles: dict[str, Profile]) -> bool:
-    from .keyvar import env_of
+    from ..cause.keyvar import env_of
 
     return all(pool.worker([p.run.script], env_of(p.config)) for p in profiles.values())
 
@@ -210,7 +210,7 @@ class Worker:
     diff's warm worker, and the Unix socket it answers on."""
 
     def __init__(self, side: str, p: Profile, pool: WarmPool):
-        from .keyvar import env_of
+        from ..cause.keyvar import env_of
 
         self.side, self.profile = side, p
         warm = pool.worker([p.run.script], env_of(p.config))
@@ -358,7 +358,7 @@ def _geomean(x: np.ndarray) -> float:
 def _region_j(att, ops: list[int], kind: str = "region") -> np.ndarray:
     """Per-round energy of a finding's ops, compared the way detection compared them:
     an operator region on the operators' own energy (the interpreter's share taken out,
-    diagnose/interpreter.py), an interpreter finding on the interpreter's share alone."""
+    diagnose/matching/interpreter.py), an interpreter finding on the interpreter's share alone."""
     interp = att.interp_samples_j
     if interp is None or interp.shape != att.samples_j.shape:
         interp = np.zeros_like(att.samples_j)

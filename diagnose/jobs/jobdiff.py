@@ -36,6 +36,9 @@ from magneton.graphdb.model import (
     RunSummary,
 )
 
+from ..cause.divergence import frame_element
+from ..matching.equivalence import DEFAULT_TAU
+from ..pipeline import DiffOutcome
 from .collectives import (
     JOIN_API,
     Cause,
@@ -47,9 +50,6 @@ from .collectives import (
     job_causes,
     unmatched_collectives,
 )
-from .divergence import frame_element
-from .equivalence import DEFAULT_TAU
-from .pipeline import DiffOutcome
 from .ranks import RankReport, RankStats, RankTimeline, _handle, _load_job, _report, timeline
 
 
@@ -258,7 +258,7 @@ def _site_and_summary(
         site = _user_site(p, p.ops[(own or colls)[0]])
         code = ""
         if site is not None:
-            from magneton.diagnose.dataflow import source_index
+            from ..source.dataflow import source_index
 
             si = source_index(site.file)
             code = si.line_text(site.line) if si is not None else ""
@@ -476,7 +476,7 @@ def _value_part(
 ) -> DiffOutcome:
     """The single-run diff of one rank pair (value matching of the compute), undiagnosed:
     re-running one rank of a distributed script would block waiting for its peers."""
-    from .pipeline import diff_run_pair
+    from ..pipeline import diff_run_pair
 
     part = diff_run_pair(h, run_a, run_b, threshold=threshold, tau=tau, diagnose=False)
     if part.result.message:

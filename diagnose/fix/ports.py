@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from magneton.diagnose.fix import Block
-from magneton.diagnose.source import Span, source_index
+from ..source.index import Span, source_index
+from .edits import Block
 
 _EMPTY = cst.Module(body=[])
 

@@ -42,7 +42,12 @@ from pathlib import Path
 
 import libcst as cst
 
-from magneton.diagnose.dataflow import (
+from magneton.graphdb.model import KeyVariableInfo, PathElement
+from magneton.knowledge.base import Knob, KnowledgeBase
+from magneton.tracer.program import program_config
+from magneton.tracer.warm import WarmPool, WarmWorker, WorkerError
+
+from ..source.dataflow import (
     BackwardSlicer,
     DataFlow,
     Origin,
@@ -58,10 +63,6 @@ from magneton.diagnose.dataflow import (
     literal_value,
     source_index,
 )
-from magneton.graphdb.model import KeyVariableInfo, PathElement
-from magneton.knowledge.base import Knob, KnowledgeBase
-from magneton.tracer.program import program_config
-from magneton.tracer.warm import WarmPool, WarmWorker, WorkerError
 
 RERUN_TIMEOUT_S = 240.0
 

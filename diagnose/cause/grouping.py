@@ -13,7 +13,7 @@ one line, its softmax at another) and one edit fixes both. Without a traced orig
 key and such findings group only with those diverging at the same place and kind. Noise
 never groups with a real finding.
 
-Interpreter time (diagnose/interpreter.py) joins a real region finding of the same
+Interpreter time (diagnose/matching/interpreter.py) joins a real region finding of the same
 wasteful side when its Python is part of that region's implementation: most of the ops
 it led to are in the region (gelu_new's eight small ops each pay an interpreter round
 trip), or it ran mostly in the function where the region's call path diverges (eager

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from magneton.diagnose.dataflow import SourceIndex, Span, source_index
+from ..source.dataflow import SourceIndex, Span, source_index
 
 
 @dataclass
