@@ -105,9 +105,10 @@ def run_diff(
     diagnose."""
     check_threshold(threshold)
     if is_job(db, a):
-        from .jobs.jobdiff import diff_jobs_outcome
+        from .jobs.jobdiff import job_diff
 
-        out = diff_jobs_outcome(db, a, b, threshold=threshold, tau=tau)
+        jd = job_diff(db, a, b, threshold=threshold, tau=tau, diff_pair=_undiagnosed_pair)
+        out = DiffOutcome(result=jd.result, tau=tau, parts=jd.parts, job=True)
         if progress is not None:
             n = len(out.result.findings)
             progress("detected", out.result, n, n)
@@ -115,6 +116,24 @@ def run_diff(
     return diff_run_pair(
         db, a, b, threshold=threshold, tau=tau, diagnose=diagnose, rerun=rerun, progress=progress
     )
+
+
+def diff_jobs(
+    db: Any, a: str, b: str, threshold: float = 0.10, *, match_values: bool = True
+) -> DiffResult:
+    """Compare multi-rank jobs `a` and `b` rank by rank (diagnose/jobs/jobdiff.py), each
+    rank pair's compute matched by value unless `match_values=False`; `db` is an open
+    ProfileDB or a DB directory. Reads only."""
+    from .jobs.jobdiff import job_diff
+
+    pair = _undiagnosed_pair if match_values else None
+    return job_diff(db, a, b, threshold=threshold, diff_pair=pair).result
+
+
+def _undiagnosed_pair(db: Any, a: str, b: str, threshold: float, tau: float) -> DiffOutcome:
+    """One rank pair of a job diff, undiagnosed: re-running one rank of a distributed
+    script would block waiting for its peers."""
+    return diff_run_pair(db, a, b, threshold=threshold, tau=tau, diagnose=False)
 
 
 def diff_run_pair(

@@ -29,9 +29,8 @@ from magneton.diagnose.source.dataflow import (
     find_attribute_origin,
     find_knob_origin,
     find_library_default,
-    source_index,
-    user_files,
 )
+from magneton.diagnose.source.index import source_index, user_files
 from magneton.knowledge.base import default_knowledge
 
 LIB = """

@@ -8,7 +8,7 @@ imported as a module, `sys.argv = [script]`, the recorded environment, `setup()`
 warm-up calls of the entry) and keeps the model and inputs in memory; each "round"
 command runs the entry once under the recorder's timing pass (tracer/timing.py: the same
 CPU-clock capture, the same GC handling) and answers with that iteration's operator names
-and windows. The diff prices them with the recording's own pricing (tracer/energy.py
+and windows. The diff prices them with the recording's own pricing (tracer/pricing.py
 `reprice`).
 
 Choices, and the failure each prevents:

@@ -52,7 +52,8 @@ from magneton.graphdb.model import (
 )
 from magneton.graphdb.paths import PathPair, kernel_paths, path_pairs
 
-from ..source.dataflow import source_index
+from ..source.argflow import layout
+from ..source.index import source_index
 
 LEVEL_OF_PREFIX = {"py": "python", "at": "dispatch", "k": "kernel"}
 
@@ -118,14 +119,6 @@ def _prefix(
         else:
             out.append(PathElement("kernel", name=rest))
     return out
-
-
-def layout(t: TensorRecord) -> tuple[int, ...]:
-    """A tensor's memory format as the order of its dimensions from outermost to innermost
-    in memory (NCHW contiguous: (0, 1, 2, 3); channels-last: (0, 2, 3, 1)); size-1
-    dimensions are left out, their stride carries no layout."""
-    dims = [d for d in range(len(t.stride)) if d < len(t.shape) and t.shape[d] != 1]
-    return tuple(sorted(dims, key=lambda d: (-t.stride[d], d)))
 
 
 def _tensor_props(t: TensorRecord) -> dict[str, Any]:

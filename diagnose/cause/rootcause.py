@@ -50,7 +50,7 @@ from magneton.knowledge.match import RuleMatch, SideFacts, match_rules
 from magneton.tracer.warm import WarmPool
 
 from ..fix.edits import Block, statement_block
-from ..fix.plan import RunPair, make_fix, script_unchanged, user_lines
+from ..fix.plan import RunPair, make_fix, user_lines
 from ..fix.ports import counterpart_block
 from ..source.argflow import (
     absent_origin,
@@ -60,16 +60,11 @@ from ..source.argflow import (
     setup_origin,
     trace_both,
 )
-from ..source.dataflow import (
-    Origin,
-    is_user_file,
-    source_index,
-    user_files,
-)
+from ..source.dataflow import KeyVariable, Origin
+from ..source.index import is_user_file, script_unchanged, source_index, user_files
 from ..source.setupflow import setup_difference
 from .divergence import find_divergence
 from .keyvar import (
-    KeyVariable,
     Rerun,
     SideInfo,
     SitePlan,

@@ -22,11 +22,10 @@ import libcst as cst
 
 from magneton.graphdb.model import Finding, Fix, Profile
 from magneton.graphdb.paths import IGNORED_OPS
-from magneton.graphdb.vocab import sha256_file
 from magneton.knowledge.match import RuleMatch
 
-from ..cause.keyvar import KeyVariable
-from ..source.dataflow import Origin, Span, is_user_file
+from ..source.dataflow import KeyVariable, Origin
+from ..source.index import Span, is_user_file, script_unchanged
 from .edits import (
     Block,
     add_keyword,
@@ -51,14 +50,6 @@ class RunPair:
 
     a: Profile
     b: Profile
-
-
-def script_unchanged(p: Profile) -> bool:
-    s = p.run.script
-    if not s or not os.path.isfile(s):
-        return False
-    want = p.run.script_sha256 or p.config.get("script.sha256", "")
-    return not want or sha256_file(s) == want
 
 
 def user_lines(p: Profile, ops: list[int]) -> list[int]:
