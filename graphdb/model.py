@@ -709,7 +709,10 @@ class SavingInterval:
     @classmethod
     def from_json(cls, d: dict) -> SavingInterval:
         ratios = ("ratio", "ratio_low", "ratio_high")
-        return cls(**{k: (math.inf if k in ratios and v is None else v) for k, v in d.items()})
+        vals: dict[str, Any] = {
+            k: (math.inf if k in ratios and v is None else v) for k, v in d.items()
+        }
+        return cls(**vals)
 
 
 # --- Typed metadata as stored config rows ---

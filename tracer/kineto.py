@@ -310,7 +310,7 @@ def profile_from_trace(tf: TraceFile, run: str) -> tuple[Profile, ImportStats]:
         if cat in GPU_CATS:
             gpu.append(e)
             continue
-        kind = {"cpu_op": "cpu_op", "python_function": "python"}.get(cat)
+        kind = {"cpu_op": "cpu_op", "python_function": "python"}.get(cat or "")
         if kind is None and cat in LAUNCH_CATS:
             kind = "launch"
         if kind is None:

@@ -91,7 +91,7 @@ def plan_splits(shape: tuple[int, ...]) -> tuple[Split, ...]:
             rs = tuple(sorted(canon[j] for j in rows))
             cs = tuple(sorted(canon[j] for j in cols))
             if exact:
-                key = ("e", small, max(m, n))
+                key: tuple[object, ...] = ("e", small, max(m, n))
             else:
                 a, b = sorted([(math.prod(rs), rs), (math.prod(cs), cs)])
                 key = ("s", a[1], b[1])

@@ -158,7 +158,8 @@ def finding_summary(result: DiffResult, f: Finding) -> Text:
     iv = interval_text(f)
     if iv:
         t.append("\n")
-        t.append(iv, style="green" if f.interval.confirmed else "yellow")
+        confirmed = f.interval is not None and f.interval.confirmed
+        t.append(iv, style="green" if confirmed else "yellow")
     return t
 
 

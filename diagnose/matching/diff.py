@@ -108,7 +108,7 @@ def diff_profiles(
 
 def region_findings(result: DiffResult, m: MatchResult) -> dict[int, int]:
     """Region-pair number → id of the finding that contains it."""
-    owner = {}
+    owner: dict[int, int] = {}
     for f in result.findings:
         if f.kind == "interpreter":
             continue  # its ops are where Python time led, not a matched region

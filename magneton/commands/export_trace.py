@@ -29,6 +29,7 @@ import argparse
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from magneton.graphdb.model import OpRecord, Profile
 
@@ -267,7 +268,7 @@ def build_trace(profile: Profile) -> dict:
     events += _device_events(profile, us)
     events += _module_events(profile, us, mod_tid)
     events += _power_events(profile, us)
-    dist = {"rank": run.rank, "world_size": run.world_size}
+    dist: dict[str, Any] = {"rank": run.rank, "world_size": run.world_size}
     if profile.dist is not None and profile.dist.backend:
         dist["backend"] = profile.dist.backend
     return {
