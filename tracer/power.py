@@ -12,12 +12,19 @@ Every way Magneton learns about power is a `PowerSource`:
   are skipped to avoid counting the same joules twice). Counters wrap at
   `max_energy_range_uj`; the source unwraps them so a long run never goes negative.
 * `MeterSource` - a CSV (timestamp_s, watts) written by an external meter, aligned to the
-  recording clock after the run (see `align_meter`).
-* `ModelSource` - no sensor at all: the documented energy roofline
-  `E = P_static·t + e_flop·FLOPs + e_byte·bytes` with coefficient profiles (`MODELS`).
+  recording clock after the run (`meter_to_perf_ns`, and `estimate_meter_offset` when the
+  meter's clock is not the recorder's: the shift that best lines the meter's trace up with
+  the run's activity).
 
-Live sources are polled by `Sampler`, a daemon thread on a fixed cadence (seed 003: sample on
-the clock, not on the kernel's schedule, so begin/end callbacks never read a stale value).
+Without any sensor there is no source: the energy model prices each operator with the
+documented energy roofline `E = P_static·t + e_flop·FLOPs + e_byte·bytes`
+(`ModelCoefficients`, profiles in `MODELS`, chosen by `load_model`).
+
+Live sources are polled by `Sampler`, a daemon thread on a fixed cadence: sampling on the
+clock, independently of the operators, rather than reading the sensor in each operator's
+begin/end callbacks, which would read a stale value for any operator shorter than the
+sensor's update period. Energy per operator then comes from integrating the sampled trace
+over the operator's window (tracer/energy.py).
 A sensor error mid-run never propagates into the workload: the sampler records the span as a
 gap (`PowerSeries.gaps`) and keeps polling.
 
@@ -410,7 +417,7 @@ class NvmlSource(PowerSource):
         )
 
     def force_power(self) -> None:
-        """Use power readings only (`nvml:power`): the trapezoid path of seed 003."""
+        """Use power readings only (`nvml:power`): energy by the trapezoid rule over them."""
         keep = [i for i, c in enumerate(self.channels) if not c.aux]
         self._handles = [self._handles[i] for i in keep]
         self.channels = [Channel(self.channels[i].device, False) for i in keep]

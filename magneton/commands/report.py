@@ -1,6 +1,6 @@
 """`magneton report --db DIR RUN`: where one run's energy went, and how it was obtained.
 
-Prints the seed-003 table (name, calls, time, energy, J/call, avg W, share, method) grouped
+Prints the per-operator energy table (name, calls, time, energy, J/call, avg W, share, method) grouped
 by operator, module or kernel; the idle baseline; the power source and method (an estimate
 says so and names its model); and the folded module tree (repeated blocks as `h.*`).
 `--json` and `--csv` give the same numbers for scripts: the operators' energies always sum
