@@ -22,6 +22,10 @@ import pytest
         "magneton.graphdb.model",
         "magneton.graphdb.vocab",
         "magneton.tracer.unfoldings",
+        # the tracer's contract with diagnosis (docs/architecture.md, Stages)
+        "magneton.tracer.timeline",
+        "magneton.tracer.pricing",
+        "magneton.tracer.power.model",
     ],
 )
 def test_diff_time_module_does_not_import_torch(module):

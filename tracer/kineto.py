@@ -31,7 +31,7 @@ Energy (see docs/traces.md, docs/energy.md "Imported traces"): a power log given
 `--power meter:FILE[@OFFSET_S]` (a `timestamp_s,watts` CSV or nvidia-smi's
 `--query-gpu=timestamp,power.draw --format=csv` output) is charged to the operators and GPU
 activities by the same attribution as recorded runs (`measured`). Without one each GPU
-activity is priced on the GPU's model profile (tracer/power.py `MODELS`, picked from the
+activity is priced on the GPU's model profile (tracer/power/model.py `MODELS`, picked from the
 trace's device name): `E = (P_static + (TDP − P_static)·u)·t`, u = the kernel's
 `est. achieved occupancy %`/100 when the trace has it, else 1 (memcpy/memset); host
 operators are not priced. Those figures are labelled `estimated` and name the profile.
@@ -424,7 +424,7 @@ def _config(tf: TraceFile, stats: ImportStats) -> dict[str, str]:
 
 
 def gpu_model_name(gpu: str) -> str:
-    """tracer/power.py model profile for a GPU name ("gpu-default" when not known)."""
+    """tracer/power/model.py model profile for a GPU name ("gpu-default" when not known)."""
     from magneton.tracer.power import MODELS
 
     low = gpu.lower()
@@ -467,7 +467,7 @@ def _occupancy(op: OpRecord) -> float:
 
 
 def read_power_log(path: Path):
-    """A `timestamp_s,watts` CSV (tracer/power.py `read_meter_csv`), or nvidia-smi's
+    """A `timestamp_s,watts` CSV (tracer/power/meter.py `read_meter_csv`), or nvidia-smi's
     `timestamp, power.draw [W]` CSV (local wall-clock dates, "123.45 W")."""
     from magneton.tracer.power import MeterTrace, read_meter_csv
 

@@ -19,7 +19,7 @@ import numpy as np
 from magneton.graphdb.model import Profile
 
 from .energy import Attribution, model_attribution
-from .power import ModelCoefficients
+from .power.model import ModelCoefficients
 
 
 def recorded_model(profile: Profile) -> ModelCoefficients | None:

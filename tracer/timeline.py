@@ -20,8 +20,8 @@ import numpy as np
 
 from magneton.graphdb.model import OpRecord, PowerSeries
 
-if TYPE_CHECKING:  # a sampler's output type only; power.py's sources are not needed here
-    from .power import ChannelSamples
+if TYPE_CHECKING:  # a sampler's output type only; power/'s sources are not needed here
+    from .power.sampler import ChannelSamples
 
 MAX_STORED_SAMPLES = 4000
 
