@@ -22,9 +22,9 @@ Then, in one run, every method measures the same operator executions:
 
   point      power read at each op's begin and end, times its duration (the naive way)
   trapezoid  Magneton's side-thread sampler on nvmlDeviceGetPowerUsage, trapezoid over
-             each op window (seed 003)
+             each op window
   counter    the same on the total-energy counter (exact between counter updates)
-  lsq        least squares per op type over sensor windows with lag search (seed 004)
+  lsq        least squares per op type over sensor windows with lag search
   zeus       ZeusMonitor.begin_window / end_window around every op (paper's baseline)
   zeus-approx  the same with approx_instant_energy=True (instant power × time when the
              counter did not move inside the window)

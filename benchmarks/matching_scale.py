@@ -30,8 +30,8 @@ import time
 
 import torch
 
-from magneton.diagnose.equivalence import TensorIndex, match_tensors
-from magneton.diagnose.match import build_graph, match_runs
+from magneton.diagnose.matching.equivalence import TensorIndex, match_tensors
+from magneton.diagnose.matching.match import build_graph, match_runs
 from magneton.graphdb.model import Profile
 from magneton.tracer.invariants import summarize
 from magneton.tracer.record import RecordOptions, record_callable

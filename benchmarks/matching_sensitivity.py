@@ -2,7 +2,7 @@
 
 Labelled pairs are built so their ground truth is known by construction, each pair
 being two real tensors summarized with `magneton.tracer.invariants.summarize` and
-compared with `magneton.diagnose.equivalence.distance`:
+compared with `magneton.diagnose.matching.equivalence.distance`:
 
 positives (same value, computed or laid out differently)
   layout      permute / transpose / reshape-refine / contiguous copies of one tensor
@@ -27,7 +27,7 @@ For τ on a log grid from 1e-8 to 0.2 it reports precision, recall and F1 twice:
 the production rule (distance ≤ tolerance(τ, dtypes), which never goes below a few
 machine epsilons of the pair's dtype) and with τ alone for same-dtype pairs (the raw
 curve, showing where too small a τ starts to reject rounding). The default τ in
-diagnose/equivalence.py is the geometric middle of the raw F1 = 1 plateau, rounded to a
+diagnose/matching/equivalence.py is the geometric middle of the raw F1 = 1 plateau, rounded to a
 power of ten. Also prints each family's distance range, which the plateau comes from.
 
     python benchmarks/matching_sensitivity.py [--json OUT]
@@ -43,7 +43,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from magneton.diagnose.equivalence import DEFAULT_TAU, distance, signature, tolerance
+from magneton.diagnose.matching.equivalence import DEFAULT_TAU, distance, signature, tolerance
 from magneton.graphdb.model import TensorRecord
 from magneton.tracer.invariants import summarize
 

@@ -1,6 +1,6 @@
 """Energy breakdowns of one run: operator/module/kernel tables and the folded module tree.
 
-`operator_table` is the seed-003 table (calls, time, energy, J/call, avg W, share) grouped by
+`operator_table` is the per-operator energy table (calls, time, energy, J/call, avg W, share) grouped by
 operator name, by the module an op ran in, or by the kernel that did the work.
 `module_tree` is Smaragdine's energy distribution diagram (EDD): the module hierarchy with
 inclusive energies, where repeated numbered blocks (`h.0 … h.11`, `layer_0 … layer_11`)
@@ -165,7 +165,7 @@ def operator_table(profile: Profile, by: str = "op") -> list[Row]:
 def _interp(profile: Profile) -> dict[int, tuple[str, float, float]]:
     """op idx -> (python row name, interpreter energy J, interpreter seconds) for the
     interpreter time that led to each op's call."""
-    from .interpreter import call_site_label
+    from .matching.interpreter import call_site_label
 
     vals = profile.energy.interp_j
     if len(vals) != len(profile.ops):
@@ -285,7 +285,8 @@ def _foldable_groups(paths: set[str], types: dict[str, str]) -> set[str]:
     out: set[str] = set()
     for members in groups.values():
         kinds = {types.get(m, "") for m in members}
-        idx = sorted(int(_NUMBERED.match(m.rpartition(".")[2]).group(2)) for m in members)
+        # every member matched _NUMBERED (its stem is not None)
+        idx = sorted(int(_NUMBERED.match(m.rpartition(".")[2]).group(2)) for m in members)  # type: ignore[union-attr]
         # blocks of a stack are numbered 0..n-1 (ModuleList, layer_0..); ln_1/ln_2 are not
         if len(members) >= 2 and len(kinds) == 1 and idx == list(range(len(idx))):
             out.update(members)
@@ -316,7 +317,7 @@ def charged_time_s(profile: Profile) -> dict[int, float]:
     iteration's windows are re-tiled."""
     import numpy as np
 
-    from magneton.tracer.energy import tile
+    from magneton.tracer.timeline import tile
 
     vals = profile.energy.charged_s
     if len(vals) == len(profile.ops) and vals:
@@ -331,7 +332,7 @@ def charged_time_s(profile: Profile) -> dict[int, float]:
         np.array([op.start_ns for op in timed], dtype=np.int64),
         np.array([op.end_ns for op in timed], dtype=np.int64),
     )
-    gap = {}
+    gap: dict[int, float] = {}
     sel = ~pcs.own
     for i, a, b, w in zip(pcs.op[sel], pcs.a[sel], pcs.b[sel], pcs.weight[sel], strict=True):
         gap[int(i)] = gap.get(int(i), 0.0) + (b - a) / 1e9 * w

@@ -20,7 +20,7 @@ Two choices, and the failures they prevent:
   (candidates found, confirmation next), let `magneton diff` say on a terminal what
   the seconds of a diff are spent on; callers that count ignore them.
 
-Detected candidates are confirmed before anything sees them (diagnose/confirm.py): both
+Detected candidates are confirmed before anything sees them (diagnose/matching/confirm.py): both
 sides are re-measured in alternating rounds and a candidate the paired test does not
 confirm is dropped, so neither the progress callback nor diagnosis ever gets a finding
 that was drift between the recordings. `rerun=False` turns this off with the re-runs of
@@ -35,7 +35,7 @@ per diff (5-7 s of CPU each for transformers), most of a diff's time.
 
 A name that is not a run but has runs `NAME/rank0`, `NAME/rank1`, ... is a multi-rank
 job (tracer/distributed.py records them so); two such names are compared rank by rank
-(diagnose/jobdiff.py), whose redundant-collective findings come diagnosed. Their
+(diagnose/jobs/jobdiff.py), whose redundant-collective findings come diagnosed. Their
 value-matched findings are not diagnosed: re-running one rank of a distributed script
 would block in its first collective, waiting for absent peers.
 """
@@ -48,8 +48,8 @@ from typing import Any
 
 from magneton.graphdb.model import DiffResult, MagnetonError, Profile, Region
 
-from .detect import DEFAULT_THRESHOLD, check_threshold
-from .equivalence import DEFAULT_TAU
+from .matching.detect import DEFAULT_THRESHOLD, check_threshold
+from .matching.equivalence import DEFAULT_TAU
 
 # progress(stage, result so far, done, total); stage "detected" (done = total = number of
 # findings) or "diagnosed" (after each diagnosed finding)
@@ -76,7 +76,7 @@ class DiffOutcome:
 
 def is_job(db: Any, name: str) -> bool:
     """True when `name` is not a run but a job recorded rank by rank."""
-    from .ranks import is_multirank
+    from .jobs.ranks import is_multirank
 
     return not db.has_run(name) and is_multirank(db, name)
 
@@ -108,9 +108,10 @@ def run_diff(
     diagnose."""
     check_threshold(threshold)
     if is_job(db, a):
-        from .jobdiff import diff_jobs_outcome
+        from .jobs.jobdiff import job_diff
 
-        out = diff_jobs_outcome(db, a, b, threshold=threshold, tau=tau)
+        jd = job_diff(db, a, b, threshold=threshold, tau=tau, diff_pair=_undiagnosed_pair)
+        out = DiffOutcome(result=jd.result, tau=tau, parts=jd.parts, job=True)
         if progress is not None:
             n = len(out.result.findings)
             progress("detected", out.result, n, n)
@@ -118,6 +119,24 @@ def run_diff(
     return diff_run_pair(
         db, a, b, threshold=threshold, tau=tau, diagnose=diagnose, rerun=rerun, progress=progress
     )
+
+
+def diff_jobs(
+    db: Any, a: str, b: str, threshold: float = 0.10, *, match_values: bool = True
+) -> DiffResult:
+    """Compare multi-rank jobs `a` and `b` rank by rank (diagnose/jobs/jobdiff.py), each
+    rank pair's compute matched by value unless `match_values=False`; `db` is an open
+    ProfileDB or a DB directory. Reads only."""
+    from .jobs.jobdiff import job_diff
+
+    pair = _undiagnosed_pair if match_values else None
+    return job_diff(db, a, b, threshold=threshold, diff_pair=pair).result
+
+
+def _undiagnosed_pair(db: Any, a: str, b: str, threshold: float, tau: float) -> DiffOutcome:
+    """One rank pair of a job diff, undiagnosed: re-running one rank of a distributed
+    script would block waiting for its peers."""
+    return diff_run_pair(db, a, b, threshold=threshold, tau=tau, diagnose=False)
 
 
 def diff_run_pair(
@@ -132,17 +151,17 @@ def diff_run_pair(
     progress: Progress | None = None,
 ) -> DiffOutcome:
     """`run_diff` for two single runs."""
-    from .diff import diff_profiles, region_findings
-    from .pathmatch import diff_by_path, finding_regions, has_values
+    from .matching.diff import diff_profiles, region_findings
+    from .matching.pathmatch import diff_by_path, finding_regions, has_values
 
     pa, pb = load_run(db, a), load_run(db, b)
     if progress is not None:  # stages with done = total = 0: a status, not a count
-        from .diff import summary
+        from .matching.diff import summary
 
         progress("loaded", DiffResult(a=summary(pa), b=summary(pb)), 0, 0)
     if not (has_values(pa) and has_values(pb)):
         # imported traces carry no tensor values: matched by operator path and kernel
-        # names (diagnose/pathmatch.py), and nothing to re-run, so nothing to diagnose
+        # names (diagnose/matching/pathmatch.py), and nothing to re-run, so nothing to diagnose
         result, regions = diff_by_path(pa, pb, threshold)
         out = DiffOutcome(result, tau, regions, finding_regions(result, regions))
         if progress is not None:
@@ -161,7 +180,7 @@ def diff_run_pair(
         return out
     if progress is not None:  # candidates found (not passed on): confirmation is next
         progress("matched", DiffResult(a=result.a, b=result.b), 0, 0)
-    from .confirm import sigterm_unwinds
+    from .matching.confirm import sigterm_unwinds
 
     pool = None
     try:
@@ -178,7 +197,7 @@ def _start_pool(pa: Profile, pb: Profile, rerun: bool) -> Any:
     """The diff's warm workers (tracer/warm.py `WarmPool`), importing the scripts'
     libraries from now on, when confirmation will re-measure the runs; confirmation and
     the key-variable re-run both fork from them. None when nothing is re-run that way."""
-    from .confirm import not_confirmable, start_pool
+    from .matching.confirm import not_confirmable, start_pool
 
     if not_confirmable(pa, pb, rerun):
         return None
@@ -198,12 +217,12 @@ def _confirm_and_diagnose(
 ) -> None:
     """Confirm the candidates, then diagnose what was confirmed, both re-running the
     scripts in `pool` (None: each stage starts workers of its own where it needs them)."""
-    from .confirm import confirm_findings
-    from .diff import region_findings
+    from .matching.confirm import confirm_findings
+    from .matching.diff import region_findings
 
     result = out.result
     # before anything is reported or diagnosed: a candidate that interleaved
-    # re-measurement does not confirm is not a finding (diagnose/confirm.py)
+    # re-measurement does not confirm is not a finding (diagnose/matching/confirm.py)
     result.findings, result.confirm_note = confirm_findings(
         *profiles, result.findings, threshold, rerun=rerun, pool=pool
     )
@@ -215,7 +234,7 @@ def _confirm_and_diagnose(
         return
     from magneton.knowledge.base import default_knowledge
 
-    from .rootcause import Diagnoser
+    from .cause.rootcause import Diagnoser
 
     def step(done: int, total: int) -> None:
         if progress is not None:
@@ -247,7 +266,7 @@ def store_outcome(db: Any, out: DiffOutcome) -> None:
 
     store_diff(db, out.result, out.regions, tau=out.tau, finding_of_region=out.finding_of_region)
     if out.diagnosed:
-        from .rootcause import store_diagnosis
+        from .cause.rootcause import store_diagnosis
 
         # store_diff wrote the diagnosed findings already
         store_diagnosis(db, out.result, out.kb, findings=False)
@@ -256,6 +275,6 @@ def store_outcome(db: Any, out: DiffOutcome) -> None:
 def diagnose_findings(db: Any, result: DiffResult, findings: list, *, rerun: bool = True) -> None:
     """Diagnose some findings of a (stored, undiagnosed) single-run diff in place; pure
     like `run_diff` (store with `rootcause.store_diagnosis`)."""
-    from .rootcause import Diagnoser
+    from .cause.rootcause import Diagnoser
 
     Diagnoser(db, result, rerun=rerun).diagnose_all(findings)

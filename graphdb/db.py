@@ -67,7 +67,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from . import engine, integrity, lock, migrate
+from . import engine, integrity, lock
 from . import schema as S
 from .lock import DBLocked
 from .model import (
@@ -170,7 +170,7 @@ def open_db(
     path = Path(path)
     file = db_file(path)
     if not file.exists():
-        migrate.refuse_old_engine(path)  # a DB of the Kùzu era: say how to convert it
+        engine.refuse_old_engine(path)  # a DB of the Kùzu era: say how to convert it
     if not file.exists() and (read_only or not create):
         raise MagnetonError(f"no Magneton DB at {path} (record a run first: magneton record ...)")
     if file.exists() and file.is_dir():

@@ -19,23 +19,22 @@ reads an old file in a child process.
 
 from __future__ import annotations
 
+import importlib
 import os
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 # the file name Magneton used on Kùzu 0.11.3 (same schema, another storage format)
 KUZU_FILENAME = "profile.kuzu"
 
-if os.environ.get(_OLD := "MAGNETON_READ_KUZU") == "1":
+if os.environ.get("MAGNETON_READ_KUZU") == "1":
     # only in the child process of `magneton migrate` (graphdb/migrate.py), which reads
     # an old DB with this same graphdb code; never together with ladybug in one process
-    import kuzu as _impl
-
     NAME, DIST, DB_FILENAME = "Kùzu", "kuzu", KUZU_FILENAME
 else:
-    import ladybug as _impl
-
     NAME, DIST, DB_FILENAME = "LadybugDB", "ladybug", "profile.lbug"
+_impl: Any = importlib.import_module(DIST)
 
 Database = _impl.Database
 Connection = _impl.Connection
@@ -53,7 +52,7 @@ _KUZU_MAGIC = b"KUZU"
 BUFFER_POOL_B = 0
 
 
-def open_database(file: Path, read_only: bool) -> Database:
+def open_database(file: Path, read_only: bool) -> Any:  # engine.Database
     """Open (or create) the engine file `file`.
 
     compression=False: Kùzu 0.11.3's float compression zeroed some DOUBLE[] list
@@ -61,7 +60,7 @@ def open_database(file: Path, read_only: bool) -> Database:
     LadybugDB inherits that storage code; tests/test_graphdb.py round-trips every stored
     double exactly, and uncompressed pages cost nothing a run notices.
     """
-    sizes = {"buffer_pool_size": BUFFER_POOL_B, **_address_space_fit()}
+    sizes: dict[str, Any] = {"buffer_pool_size": BUFFER_POOL_B, **_address_space_fit()}
     return Database(str(file), read_only=read_only, compression=False, **sizes)
 
 
@@ -86,3 +85,26 @@ def is_kuzu_file(file: Path) -> bool:
             return f.read(len(_KUZU_MAGIC)) == _KUZU_MAGIC
     except OSError:
         return False
+
+
+def old_file(path: str | Path) -> Path | None:
+    """The Kùzu-era DB file of a `--db` argument, when there is one to convert."""
+    p = Path(path)
+    candidate = p if p.is_file() else p / KUZU_FILENAME
+    if candidate.is_file() and is_kuzu_file(candidate):
+        return candidate
+    return None
+
+
+def refuse_old_engine(path: str | Path) -> None:
+    """Raise the one-line conversion hint when `path` holds only a Kùzu-era DB (the
+    migration's own reader, bound to Kùzu, reads it instead)."""
+    from .model import MagnetonError
+
+    old = None if DB_FILENAME == KUZU_FILENAME else old_file(path)
+    if old is not None:
+        raise MagnetonError(
+            f"{old} was written by an earlier Magneton on Kùzu 0.11, which this version "
+            f"({NAME} {VERSION}) cannot read; convert it once with "
+            f'`magneton migrate --db {old.parent}` (pip install "magneton[kuzu]" first)'
+        )

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import engine
 from .model import MagnetonError
 
 _DUMP_SUFFIX = ".arrow"
@@ -48,43 +49,9 @@ class MigrationResult:
     time_s: float = 0.0
 
 
-def old_file(path: str | Path) -> Path | None:
-    """The Kùzu-era DB file of a `--db` argument, when there is one to convert."""
-    from . import engine
-
-    p = Path(path)
-    candidate = p if p.is_file() else p / engine.KUZU_FILENAME
-    if candidate.is_file() and engine.is_kuzu_file(candidate):
-        return candidate
-    return None
-
-
-def needs_migration_message(old: Path) -> str:
-    from . import engine
-
-    return (
-        f"{old} was written by an earlier Magneton on Kùzu 0.11, which this version "
-        f"({engine.NAME} {engine.VERSION}) cannot read; convert it once with "
-        f'`magneton migrate --db {old.parent}` (pip install "magneton[kuzu]" first)'
-    )
-
-
-def refuse_old_engine(path: str | Path) -> None:
-    """Raise the one-line conversion hint when `path` holds only a Kùzu-era DB."""
-    from . import engine
-
-    if os.environ.get("MAGNETON_READ_KUZU") == "1" or engine.DB_FILENAME == engine.KUZU_FILENAME:
-        return  # the migration's own reader
-    old = old_file(path)
-    if old is not None:
-        raise MagnetonError(needs_migration_message(old))
-
-
 def migrate(path: str | Path, say: Callable[[str], None] = print) -> MigrationResult:
     """Convert the Kùzu-era DB in `path` into `path`/profile.lbug (see the module doc)."""
-    from . import engine
-
-    old = old_file(path)
+    old = engine.old_file(path)
     if old is None:
         raise MagnetonError(f"no Kùzu-era Magneton DB ({engine.KUZU_FILENAME}) at {path}")
     new = old.with_name(engine.DB_FILENAME)
@@ -136,7 +103,6 @@ def _read_dump(out: Path) -> list:
 
 
 def _write_and_check(staging: Path, tables: list, runs: list[str]) -> None:
-    from . import engine
     from .db import ProfileDB, write_fresh
 
     write_fresh(staging, tables)

@@ -277,7 +277,7 @@ class Finding:
     # travel inside the JSON "divergence" object
     job: JobInfo | None = None
     # "region": matched operators differ; "interpreter": the Python that ran between
-    # operators at one place differs (diagnose/interpreter.py). Its regions hold the ops
+    # operators at one place differs (diagnose/matching/interpreter.py). Its regions hold the ops
     # that Python led to, with the interpreter's energy and time only
     kind: str = "region"
     # interpreter findings: the frames that ran on each side ("a.py:12 build_mask"),
@@ -341,10 +341,10 @@ class DiffResult:
     matched_pairs: int = 0
     threshold: float = 0.10
     message: str = ""  # e.g. why nothing could be compared
-    # how the runs were matched when not by value (diagnose/pathmatch.py), "" = by value;
+    # how the runs were matched when not by value (diagnose/matching/pathmatch.py), "" = by value;
     # printed by `magneton diff`, not part of to_json (findings' divergence says it)
     match_note: str = ""
-    # what interleaved confirmation did (diagnose/confirm.py), printed by `magneton diff`;
+    # what interleaved confirmation did (diagnose/matching/confirm.py), printed by `magneton diff`;
     # each finding's interval says whether it was confirmed
     confirm_note: str = ""
     # confirmed differences that diagnosis found no software cause for (verdict "noise":
@@ -593,7 +593,7 @@ class RunEnergy:
     """Energy metadata of one run (all energies per entry call).
 
     `op_samples_j[k][i]` is operator i's energy in timed iteration k: the per-iteration
-    record that gives every region an uncertainty (diagnose/detect.py). `interp_j[i]` is
+    record that gives every region an uncertainty (diagnose/matching/detect.py). `interp_j[i]` is
     the part of op i's energy spent in the interpreter before it was called (Python
     between aten operators), shown by `report` as rows of kind "python";
     `interp_samples_j[k][i]` is that share in timed iteration k (what gives a difference
@@ -679,7 +679,7 @@ class RunEnergy:
 @dataclass
 class SavingInterval:
     """How sure a finding is: the wasteful side's energy over the efficient side's, with a
-    confidence interval from the regions' per-iteration energies (diagnose/detect.py)."""
+    confidence interval from the regions' per-iteration energies (diagnose/matching/detect.py)."""
 
     ratio: float  # E_wasteful / E_efficient (geometric mean of the iterations)
     ratio_low: float  # lower bound, one-sided at `confidence`
@@ -691,7 +691,7 @@ class SavingInterval:
     iterations_b: int
     between_runs_log_sd: float = 0.0  # noise between the recordings, from identical work
     test: str = "welch-t on log energies + between-runs variance from identical work"
-    # interleaved confirmation (diagnose/confirm.py): True when both sides were re-measured
+    # interleaved confirmation (diagnose/matching/confirm.py): True when both sides were re-measured
     # in alternating rounds and the interval above is the paired test's; `rounds` per side;
     # `unconfirmed` says why not ("" when confirmed)
     confirmed: bool = False
@@ -709,7 +709,10 @@ class SavingInterval:
     @classmethod
     def from_json(cls, d: dict) -> SavingInterval:
         ratios = ("ratio", "ratio_low", "ratio_high")
-        return cls(**{k: (math.inf if k in ratios and v is None else v) for k, v in d.items()})
+        vals: dict[str, Any] = {
+            k: (math.inf if k in ratios and v is None else v) for k, v in d.items()
+        }
+        return cls(**vals)
 
 
 # --- Typed metadata as stored config rows ---
@@ -736,7 +739,7 @@ def split_stored_config(
 
 
 # --- Diagnosis results ---
-# What diagnosis (diagnose/rootcause.py, diagnose/ranks.py) attaches to a finding. Every
+# What diagnosis (diagnose/cause/rootcause.py, diagnose/jobs/ranks.py) attaches to a finding. Every
 # class has `to_json`, which writes the keys of the `magneton diff --json` contract and of
 # stored diffs (docs/diagnosis.md), and `from_json`, its inverse; code everywhere else
 # reads attributes, so a key is spelled in exactly one place.
@@ -793,8 +796,8 @@ def _el(d: dict | None) -> PathElement | None:
 @dataclass
 class OperandProperty:
     """A kernel-argument divergence: the same operator reached the same way, one operand
-    property differs (diagnose/divergence.py), and where each side's value was set
-    (diagnose/argflow.py, the backward walk over the recorded dataflow)."""
+    property differs (diagnose/cause/divergence.py), and where each side's value was set
+    (diagnose/source/argflow.py, the backward walk over the recorded dataflow)."""
 
     name: str  # "device" | "dtype" | "shape" | "strides"
     operand: int  # input position of the operator (output position when `output`)
@@ -824,7 +827,7 @@ class OperandProperty:
 
 @dataclass
 class Divergence:
-    """Where the two sides of a finding stop doing the same thing (diagnose/divergence.py).
+    """Where the two sides of a finding stop doing the same thing (diagnose/cause/divergence.py).
 
     Its `kind` (derived from the elements): "path" (different frames, ops or kernels),
     "extra" (one side ran work the other did not), "args" (same kernels, different
@@ -845,7 +848,7 @@ class Divergence:
     common: int = 0
     path_a: tuple[str, ...] = ()
     path_b: tuple[str, ...] = ()
-    # runs without tensor values (imported traces, diagnose/pathmatch.py) are matched by
+    # runs without tensor values (imported traces, diagnose/matching/pathmatch.py) are matched by
     # call path: the region's path and its largest kernel differences (JSON only when set)
     matched_by: str | None = None
     region_path: str | None = None
@@ -1036,7 +1039,7 @@ class FlowHop:
 
 @dataclass
 class KeyVariableInfo:
-    """The variable whose value differs at the deviation site (diagnose/keyvar.py)."""
+    """The variable whose value differs at the deviation site (diagnose/cause/keyvar.py)."""
 
     kind: str  # "call-target" | "branch" | "knob" | "code" | "args" | "unknown"
     expr: str | None = None
@@ -1186,7 +1189,7 @@ class Fix:
     rule: str | None = None  # id of the rule the summary quotes
     references: list[str] = field(default_factory=list)
     # in memory only (not in the JSON): the text the fix replaces and its replacement,
-    # so one check (diagnose/fixes.py) can refuse a fix that would change nothing
+    # so one check (diagnose/fix/plan.py) can refuse a fix that would change nothing
     old_text: str | None = None
     new_text: str | None = None
 

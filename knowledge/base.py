@@ -419,9 +419,9 @@ def load_knowledge(paths: list[Path] | None = None) -> KnowledgeBase:
             except ValueError as e:
                 raise RuleError(f"{path}:{line}: rule {d.get('id', '?')!r}: {e}") from None
             if rule.id in seen:
-                other = seen[rule.id]
+                first = seen[rule.id]
                 raise RuleError(
-                    f"{path}:{line}: rule id {rule.id!r} already used at {other.file}:{other.line}"
+                    f"{path}:{line}: rule id {rule.id!r} already used at {first.file}:{first.line}"
                 )
             seen[rule.id] = rule
             kb.rules.append(rule)

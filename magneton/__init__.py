@@ -17,23 +17,12 @@ Markers for `magneton record ... -- python train.py ARGS` (no-ops when not recor
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
-# Kineto (the profiler behind the structure pass) prints "USDT ... profiler_start" lines
-# on stderr at its default level; they would bury Magneton's one-line errors. It reads
-# this once, when torch is first imported, so it has to be set before that.
-os.environ.setdefault("KINETO_LOG_LEVEL", "99")
-# OpenMP workers waiting at a barrier for a preempted peer spin by default, burning CPU
-# time that is no work: with another process on the machine this inflated the process
-# CPU time that prices operators 3-5x (tracer/timing.py). Passive waiting sleeps instead.
-# libgomp reads it once, when torch loads, so it too is set before that. A program that
-# imported torch before magneton keeps the spinning default, and its spin after every
-# parallel region is priced as CPU time (a gelu measured 0.7 J per call against 0.05 J):
-# recordings say so (tracer/record.py `_warn_if_omp_spins`, the run's config).
-OMP_POLICY_TOO_LATE = "torch" in sys.modules and "OMP_WAIT_POLICY" not in os.environ
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The environment torch must find when it loads (Kineto's log level, OpenMP's wait
+# policy) is set by the tracer's preload module; importing it here, first, sets it before
+# anything can import torch. `OMP_POLICY_TOO_LATE` stays readable as `magneton.<name>`.
+from magneton.tracer.preload import OMP_POLICY_TOO_LATE  # noqa: F401
 
 __all__ = [
     "record",

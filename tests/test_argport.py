@@ -1,4 +1,4 @@
-"""Argument ports (diagnose/argport.py): comparing two calls on the libcst tree and
+"""Argument ports (diagnose/fix/ports.py): comparing two calls on the libcst tree and
 rewriting the wasteful call with the efficient side's arguments.
 
 The patched text must keep everything but the differing arguments as the user wrote it,
@@ -12,14 +12,14 @@ import textwrap
 
 import libcst as cst
 
-from magneton.diagnose.argport import (
+from magneton.diagnose.fix.edits import make_patch, statement_block, unportable
+from magneton.diagnose.fix.ports import (
     argument_port,
     compare_calls,
     counterpart_block,
     port_arguments,
 )
-from magneton.diagnose.fix import make_patch, statement_block, unportable
-from magneton.diagnose.source import Span
+from magneton.diagnose.source.index import Span
 
 
 def call(code: str) -> cst.Call:
@@ -190,8 +190,8 @@ def _setting_fix_of(tmp_path, a: str, b: str, line_a: int, line_b: int, statemen
     """fixes._setting_fix for a setting the wasteful side (a) leaves at its default."""
     from types import SimpleNamespace
 
-    from magneton.diagnose.dataflow import Origin
-    from magneton.diagnose.fixes import RunPair, _FixInput, _setting_fix
+    from magneton.diagnose.fix.plan import RunPair, _FixInput, _setting_fix
+    from magneton.diagnose.source.dataflow import Origin
     from magneton.graphdb.model import Finding, Fix, Region
 
     (tmp_path / "a.py").write_text(a)

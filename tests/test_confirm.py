@@ -1,4 +1,4 @@
-"""Interleaved confirmation (diagnose/confirm.py): a candidate finding is reported only
+"""Interleaved confirmation (diagnose/matching/confirm.py): a candidate finding is reported only
 when both sides, re-measured in alternating rounds, still differ by the threshold with
 95% confidence (paired t on the rounds' log ratios).
 
@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from magneton.cli import main as cli
-from magneton.diagnose.confirm import (
+from magneton.diagnose.matching.confirm import (
     MIN_ROUNDS,
     TEST,
     cannot_reach,
@@ -30,7 +30,7 @@ from magneton.diagnose.confirm import (
     paired_interval,
     unconfirmable,
 )
-from magneton.diagnose.detect import confident, saving_interval
+from magneton.diagnose.matching.detect import confident, saving_interval
 from magneton.graphdb.model import (
     Finding,
     OpRecord,
@@ -142,7 +142,7 @@ def test_runs_that_cannot_be_held_warm_say_why():
 def test_verdict_rules_apply_to_the_confirmed_estimates():
     """A candidate that detection called a trade-off (its recording made the efficient
     side look slower) is waste when the interleaved rounds show it is not slower."""
-    from magneton.diagnose.confirm import Rounds, _confirmed
+    from magneton.diagnose.matching.confirm import Rounds, _confirmed
 
     rng = np.random.default_rng(0)
     rounds = Rounds()
@@ -279,7 +279,7 @@ def test_addmm_negative_control_has_no_finding(tmp_path):
 
 
 def test_a_worker_that_hangs_is_killed_and_the_finding_unconfirmed(gelu_db, monkeypatch):
-    import magneton.diagnose.confirm as confirm
+    import magneton.diagnose.matching.confirm as confirm
     from magneton.diagnose.pipeline import run_diff
     from magneton.graphdb import open_db
 

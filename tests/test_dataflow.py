@@ -15,23 +15,22 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from magneton.diagnose.dataflow import (
-    BackwardSlicer,
-    SideContext,
-    SliceContext,
-    find_attribute_origin,
-    find_knob_origin,
-    find_library_default,
-    source_index,
-    user_files,
-)
-from magneton.diagnose.fix import (
+from magneton.diagnose.fix.edits import (
     add_keyword,
     make_patch,
     port_statements,
     replace_value,
     statement_block,
 )
+from magneton.diagnose.source.dataflow import (
+    BackwardSlicer,
+    SideContext,
+    SliceContext,
+    find_attribute_origin,
+    find_knob_origin,
+    find_library_default,
+)
+from magneton.diagnose.source.index import source_index, user_files
 from magneton.knowledge.base import default_knowledge
 
 LIB = """

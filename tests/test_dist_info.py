@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from magneton.diagnose.ranks import timeline
+from magneton.diagnose.jobs.ranks import timeline
 from magneton.graphdb import open_db
 from magneton.graphdb.model import (
     CollectiveTimes,

@@ -28,14 +28,14 @@ from pathlib import Path
 import pytest
 
 from magneton.cli import main as cli_main
-from magneton.diagnose.collectives import JOIN_API, collective_cause
-from magneton.diagnose.jobdiff import diff_jobs
-from magneton.diagnose.ranks import (
+from magneton.diagnose.jobs.collectives import JOIN_API, collective_cause
+from magneton.diagnose.jobs.ranks import (
     CollectiveTiming,
     RankTimeline,
     estimate_peer_waits,
     rank_report,
 )
+from magneton.diagnose.pipeline import diff_jobs
 from magneton.graphdb import open_db
 from magneton.graphdb.model import (
     FrameRecord,

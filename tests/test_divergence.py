@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from magneton.diagnose.divergence import find_divergence
-from magneton.diagnose.rootcause import diagnose_result
+from magneton.diagnose.cause.divergence import find_divergence
+from magneton.diagnose.cause.rootcause import diagnose_result
 from magneton.graphdb import open_db
 from magneton.graphdb.model import DiffResult, Finding, Region, RunSummary
 from magneton.graphdb.paths import DIVERGENCE_QUERY, bookkeeping

@@ -1,4 +1,4 @@
-"""Least-squares per-type power from coarse windows (seed 004)."""
+"""Least-squares per-type power from coarse windows."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def test_powers_recovered_from_sensor_windows_and_validated_on_second_run():
         assert sol.powers_w[name] == pytest.approx(w, rel=0.03)
     assert sol.powers_w[GAP_TYPE] == pytest.approx(IDLE, rel=0.1)
     assert sol.mape_pct < 2.0
-    # the solution predicts another run's windows (seed 004's portability check)
+    # the solution predicts another run's windows
     ops2, end2 = _synthetic_run(seed=2)
     other = build_windows(ops2, _sensor_counter(ops2, end2, period_s=0.02))
     assert validate(sol, other) < 2.0

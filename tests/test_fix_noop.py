@@ -3,7 +3,7 @@
 The backward walk used to stop at `attn_implementation=args.attn_implementation`: both
 sides read the same expression, so the fix said "change ... from args.attn_implementation
 to args.attn_implementation". The walk now takes one more hop, to the argparse option and
-the value each run's recorded command line gave; and one check in fixes.py refuses any
+the value each run's recorded command line gave; and one check in fix/plan.py refuses any
 fix whose new text equals its old text.
 """
 
@@ -16,8 +16,8 @@ from types import SimpleNamespace
 
 from fixcheck import noop_reason
 
-from magneton.diagnose.dataflow import find_attribute_origin
-from magneton.diagnose.fixes import RunPair, _FixInput, refuse_noop
+from magneton.diagnose.fix.plan import RunPair, _FixInput, refuse_noop
+from magneton.diagnose.source.dataflow import find_attribute_origin
 from magneton.graphdb.model import Divergence, Finding, Fix, PathElement, Region
 from magneton.tracer.program import parse_command
 
@@ -133,8 +133,8 @@ def test_noop_check_reads_what_a_user_reads(tmp_path):
 
 def test_patch_of_the_default_applies_with_git(tmp_path):
     """The option's default, patched where the wasteful run relied on it."""
-    from magneton.diagnose.dataflow import Origin
-    from magneton.diagnose.fixes import _run_with_fix
+    from magneton.diagnose.fix.plan import _run_with_fix
+    from magneton.diagnose.source.dataflow import Origin
 
     script = _program(tmp_path, "eager")
     ow = find_attribute_origin("attn_implementation", [str(script)], "eager", _config(script))
@@ -170,9 +170,9 @@ def test_an_explicit_setting_is_patched_back_to_the_default_the_efficient_side_k
     """The wasteful side sets a keyword (`memory_format=torch.channels_last`) that the
     efficient side never passes (it keeps the default): the patch writes the default out
     in the wasteful call (was: "Use the efficient run's setting.", no patch)."""
-    from magneton.diagnose.dataflow import Origin
-    from magneton.diagnose.fixes import _setting_fix
-    from magneton.diagnose.source import Span
+    from magneton.diagnose.fix.plan import _setting_fix
+    from magneton.diagnose.source.dataflow import Origin
+    from magneton.diagnose.source.index import Span
 
     script = tmp_path / "serve.py"
     line = "    model = model.to(memory_format=torch.channels_last)"
@@ -197,8 +197,8 @@ def test_an_explicit_setting_is_patched_back_to_the_default_the_efficient_side_k
 def test_an_extra_setting_statement_is_named_with_what_to_do(tmp_path):
     """The wasteful side runs a setting statement the efficient side lacks: deleting a
     statement is not a mechanical fix, but the advice names it and what to do."""
-    from magneton.diagnose.dataflow import Origin
-    from magneton.diagnose.fixes import _setting_fix
+    from magneton.diagnose.fix.plan import _setting_fix
+    from magneton.diagnose.source.dataflow import Origin
 
     script = tmp_path / "serve.py"
     script.write_text("import torch\n\n\ndef setup(x):\n    return x.to(torch.float64)\n")

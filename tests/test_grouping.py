@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from magneton.diagnose.grouping import cause_key, group_by_cause
+from magneton.diagnose.cause.grouping import cause_key, group_by_cause
 from magneton.graphdb.model import Divergence, Finding, PathElement, Region, RootCause
 
 

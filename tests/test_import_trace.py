@@ -171,7 +171,7 @@ def test_two_rank_traces_load_as_one_job(tmp_path):
     r = cli("import-trace", str(ranks), "--db", str(db), "--run", "job")
     assert r.returncode == 0, r.stderr
     assert "job 'job': 2 of 128 ranks imported" in r.stdout
-    from magneton.diagnose.ranks import is_multirank
+    from magneton.diagnose.jobs.ranks import is_multirank
 
     with open_db(db, read_only=True) as h:
         assert is_multirank(h, "job")
@@ -297,7 +297,7 @@ def test_nvidia_smi_log_in_wall_clock_lines_up_with_the_trace(tmp_path):
 
 @needs_hta
 def test_path_diff_of_a_trace_with_itself_and_with_a_slower_copy():
-    from magneton.diagnose.pathmatch import diff_by_path
+    from magneton.diagnose.matching.pathmatch import diff_by_path
 
     def load(run: str):
         p, _ = profile_from_trace(read_trace(HTA / "alexnet_train_step.json.gz"), run)

@@ -1,4 +1,4 @@
-"""Interpreter time between operators, compared place by place (diagnose/interpreter.py),
+"""Interpreter time between operators, compared place by place (diagnose/matching/interpreter.py),
 on hand-built profiles: which places meet across two programs, and when a difference is
 a finding."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from magneton.diagnose.grouping import group_by_cause
-from magneton.diagnose.interpreter import (
+from magneton.diagnose.cause.grouping import group_by_cause
+from magneton.diagnose.matching.interpreter import (
     ROOT_KEY,
     SCRIPT_FILE,
     interpreter_findings,

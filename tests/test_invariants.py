@@ -1,5 +1,5 @@
 """Layout-invariant tensor summaries (tracer/invariants.py) and the equivalence built on
-them (diagnose/equivalence.py): what a user relies on is that the same value laid out
+them (diagnose/matching/equivalence.py): what a user relies on is that the same value laid out
 differently matches and a perturbed value does not."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from magneton.diagnose.equivalence import (
+from magneton.diagnose.matching.equivalence import (
     DEFAULT_TAU,
     TensorIndex,
     distance,

@@ -27,3 +27,19 @@ def test_root_imports_resolve_without_site_packages():
         [sys.executable, "-S", "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert Path(out.stdout.strip()).resolve() == ROOT / "graphdb" / "vocab.py"
+
+
+def test_every_stage_sub_package_is_packaged():
+    """A sub-package missing from `packages` installs without its files (a wheel, or the
+    strict editable install CI uses), though the checkout imports it fine."""
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = set(cfg["tool"]["setuptools"]["packages"])
+    for package, folder in cfg["tool"]["setuptools"]["package-dir"].items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            sub = init.parent.relative_to(ROOT / folder).parts
+            if any((ROOT / folder / Path(*sub[:i])).is_symlink() for i in range(1, len(sub) + 1)):
+                continue  # magneton/ links to the stage folders
+            name = ".".join([package, *sub])
+            assert name in packages, (
+                f"{name} ({init.parent}) is missing from [tool.setuptools] packages"
+            )

@@ -1,4 +1,4 @@
-"""Differential matching (diagnose/match.py) and detection (diagnose/detect.py) on runs
+"""Differential matching (diagnose/matching/match.py) and detection (diagnose/matching/detect.py) on runs
 recorded with the real recorder (`record_callable`, no DB): which operators of one run
 are paired with which of the other, and what gets flagged."""
 
@@ -13,9 +13,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from magneton.diagnose.detect import detect
-from magneton.diagnose.diff import diff_profiles
-from magneton.diagnose.match import FREE_OPS, align, build_graph, match_runs
+from magneton.diagnose.matching.detect import detect
+from magneton.diagnose.matching.diff import diff_profiles
+from magneton.diagnose.matching.match import FREE_OPS, align, build_graph, match_runs
 from magneton.graphdb.model import MagnetonError, Profile
 from magneton.tracer.record import RecordOptions, record_callable
 

@@ -17,9 +17,15 @@ import networkx as nx
 import pytest
 import torch
 
-from magneton.diagnose import equivalence
-from magneton.diagnose.equivalence import TensorIndex, match_tensors
-from magneton.diagnose.match import SRC, _immediate_dominators, align, build_graph, match_runs
+from magneton.diagnose.matching import equivalence
+from magneton.diagnose.matching.equivalence import TensorIndex, match_tensors
+from magneton.diagnose.matching.match import (
+    SRC,
+    _immediate_dominators,
+    align,
+    build_graph,
+    match_runs,
+)
 from magneton.graphdb.model import Profile
 from magneton.tracer.record import RecordOptions, record_callable
 

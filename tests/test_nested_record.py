@@ -121,7 +121,7 @@ def test_recorded_view_of_nested_layouts():
 def test_rerun_describes_a_nested_value():
     """The key-variable re-run describes every watched value; a nested tensor has no
     shape to print and is described by its components."""
-    from magneton.diagnose.keyvar import summarize as describe
+    from magneton.diagnose.cause.keyvar import summarize as describe
 
     nested = torch.nested.nested_tensor([torch.ones(2, 3), torch.ones(4, 3)])
     assert describe(nested) == "<Tensor float32 nested, 2 components>"

@@ -103,7 +103,7 @@ def test_diff_finds_and_root_causes_the_argument(hf_db):
     rc = f["root_cause"]
     assert rc["file"] == str(TRAIN) and "attn_implementation=args.attn_implementation" in rc["code"]
     # the key-variable re-run reproduced the recorded window of each program
-    from magneton.diagnose import keyvar
+    from magneton.diagnose.cause import keyvar
 
     if "program" in keyvar.RerunSide.__dataclass_fields__:
         kv = rc["key_variable"]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from fixcheck import assert_no_noop_fix
 
-from magneton.diagnose.argflow import observed, trace_both, trace_property
-from magneton.diagnose.divergence import layout, operand_property
+from magneton.diagnose.cause.divergence import layout, operand_property
+from magneton.diagnose.source.argflow import observed, trace_both, trace_property
 from magneton.graphdb.model import OpRecord, Profile, RunInfo, TensorRecord
 
 CASE = Path(__file__).resolve().parents[1] / "examples" / "cases" / "channels_last_setup"
@@ -157,7 +157,7 @@ def test_a_dispatch_divergence_carries_the_operand_property_that_chose_it():
     """Below Python the operands steer dispatch as well as the knobs: with a
     channels-last weight the same convolution runs an extra layout copy. The divergence
     names the weight's strides, so the walk back (and the root cause) can follow them."""
-    from magneton.diagnose.divergence import _build
+    from magneton.diagnose.cause.divergence import _build
     from magneton.graphdb.paths import PathPair
 
     pa = _conv_relu_mean(W_NCHW, NCHW)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import textwrap
 
-from magneton.diagnose.setupflow import call_slice, setup_difference, setup_slice
-from magneton.diagnose.source import source_index
+from magneton.diagnose.source.index import source_index
+from magneton.diagnose.source.setupflow import call_slice, setup_difference, setup_slice
 from magneton.graphdb.model import FrameRecord, OpRecord, Profile, RunInfo, TensorRecord
 
 SETUP = """
@@ -169,8 +169,8 @@ def test_grad_mode_is_read_from_the_recorded_operators_and_fixed_with_a_decorato
 
     from test_divergence import _finding, _record_scripts, _result
 
-    from magneton.diagnose.argflow import observed_config
-    from magneton.diagnose.rootcause import diagnose_result
+    from magneton.diagnose.cause.rootcause import diagnose_result
+    from magneton.diagnose.source.argflow import observed_config
     from magneton.graphdb import open_db
 
     proj = tmp_path / "proj"

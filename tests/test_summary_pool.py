@@ -103,7 +103,7 @@ class _Masked(torch.nn.Module):
 
 
 def test_side_inputs_carry_no_summary_and_every_compared_tensor_has_one() -> None:
-    from magneton.diagnose.match import build_graph
+    from magneton.diagnose.matching.match import build_graph
     from magneton.tracer.record import RecordOptions, record_callable
 
     torch.manual_seed(0)

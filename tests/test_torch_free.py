@@ -16,12 +16,16 @@ import pytest
 @pytest.mark.parametrize(
     "module",
     [
-        "magneton.diagnose.confirm",
-        "magneton.diagnose.equivalence",
-        "magneton.diagnose.match",
+        "magneton.diagnose.matching.confirm",
+        "magneton.diagnose.matching.equivalence",
+        "magneton.diagnose.matching.match",
         "magneton.graphdb.model",
         "magneton.graphdb.vocab",
         "magneton.tracer.unfoldings",
+        # the tracer's contract with diagnosis (docs/architecture.md, Stages)
+        "magneton.tracer.timeline",
+        "magneton.tracer.pricing",
+        "magneton.tracer.power.model",
     ],
 )
 def test_diff_time_module_does_not_import_torch(module):

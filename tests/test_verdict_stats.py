@@ -6,7 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from magneton.diagnose.detect import confident, region_samples, run_samples, saving_interval
+from magneton.diagnose.matching.detect import (
+    confident,
+    region_samples,
+    run_samples,
+    saving_interval,
+)
 from magneton.graphdb.model import OpRecord, Profile, RunEnergy, RunInfo
 
 SEEDS = range(8)
@@ -67,8 +72,8 @@ def test_samples_that_do_not_describe_the_energies_are_ignored():
 def test_identical_work_measures_the_noise_between_recordings():
     """Matched pairs that did the same work are an A/A experiment inside the diff: their
     energy ratio is the drift between the recordings, and it widens every interval."""
-    from magneton.diagnose.detect import between_runs_log_sd
-    from magneton.diagnose.match import RegionPair
+    from magneton.diagnose.matching.detect import between_runs_log_sd
+    from magneton.diagnose.matching.match import RegionPair
     from magneton.graphdb.model import Region
 
     def prof(energies, dtypes):
@@ -85,7 +90,7 @@ def test_identical_work_measures_the_noise_between_recordings():
     sd = between_runs_log_sd(pa, pb, pairs)
     # op 2's 5x is not noise; the identical pairs' 10% is shrunk towards the prior by the
     # energy share they rest on
-    from magneton.diagnose.detect import PRIOR_BETWEEN_LOG_SD, PRIOR_WEIGHT
+    from magneton.diagnose.matching.detect import PRIOR_BETWEEN_LOG_SD, PRIOR_WEIGHT
 
     share = 0.5 * (2.0 / 7.0 + 2.2 / 3.2)
     expect = (share * np.log(1.1) ** 2 + PRIOR_WEIGHT * PRIOR_BETWEEN_LOG_SD**2) / (

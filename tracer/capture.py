@@ -388,7 +388,7 @@ class StructureCapture(RecorderMode):
 
         `side`: a parameter or buffer, or computed from those alone (a weight's `.t()`, a
         mask from a buffer). Matching leaves such *side inputs* out of the value
-        comparison (diagnose/match.py builds its tensor index from data tensors only), so
+        comparison (diagnose/matching/match.py builds its tensor index from data tensors only), so
         they get no value summary: for GPT-2 12L that is 125 M of the 215 M elements a
         structure pass summarized (the weights and the 50257×768 embedding). Whether a
         tensor is a side input is decided like `match.build_graph` decides it, except

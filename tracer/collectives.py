@@ -7,7 +7,7 @@ dispatcher, so both recorder passes see them. `CollectiveRecorder` registers a
 classes and adds what the dispatcher alone does not show:
 
 - the process group and bytes of each collective, and its issue instant per timing
-  iteration (compared across ranks to estimate peer waits, diagnose/ranks.py);
+  iteration (compared across ranks to estimate peer waits, diagnose/jobs/ranks.py);
 - for collectives the Python caller waits on right away (`dist.all_reduce(t)` with
   `async_op=False`), it calls `work.wait()` itself, inside the mode's timing window, so
   the operator's window - and the energy charged to it - covers the wait instead of

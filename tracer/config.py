@@ -16,9 +16,9 @@ import sys
 
 import torch
 
-import magneton
 from magneton.graphdb.vocab import sha256_file  # noqa: F401  (re-export: record.py uses it)
 from magneton.tracer import allocator
+from magneton.tracer.preload import OMP_POLICY_TOO_LATE
 
 # Environment variables that change threading or kernel choice.
 ENV_VARS = (
@@ -71,7 +71,7 @@ def snapshot(script: str = "") -> dict[str, str]:
             lambda: b.cuda.mem_efficient_sdp_enabled()
         ),
         "torch.backends.cuda.math_sdp_enabled": _get(lambda: b.cuda.math_sdp_enabled()),
-        "torch.backends.nnpack.enabled": _get(lambda: b.nnpack.enabled),
+        "torch.backends.nnpack.enabled": _get(lambda: b.nnpack.enabled),  # type: ignore[attr-defined]
         "torch.backends.opt_einsum.enabled": _get(lambda: b.opt_einsum.enabled),
         "torch.get_float32_matmul_precision": _get(torch.get_float32_matmul_precision),
         "torch.are_deterministic_algorithms_enabled": _get(
@@ -106,7 +106,7 @@ def snapshot(script: str = "") -> dict[str, str]:
     cfg[allocator.CONFIG_KEY] = allocator.pin()  # pinned before the workload, or now
     cfg["magneton.omp_wait_policy"] = (
         "libgomp default (torch was imported before magneton)"
-        if magneton.OMP_POLICY_TOO_LATE
+        if OMP_POLICY_TOO_LATE
         else os.environ.get("OMP_WAIT_POLICY", "")
     )
     return cfg

@@ -31,7 +31,7 @@ Energy (see docs/traces.md, docs/energy.md "Imported traces"): a power log given
 `--power meter:FILE[@OFFSET_S]` (a `timestamp_s,watts` CSV or nvidia-smi's
 `--query-gpu=timestamp,power.draw --format=csv` output) is charged to the operators and GPU
 activities by the same attribution as recorded runs (`measured`). Without one each GPU
-activity is priced on the GPU's model profile (tracer/power.py `MODELS`, picked from the
+activity is priced on the GPU's model profile (tracer/power/model.py `MODELS`, picked from the
 trace's device name): `E = (P_static + (TDP − P_static)·u)·t`, u = the kernel's
 `est. achieved occupancy %`/100 when the trace has it, else 1 (memcpy/memset); host
 operators are not priced. Those figures are labelled `estimated` and name the profile.
@@ -353,7 +353,7 @@ def profile_from_trace(tf: TraceFile, run: str) -> tuple[Profile, ImportStats]:
         if not isinstance(e, dict) or e.get("ph") != "X" or "ts" not in e:
             continue
         cat = e.get("cat")
-        kind = {"cpu_op": "cpu_op", "python_function": "python"}.get(cat)
+        kind = {"cpu_op": "cpu_op", "python_function": "python"}.get(cat or "")
         if kind is None and cat in LAUNCH_CATS:
             kind = "launch"
         if kind is None and cat not in GPU_CATS:
@@ -362,6 +362,7 @@ def profile_from_trace(tf: TraceFile, run: str) -> tuple[Profile, ImportStats]:
         if cat in GPU_CATS:
             gpu.append(e)
             continue
+        assert kind is not None  # events of no kind were skipped above
         start = float(e["ts"])
         node = _Node(e, kind, start, start + float(e.get("dur", 0) or 0))
         threads.setdefault((e.get("pid"), e.get("tid")), []).append(node)
@@ -471,7 +472,7 @@ def _config(tf: TraceFile, stats: ImportStats) -> dict[str, str]:
 
 
 def gpu_model_name(gpu: str) -> str:
-    """tracer/power.py model profile for a GPU name ("gpu-default" when not known)."""
+    """tracer/power/model.py model profile for a GPU name ("gpu-default" when not known)."""
     from magneton.tracer.power import MODELS
 
     low = gpu.lower()
@@ -514,7 +515,7 @@ def _occupancy(op: OpRecord) -> float:
 
 
 def read_power_log(path: Path):
-    """A `timestamp_s,watts` CSV (tracer/power.py `read_meter_csv`), or nvidia-smi's
+    """A `timestamp_s,watts` CSV (tracer/power/meter.py `read_meter_csv`), or nvidia-smi's
     `timestamp, power.draw [W]` CSV (local wall-clock dates, "123.45 W")."""
     from magneton.tracer.power import MeterTrace, read_meter_csv
 

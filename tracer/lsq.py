@@ -1,4 +1,4 @@
-"""Per-operator-type power by least squares over coarse sensor windows (seed 004).
+"""Per-operator-type power by least squares over coarse sensor windows.
 
 When operators last microseconds and the sensor refreshes every 20-100 ms, no single reading
 belongs to one operator. But every sensor window contains a known *mix* of operator time, so
@@ -21,7 +21,8 @@ Time not covered by any op is its own column (`GAP_TYPE`), so idle/Python time i
 too rather than assumed. A sensor that reports late (NVML: ~100 ms, paper §5.2) is handled
 by `solve_trace(lags_s=...)`: the windows are shifted by each candidate lag and the lag with
 the smallest residual wins. Quality is reported as MAPE over windows and the residual norm;
-`validate` applies a solution to another run's windows (the portability check of seed 004).
+`validate` applies a solution to another run's windows (the portability check: a solution
+that only fits its own run is overfitted).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from scipy.optimize import nnls
 
 from magneton.graphdb.model import MagnetonError, OpRecord
 
-from .energy import GAP_TYPE, Trace, op_type, op_windows
+from .timeline import GAP_TYPE, Trace, op_type, op_windows
 
 
 @dataclass

@@ -696,6 +696,11 @@ def run_program_window(
     raise MagnetonError(ctl.incomplete())
 
 
+def env_of(config: dict[str, str]) -> dict[str, str]:
+    """The recorded environment variables (non-empty `env.*` snapshot entries)."""
+    return {k[4:]: v for k, v in config.items() if k.startswith("env.") and v}
+
+
 def program_config(config: dict[str, str]) -> dict[str, str]:
     """The `program.*` entries of a run's config ({} for a `setup()`/`main()` run): what a
     re-run needs to reproduce the window, small enough to pass in a JSON spec."""

@@ -38,7 +38,6 @@ from typing import Any
 
 import torch
 
-import magneton
 from magneton.graphdb.model import MagnetonError, Profile, RunInfo
 from magneton.graphdb.wording import UNRECORDED_THREAD_OPS, unrecorded_threads_warning
 from magneton.tracer import allocator
@@ -52,6 +51,7 @@ from magneton.tracer.capture import (
     run_structure_pass,
 )
 from magneton.tracer.config import sha256_file, snapshot
+from magneton.tracer.preload import OMP_POLICY_TOO_LATE
 from magneton.tracer.signals import InterruptedAfterSave as _InterruptedAfterSave
 from magneton.tracer.signals import Terminated, defer_sigint
 from magneton.tracer.signals import interruptible as _interruptible
@@ -343,8 +343,8 @@ def _merge_timing(profile: Profile, iterations: list) -> bool:
 
 def _warn_if_omp_spins() -> None:
     """Say when torch was loaded before magneton could make OpenMP's workers sleep
-    (magneton/__init__.py): their spin is priced as the operators' CPU time."""
-    if magneton.OMP_POLICY_TOO_LATE:
+    (tracer/preload.py): their spin is priced as the operators' CPU time."""
+    if OMP_POLICY_TOO_LATE:
         warnings.warn(
             "torch was imported before magneton, so OpenMP's workers spin after each "
             "parallel region and that spin is priced as operator CPU time; import magneton "

@@ -1,6 +1,6 @@
 """A warm re-measurement worker: one side of a diff, loaded once, timed round by round.
 
-Interleaved confirmation (diagnose/confirm.py) runs `serve` once per side as a job of the
+Interleaved confirmation (diagnose/matching/confirm.py) runs `serve` once per side as a job of the
 diff's warm worker (tracer/warm.py: a fork of the zygote that already imported the
 scripts' libraries) and then alternates rounds between the two jobs (A B A B ...). The
 job loads the recorded script exactly as `magneton record` does (tracer/record.py:
@@ -8,7 +8,7 @@ imported as a module, `sys.argv = [script]`, the recorded environment, `setup()`
 warm-up calls of the entry) and keeps the model and inputs in memory; each "round"
 command runs the entry once under the recorder's timing pass (tracer/timing.py: the same
 CPU-clock capture, the same GC handling) and answers with that iteration's operator names
-and windows. The diff prices them with the recording's own pricing (tracer/energy.py
+and windows. The diff prices them with the recording's own pricing (tracer/pricing.py
 `reprice`).
 
 Choices, and the failure each prevents:

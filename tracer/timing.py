@@ -11,7 +11,7 @@ numbers are in docs/energy.md, "Contention"):
   intra-op worker threads count): time the process was preempted does not advance it.
 * **Spinning is not work.** OpenMP workers spin at barriers while waiting for a preempted
   peer, which inflates even CPU time 3-5x under load. `magneton` sets
-  `OMP_WAIT_POLICY=PASSIVE` before torch loads (magneton/__init__.py) so a waiting worker
+  `OMP_WAIT_POLICY=PASSIVE` before torch loads (tracer/preload.py) so a waiting worker
   sleeps; then the CPU clock counts work only.
 * **Three iterations are not an estimate.** Iterations continue until the 95% confidence
   half-width of the mean iteration cost is within `target_rel` of it (Zeus's

@@ -1,6 +1,6 @@
 """Which unfoldings a tensor summary holds, and in which order: the contract between the
 tracer, which computes summaries (`invariants.py`), and diagnosis, which cuts a stored
-`invariant` back into per-split spectra to compare them (`diagnose/equivalence.py`).
+`invariant` back into per-split spectra to compare them (`diagnose/matching/equivalence.py`).
 
 Torch-free on purpose: importing `invariants.py` loads torch, and every `diff` used to
 pay for that (seconds, and a torch install on a machine that only reads saved runs)
@@ -91,7 +91,7 @@ def plan_splits(shape: tuple[int, ...]) -> tuple[Split, ...]:
             rs = tuple(sorted(canon[j] for j in rows))
             cs = tuple(sorted(canon[j] for j in cols))
             if exact:
-                key = ("e", small, max(m, n))
+                key: tuple[object, ...] = ("e", small, max(m, n))
             else:
                 a, b = sorted([(math.prod(rs), rs), (math.prod(cs), cs)])
                 key = ("s", a[1], b[1])

@@ -6,10 +6,10 @@ Re-running a recorded script (the key-variable re-run, an A/B re-measurement) in
 process (the *zygote*) that does those imports once, then `os.fork()`s one child per job:
 each child starts with the libraries already in `sys.modules` and runs one function.
 
-    with WarmWorker([script_a, script_b], env=env, preload=["magneton.diagnose.keyvar"],
+    with WarmWorker([script_a, script_b], env=env, preload=["magneton.diagnose.cause.keyvar"],
                     tmp_prefix="magneton-rerun-") as w:
-        ja = w.submit("magneton.diagnose.keyvar:run_side", spec_a, cwd=dir_a)
-        jb = w.submit("magneton.diagnose.keyvar:run_side", spec_b, cwd=dir_b)
+        ja = w.submit("magneton.diagnose.cause.keyvar:run_side", spec_a, cwd=dir_a)
+        jb = w.submit("magneton.diagnose.cause.keyvar:run_side", spec_b, cwd=dir_b)
         ra, rb = w.result(ja, timeout_s=240), w.result(jb, timeout_s=240)
 
 `submit` returns at once (the zygote may still be importing: jobs queue), so a caller

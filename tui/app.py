@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     store = Store(Path(args.db))
     try:
-        from magneton.diagnose.detect import check_threshold
+        from magneton.diagnose.matching.detect import check_threshold
 
         check_threshold(args.threshold)  # the same bounds as `magneton diff`
         runs = store.check()

@@ -185,7 +185,7 @@ def fmt_ratio(x: float) -> str:
 def interval_text(f: Finding) -> str:
     """The finding's confidence interval and how it was obtained, in one line: the
     saving's bounds, the ratio's, and whether interleaved re-measurement confirmed it
-    (diagnose/confirm.py) or why not. '' when the finding has no interval."""
+    (diagnose/matching/confirm.py) or why not. '' when the finding has no interval."""
     iv = f.interval
     if iv is None:
         return ""

@@ -36,8 +36,12 @@ if TYPE_CHECKING:
     from .findings_screen import FindingsScreen
 
 
-def export_finding(screen: Screen, result: DiffResult, f: Finding) -> None:
-    """Ask where to write the finding's patch (default next to the wasteful script)."""
+def export_finding(
+    screen: Screen, result: DiffResult, f: Finding, exported: dict[int, str]
+) -> None:
+    """Ask where to write the finding's patch (default next to the wasteful script);
+    `exported` is the findings list's record of written patches (FindingsScreen.exported),
+    handed down by the caller so this module need not import the list's screen."""
     app: MagnetonApp = screen.app  # type: ignore[assignment]
     if f.fix is None or not f.fix.patch:
         if f.category is None:
@@ -59,11 +63,7 @@ def export_finding(screen: Screen, result: DiffResult, f: Finding) -> None:
         text = f"{path} (not applied; {check.message})"
         if check.command:
             text += f"\napply with: {check.command}"
-        from .findings_screen import FindingsScreen
-
-        owner = screen if isinstance(screen, FindingsScreen) else getattr(screen, "owner", None)
-        if owner is not None:
-            owner.exported[f.id] = text
+        exported[f.id] = text
         if isinstance(screen, FindingScreen):
             screen.exported = text
             screen.render_fix()
@@ -196,7 +196,7 @@ class FindingScreen(BaseScreen):
         )
 
     def action_export(self) -> None:
-        export_finding(self, self.result, self.finding)
+        export_finding(self, self.result, self.finding, self.owner.exported)
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -281,7 +281,7 @@ class FindingsScreen(BaseScreen):
     def action_export(self) -> None:
         f = self.selected()
         if f is not None and self.result is not None:
-            export_finding(self, self.result, f)
+            export_finding(self, self.result, f, self.exported)
 
     def action_energy(self) -> None:
         self.app.push_screen(EnergyScreen([self.run_a, self.run_b]))

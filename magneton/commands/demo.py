@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     # the diff runs here rather than through the CLI so the hint below can name a
     # finding worth patching (finding 1 is the largest difference, which may be noise)
     from magneton.commands.diff import diff_progress, print_diagnosis, print_result
-    from magneton.diagnose.grouping import group_by_cause
+    from magneton.diagnose.cause.grouping import group_by_cause
     from magneton.diagnose.pipeline import run_diff, store_outcome
     from magneton.graphdb import open_db
 

@@ -3,12 +3,12 @@ they compute and rank the regions where one spends more energy.
 
 The DB is opened read-write because the result is stored (re-running replaces it) for
 Cypher, reports and the TUI. `--json` prints exactly `DiffResult.to_json()`. A diff that
-finds nothing comparable prints its message and exits 0 (see diagnose/diff.py). A and B
+finds nothing comparable prints its message and exits 0 (see diagnose/matching/diff.py). A and B
 may also name multi-rank jobs (runs `A/rank0`, ...); the pipeline (diagnose/pipeline.py)
 compares those rank by rank.
 
 Before anything is reported, candidates are confirmed by re-measuring both scripts in
-alternating rounds (diagnose/confirm.py); the table's `confirmed` column and a line above
+alternating rounds (diagnose/matching/confirm.py); the table's `confirmed` column and a line above
 it say what that found, and `--no-rerun` turns it off with the diagnosis re-runs.
 
 CI gate: with `--fail-on waste` the command exits 3 (`EXIT_WASTE`) after printing its
@@ -33,13 +33,13 @@ import csv
 import json
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from magneton.graphdb.model import DiffResult, Finding, RunSummary
 from magneton.graphdb.names import COLUMN_MAX, add_full_names, names_are_full, short_name
 
 if TYPE_CHECKING:
-    from magneton.diagnose.grouping import CauseGroup
+    from magneton.diagnose.cause.grouping import CauseGroup
     from magneton.diagnose.pipeline import Progress
 
 
@@ -223,8 +223,8 @@ def self_diff(db: object, name: str, fmt: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from magneton.diagnose.detect import check_threshold
-    from magneton.diagnose.grouping import group_by_cause
+    from magneton.diagnose.cause.grouping import group_by_cause
+    from magneton.diagnose.matching.detect import check_threshold
     from magneton.diagnose.pipeline import run_diff, store_outcome
     from magneton.graphdb import open_db
     from magneton.graphdb.model import MagnetonError
@@ -257,7 +257,8 @@ def run(args: argparse.Namespace) -> int:
         write_csv(result, groups, sys.stdout)
     elif args.json:
         out_json = result.to_json()
-        out_json["groups"] = [g.to_json() for g in groups]  # one per cause (diagnose/grouping.py)
+        # one per cause (diagnose/cause/grouping.py)
+        out_json["groups"] = [g.to_json() for g in groups]
         if warning:
             print(warning, file=sys.stderr)  # the JSON on stdout stays the contract
         print(json.dumps(out_json, indent=2))
@@ -348,9 +349,9 @@ def print_diagnosis(result: DiffResult, groups: list[CauseGroup] | None = None) 
     """Each cause's diagnosis under its lead finding's id (a cause found in several
     regions is diagnosed once); findings judged noise share one line (they all say the
     same thing, and on a busy machine there can be many)."""
-    from magneton.diagnose.grouping import cause_key, group_by_cause, kernel_family
-    from magneton.diagnose.interpreter import describe_interpreter
-    from magneton.diagnose.rootcause import describe_finding
+    from magneton.diagnose.cause.grouping import cause_key, group_by_cause, kernel_family
+    from magneton.diagnose.cause.rootcause import describe_finding
+    from magneton.diagnose.matching.interpreter import describe_interpreter
 
     groups = group_by_cause(result.findings) if groups is None else groups
     noise = [f for f in result.findings if f.verdict == "noise"]
@@ -408,7 +409,7 @@ def energy_line(s: RunSummary, side: str) -> str:
 def abbreviate(ops: list[str], occurrences: int = 1, limit: int = 6) -> str:
     """`mul pow mul add … (+4) ×2`: one occurrence's operators, aliasing ops (view,
     transpose...) left out unless that is all there is, ×N when folded."""
-    from magneton.diagnose.match import FREE_OPS
+    from magneton.diagnose.matching.match import FREE_OPS
 
     if not ops:
         return "(nothing)"
@@ -437,7 +438,7 @@ def _side_text(f: Finding, side: str) -> str:
     """A finding's side in the table: its operators, or for interpreter time the Python
     frames that ran (`python: a.py:12 build_mask`)."""
     if f.kind == "interpreter":
-        from magneton.diagnose.interpreter import place_text
+        from magneton.diagnose.matching.interpreter import place_text
 
         return place_text(f, side)
     return abbreviate(f.ops_a if side == "a" else f.ops_b, f.occurrences)
@@ -469,7 +470,7 @@ def _interval(g: CauseGroup) -> str:
 
 def confirmation(g: CauseGroup) -> str:
     """Whether interleaved re-measurement confirmed the cause's regions
-    (diagnose/confirm.py): "yes (N rounds)", "no" (the note above the table says why),
+    (diagnose/matching/confirm.py): "yes (N rounds)", "no" (the note above the table says why),
     or "-" when no region has an interval to confirm."""
     ivs = [f.interval for f in g.findings if f.interval is not None]
     if not ivs:
@@ -484,7 +485,7 @@ def print_result(result: DiffResult, groups: list[CauseGroup] | None = None) -> 
     from rich.markup import escape
     from rich.table import Table
 
-    from magneton.diagnose.grouping import group_by_cause
+    from magneton.diagnose.cause.grouping import group_by_cause
 
     console = Console()
     if not console.is_terminal:  # piped or logged: do not fold op lists at 80 columns
@@ -515,7 +516,7 @@ def print_result(result: DiffResult, groups: list[CauseGroup] | None = None) -> 
     table.add_column("id", justify="right")
     table.add_column("verdict")
     # capped (graphdb/names.py): a cell of kernel signatures folded into 30 lines a row
-    width = {} if names_are_full() else {"max_width": COLUMN_MAX}
+    width: dict[str, Any] = {} if names_are_full() else {"max_width": COLUMN_MAX}
     table.add_column("ops a", overflow="fold", ratio=1, **width)
     table.add_column("ops b", overflow="fold", ratio=1, **width)
     table.add_column("J a", justify="right")

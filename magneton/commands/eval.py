@@ -153,7 +153,7 @@ def record(script: Path, db: str, run: str, args: list[str]) -> None:
 
 def relevant_finding(result, db, region_ops: list[str]):
     """The finding whose regions contain one of `region_ops` (largest saving first)."""
-    from magneton.diagnose.rootcause import side_facts
+    from magneton.diagnose.cause.rootcause import side_facts
 
     # interpreter findings hold the ops Python led to, not a matched region
     regions = [f for f in result.findings if f.kind != "interpreter"]

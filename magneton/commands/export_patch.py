@@ -36,6 +36,7 @@ import os
 import subprocess
 import sys
 
+from magneton.diagnose.fix.apply import _git_toplevel, git_apply_command
 from magneton.graphdb.model import Fix, MagnetonError
 
 
@@ -62,32 +63,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="diagnose without re-running the scripts (static analysis only)",
     )
     p.set_defaults(func=run)
-
-
-def _git_toplevel(path: str) -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--show-toplevel"],
-            cwd=path,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    except FileNotFoundError:
-        raise MagnetonError("git is not installed; it is needed to apply patches") from None
-    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
-
-
-def git_apply_command(base_dir: str, patch_file: str, check: bool = False) -> tuple[list[str], str]:
-    """The git apply invocation (argv, cwd) that applies a base_dir-relative patch."""
-    top = _git_toplevel(base_dir)
-    argv = ["git", "apply"] + (["--check"] if check else [])
-    if top:
-        rel = os.path.relpath(os.path.realpath(base_dir), os.path.realpath(top))
-        if rel != ".":
-            argv.append(f"--directory={rel.replace(os.sep, '/')}")
-        return argv + [os.path.abspath(patch_file)], top
-    return argv + [os.path.abspath(patch_file)], base_dir
 
 
 def _recorded_sources(db, a: str, b: str) -> tuple[list[str], set[str]]:
@@ -153,8 +128,8 @@ def _patch_touches(patch_file: str, cwd: str) -> list[str]:
 
 
 def find_finding(db, a: str, b: str, fid: int, rerun: bool):
+    from magneton.diagnose.cause.rootcause import store_diagnosis
     from magneton.diagnose.pipeline import diagnose_findings, is_job, run_diff, store_outcome
-    from magneton.diagnose.rootcause import store_diagnosis
     from magneton.graphdb.matches import load_diff
 
     job = is_job(db, a)

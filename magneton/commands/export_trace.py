@@ -30,6 +30,7 @@ import argparse
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from magneton.graphdb.model import OpRecord, Profile
 
@@ -65,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from magneton.diagnose.ranks import job_runs
+    from magneton.diagnose.jobs.ranks import job_runs
     from magneton.graphdb import open_db
     from magneton.graphdb.model import MagnetonError
 
@@ -129,7 +130,7 @@ def folded_stacks(p: Profile) -> dict[str, int]:
     `report` splits it. A GPU activity stands under the operator that launched it.
     Integer µJ because the format's counts are integers; stacks that round to 0 are left
     out (a flame graph cannot draw them either)."""
-    from magneton.diagnose.interpreter import interp_energy
+    from magneton.diagnose.matching.interpreter import interp_energy
 
     interp = interp_energy(p)
 
@@ -342,7 +343,7 @@ def build_trace(profile: Profile) -> dict:
     events += _device_events(profile, us)
     events += _module_events(profile, us, mod_tid)
     events += _power_events(profile, us)
-    dist = {"rank": run.rank, "world_size": run.world_size}
+    dist: dict[str, Any] = {"rank": run.rank, "world_size": run.world_size}
     if profile.dist is not None and profile.dist.backend:
         dist["backend"] = profile.dist.backend
     return {

@@ -1,6 +1,6 @@
 """`magneton report --db DIR RUN`: where one run's energy went, and how it was obtained.
 
-Prints the seed-003 table (name, calls, time, energy, J/call, avg W, share, method) grouped
+Prints the per-operator energy table (name, calls, time, energy, J/call, avg W, share, method) grouped
 by operator, module or kernel; the idle baseline; the power source and method (an estimate
 says so and names its model); and the folded module tree (repeated blocks as `h.*`).
 `--json` and `--csv` give the same numbers for scripts: the operators' energies always sum
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if args.top is not None and args.top < 1:
         raise MagnetonError("--top must be at least 1")
     set_full_names(args.full_names)
-    from magneton.diagnose.ranks import print_rank_report, rank_report
+    from magneton.diagnose.jobs.ranks import print_rank_report, rank_report
 
     per_rank = args.by != "op" or args.top is not None  # asked for a breakdown
     with open_db(args.db, read_only=True) as db:
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
             db.require_run(args.run)
             profile = db.load_profile(args.run)
         elif per_rank and not args.json and not args.csv:
-            from magneton.diagnose.ranks import job_runs
+            from magneton.diagnose.jobs.ranks import job_runs
 
             runs = job_runs(db, args.run)
             ok = {s.rank for s in job.ranks if s.status == "ok"}

@@ -127,14 +127,10 @@ def write_csv(runs: list, spreads: dict) -> None:
     w.writerow([*cols, "cv", "iterations"])
     for r in runs:
         sp = spreads.get(r.name)
-        has = sp is not None and sp.iterations >= 2
-        w.writerow(
-            [
-                *(getattr(r, c) for c in cols),
-                f"{sp.cv:.6g}" if has else "",
-                sp.iterations if has else "",
-            ]
+        spread = (
+            [f"{sp.cv:.6g}", sp.iterations] if sp is not None and sp.iterations >= 2 else ["", ""]
         )
+        w.writerow([*(getattr(r, c) for c in cols), *spread])
 
 
 def _spread_cell(sp) -> str:

@@ -28,15 +28,24 @@ from typing import Any
 
 import libcst as cst
 
-from magneton.diagnose.dataflow import Origin, SourceIndex, find_attribute_origin, source_index
-from magneton.diagnose.divergence import layout
 from magneton.graphdb.model import OperandProperty, Profile, TensorRecord
 from magneton.graphdb.vocab import IGNORED_OPS
+
+from .dataflow import Origin, find_attribute_origin
+from .index import SourceIndex, source_index
 
 MAX_HOPS = 256
 
 # the keyword a user passes to set each property (`x.to(memory_format=...)`, ...)
 KEYWORD = {"strides": "memory_format", "dtype": "dtype", "device": "device"}
+
+
+def layout(t: TensorRecord) -> tuple[int, ...]:
+    """A tensor's memory format as the order of its dimensions from outermost to innermost
+    in memory (NCHW contiguous: (0, 1, 2, 3); channels-last: (0, 2, 3, 1)); size-1
+    dimensions are left out, their stride carries no layout."""
+    dims = [d for d in range(len(t.stride)) if d < len(t.shape) and t.shape[d] != 1]
+    return tuple(sorted(dims, key=lambda d: (-t.stride[d], d)))
 
 
 def _value(t: TensorRecord, name: str) -> Any:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from magneton.diagnose.dataflow import SourceIndex, Span, source_index
+from ..source.index import SourceIndex, Span, params, source_index
 
 
 @dataclass
@@ -251,7 +251,7 @@ def _available_before(block: Block) -> set[str]:
     """Names bound in the function before the block: parameters and earlier assignments."""
     idx = block.idx
     first, _ = block.lines()
-    names = {p.name.value for p in _params(block.fn)}
+    names = {p.name.value for p in params(block.fn)}
     scope = idx.scopes.get(block.fn.body.body[0]) if block.fn.body.body else None
     if scope is not None:
         for a in scope.assignments:
@@ -282,16 +282,6 @@ def _definition_code(block: Block, name: str) -> str | None:
     if best is None:
         return None
     return "".join(idx.code(best).split())
-
-
-def _params(fn: cst.FunctionDef) -> list[cst.Param]:
-    p = fn.params
-    out = list(p.posonly_params) + list(p.params) + list(p.kwonly_params)
-    if isinstance(p.star_arg, cst.Param):
-        out.append(p.star_arg)
-    if p.star_kwarg is not None:
-        out.append(p.star_kwarg)
-    return out
 
 
 def _read_after(block: Block, names: set[str]) -> set[str]:
@@ -401,8 +391,8 @@ def _unsound_port(wasteful: Block, efficient: Block) -> str:
         )
     # Same name is not same value: a local the ported code reads must be a parameter of
     # both functions, or be assigned before the block by identical code on both sides.
-    w_params = {p.name.value for p in _params(wasteful.fn)}
-    e_params = {p.name.value for p in _params(efficient.fn)}
+    w_params = {p.name.value for p in params(wasteful.fn)}
+    e_params = {p.name.value for p in params(efficient.fn)}
     for name in sorted(local_reads):
         if name in w_params and name in e_params:
             continue

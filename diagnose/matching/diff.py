@@ -4,7 +4,7 @@ with loading, diagnosis and storing).
 
 Operators are matched and compared on their own energy; where a run kept the interpreter
 time between operators apart, that time is compared per Python function
-(diagnose/interpreter.py) and its findings are ranked with the operators' by saving.
+(diagnose/matching/interpreter.py) and its findings are ranked with the operators' by saving.
 Left in the operators, a mask built in a Python loop made the `add` after it look 17x
 costlier (a "trade-off") than `full triu add`: an operator finding for what was Python.
 
@@ -73,7 +73,7 @@ def diff_profiles(
 
     check_threshold(threshold)
     # operators are compared on their own energy; the Python between them is compared
-    # per place (diagnose/interpreter.py), so neither counts the other's difference
+    # per place (diagnose/matching/interpreter.py), so neither counts the other's difference
     oa, ob = operators_only(pa), operators_only(pb)
     m = match_runs(oa, ob, tau=tau)
     result = DiffResult(a=summary(pa), b=summary(pb), threshold=threshold)
@@ -108,7 +108,7 @@ def diff_profiles(
 
 def region_findings(result: DiffResult, m: MatchResult) -> dict[int, int]:
     """Region-pair number → id of the finding that contains it."""
-    owner = {}
+    owner: dict[int, int] = {}
     for f in result.findings:
         if f.kind == "interpreter":
             continue  # its ops are where Python time led, not a matched region

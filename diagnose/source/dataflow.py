@@ -9,7 +9,7 @@ level flags and environment variables — and stops at a literal in the user's c
 library default (then it says where to override it).
 
 Parsed source (`SourceIndex`), whose code a file is, and literal helpers live in
-`source.py`; they are re-exported here for the callers that import them from this module.
+`source/index.py`.
 """
 
 from __future__ import annotations
@@ -19,21 +19,21 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from magneton.diagnose.source import (  # noqa: F401  (re-exported)
+from magneton.graphdb.model import KeyVariableInfo, OriginInfo
+from magneton.knowledge.base import Knob
+
+from .index import (
     NOT_LITERAL,
     SourceIndex,
     Span,
     dotted_name,
     is_library_file,
     is_literal,
-    is_user_file,
     literal_value,
+    params,
     same_value,
     source_index,
-    user_files,
 )
-from magneton.graphdb.model import OriginInfo
-from magneton.knowledge.base import Knob
 
 # --------------------------------------------------------------------------------------
 # Backward data-flow
@@ -112,6 +112,36 @@ class DataFlow:
 
 
 @dataclass
+class KeyVariable:
+    """The variable whose value made the two sides differ (diagnose/cause/keyvar.py finds
+    it), and where each side's value came from (this module's backward walk)."""
+
+    kind: str  # "call-target" | "branch" | "knob" | "code" | "args" | "unknown"
+    expr: str | None = None
+    file: str | None = None
+    line: int | None = None
+    values: dict[str, str] = field(default_factory=dict)
+    knob: Knob | None = None
+    flow: DataFlow | None = None
+    origins: dict[str, Origin | None] = field(default_factory=dict)
+    rerun: dict = field(default_factory=dict)
+    note: str = ""
+
+    def info(self) -> KeyVariableInfo:
+        """The part of the key variable that a finding's root cause carries."""
+        return KeyVariableInfo(
+            kind=self.kind,
+            expr=self.expr,
+            file=self.file,
+            line=self.line,
+            values=self.values,
+            knob=self.knob.key if self.knob is not None else None,
+            rerun=self.rerun,
+            note=self.note,
+        )
+
+
+@dataclass
 class SideContext:
     """What the walk needs to know about one side once it leaves shared library code."""
 
@@ -156,8 +186,8 @@ def _is_config_base(node: cst.BaseExpression) -> bool:
 
 
 def _first_param(fn: cst.FunctionDef) -> str | None:
-    params = fn.params.params or fn.params.posonly_params
-    return params[0].name.value if params else None
+    ps = fn.params.params or fn.params.posonly_params
+    return ps[0].name.value if ps else None
 
 
 def _assigned_value(idx: SourceIndex, target: cst.CSTNode) -> cst.BaseExpression | None:
@@ -386,7 +416,7 @@ class BackwardSlicer:
         if isinstance(node, cst.Name):
             fn = idx.enclosing(node, cst.FunctionDef)
             if fn is not None:
-                for p in _all_params(fn):
+                for p in params(fn):
                     if p.name.value == node.value:
                         return 4
             scope = idx.scopes.get(node)
@@ -523,16 +553,6 @@ def _descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         n = stack.pop()
         yield n
         stack.extend(n.children)
-
-
-def _all_params(fn: cst.FunctionDef) -> list[cst.Param]:
-    p = fn.params
-    out = list(p.posonly_params) + list(p.params) + list(p.kwonly_params)
-    if isinstance(p.star_arg, cst.Param):
-        out.append(p.star_arg)
-    if p.star_kwarg is not None:
-        out.append(p.star_kwarg)
-    return out
 
 
 def _forwards_arguments(cidx: SourceIndex, line: int) -> bool:
@@ -851,7 +871,7 @@ def find_library_default(
     for m in idx.methods(cls):
         if m.name.value != "__init__":
             continue
-        for p in _all_params(m):
+        for p in params(m):
             if p.name.value == attribute and p.default is not None:
                 return idx.path, idx.line_of(p), idx.code(p.default)
     return None

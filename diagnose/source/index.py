@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TypeVar
 
 import libcst as cst
 from libcst.metadata import (
@@ -31,6 +32,11 @@ from libcst.metadata import (
     QualifiedNameProvider,
     ScopeProvider,
 )
+
+from magneton.graphdb.model import Profile
+from magneton.graphdb.vocab import sha256_file
+
+N = TypeVar("N", bound=cst.CSTNode)  # the node type `nodes_of` looks for
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,7 @@ class SourceIndex:
         self.positions = self.wrapper.resolve(PositionProvider)
         self._parents = None
         self._scopes = None
-        self._qnames = None
+        self._qnames: dict[int, set[QualifiedName]] | None = None
         self._functions: list[cst.FunctionDef] | None = None
 
     # ---- lazily resolved metadata -----------------------------------------------------
@@ -112,7 +118,7 @@ class SourceIndex:
             yield n
             stack.extend(reversed(n.children))
 
-    def nodes_of(self, kind: type, within: cst.CSTNode | None = None) -> Iterator[cst.CSTNode]:
+    def nodes_of(self, kind: type[N], within: cst.CSTNode | None = None) -> Iterator[N]:
         return (n for n in self.walk(within) if isinstance(n, kind))
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -346,3 +352,25 @@ def same_value(literal_code: str | None, observed: str | None) -> bool:
     if v is NOT_LITERAL:
         return False
     return observed in (repr(v), str(v))
+
+
+def script_unchanged(p: Profile) -> bool:
+    """The recorded script is still on disk with the content it was recorded with (its
+    recorded sha256): a re-run, a re-measurement or a patch of a changed script would be
+    about other code than the recording's."""
+    s = p.run.script
+    if not s or not os.path.isfile(s):
+        return False
+    want = p.run.script_sha256 or p.config.get("script.sha256", "")
+    return not want or sha256_file(s) == want
+
+
+def params(fn: cst.FunctionDef) -> list[cst.Param]:
+    """Every parameter of `fn`: positional-only, ordinary, keyword-only, `*args`, `**kw`."""
+    p = fn.params
+    out = list(p.posonly_params) + list(p.params) + list(p.kwonly_params)
+    if isinstance(p.star_arg, cst.Param):
+        out.append(p.star_arg)
+    if p.star_kwarg is not None:
+        out.append(p.star_kwarg)
+    return out

@@ -46,8 +46,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from magneton.graphdb.model import Profile
+from magneton.graphdb.vocab import is_collective
 
-from .collectives import is_collective
 from .rank_view import print_rank_report
 
 __all__ = [
@@ -412,7 +412,7 @@ def _sensor_key(s: RankStats, p: Profile | None) -> tuple[str, str, str]:
         for op in p.ops:
             if op.device.startswith("cuda"):
                 counts[op.device] = counts.get(op.device, 0) + 1
-        gpu = max(counts, key=counts.get) if counts else f"rank{s.rank}"
+        gpu = max(counts, key=counts.__getitem__) if counts else f"rank{s.rank}"
     return (s.host, s.power_source, gpu)
 
 

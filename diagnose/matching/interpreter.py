@@ -19,7 +19,7 @@ Choices, and the failure each prevents:
   nearest enclosing frame that does occur there (`main`). Compared to zero instead, any
   renamed or rewritten function would read as two findings, +100% on one side and
   -100% on the other, and neither names the pair that differs.
-* **Same statistical rule as operator regions** (diagnose/detect.py): the point rule
+* **Same statistical rule as operator regions** (diagnose/matching/detect.py): the point rule
   (|E_a - E_b| at least the threshold of the larger side), the tiny-share floor (both
   sides under 0.1% of their run), and where the runs kept per-iteration interpreter
   energies (`interp_samples_j`), Welch's t on their logs with the between-recordings

@@ -17,7 +17,7 @@ where they diverge (`vectorized_elementwise_kernel`, `Memcpy DtoD`; graphdb/name
 and the side that spends more: a diff of two real GPU traces listed 45 such findings one
 by one, 20 of them some `elementwise_kernel`, which one row says as well.
 
-Interpreter time (diagnose/interpreter.py) joins a real region finding of the same
+Interpreter time (diagnose/matching/interpreter.py) joins a real region finding of the same
 wasteful side when its Python is part of that region's implementation: most of the ops
 it led to are in the region (gelu_new's eight small ops each pay an interpreter round
 trip), or it ran mostly in the function where the region's call path diverges (eager

@@ -4,10 +4,10 @@ guidance otherwise (step 5 of diagnosis, rootcause.py).
 By root-cause kind: a config value, API argument or global flag gets its literal
 replaced by the efficient run's (or the keyword the library defaults added where the
 script builds the object); an environment variable the efficient run's value; different
-code the efficient side's statements ported to the wasteful call site (fix.py says when
+code the efficient side's statements ported to the wasteful call site (fix/edits.py says when
 that is sound). When the two sides' code is the same call with other arguments — in the
 region's statements, or at the two origins of a setting the wasteful side left at its
-default — only those arguments are carried over (argport.py): the user's statement keeps
+default — only those arguments are carried over (fix/ports.py): the user's statement keeps
 its form, and a default is replaced where it is used instead of undone by one more
 statement after it. Nothing is patched when the wasteful script changed since it was
 recorded: a patch made against other text would not apply, or worse, apply wrongly.
@@ -20,14 +20,13 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from magneton.diagnose.argport import (
-    argument_port,
-    counterpart_block,
-    node_code,
-    port_arguments,
-)
-from magneton.diagnose.dataflow import Origin, Span, is_user_file
-from magneton.diagnose.fix import (
+from magneton.graphdb.model import Finding, Fix, Profile
+from magneton.graphdb.paths import IGNORED_OPS
+from magneton.knowledge.match import RuleMatch
+
+from ..source.dataflow import KeyVariable, Origin
+from ..source.index import Span, is_user_file, script_unchanged
+from .edits import (
     Block,
     add_keyword,
     extend_to_end,
@@ -37,11 +36,12 @@ from magneton.diagnose.fix import (
     statement_block,
     unportable,
 )
-from magneton.diagnose.keyvar import KeyVariable
-from magneton.graphdb.model import Finding, Fix, Profile
-from magneton.graphdb.paths import IGNORED_OPS
-from magneton.graphdb.vocab import sha256_file
-from magneton.knowledge.match import RuleMatch
+from .ports import (
+    argument_port,
+    counterpart_block,
+    node_code,
+    port_arguments,
+)
 
 
 @dataclass
@@ -50,14 +50,6 @@ class RunPair:
 
     a: Profile
     b: Profile
-
-
-def script_unchanged(p: Profile) -> bool:
-    s = p.run.script
-    if not s or not os.path.isfile(s):
-        return False
-    want = p.run.script_sha256 or p.config.get("script.sha256", "")
-    return not want or sha256_file(s) == want
 
 
 def user_lines(p: Profile, ops: list[int]) -> list[int]:
@@ -449,7 +441,7 @@ def _origin_argument_fix(x: _FixInput, fix: Fix) -> bool:
 
 def _argument_fix(x: _FixInput, fix: Fix, bw: Block, be: Block, snippet: bool = True) -> bool:
     """The two sides make the same call and differ only in its arguments: patch the
-    wasteful call with the efficient side's arguments (argport.py), keeping the rest of
+    wasteful call with the efficient side's arguments (fix/ports.py), keeping the rest of
     the wasteful statement as written. Tried on the region's statements, the efficient
     statements standing in the wasteful ones' place, then the region's statements
     extended to the end of their block (as the statement port is); False when no single

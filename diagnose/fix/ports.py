@@ -24,12 +24,13 @@ import ast
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from magneton.diagnose.fix import Block
-from magneton.diagnose.source import Span, source_index
+from ..source.index import Span, source_index
+from .edits import Block
 
 _EMPTY = cst.Module(body=[])
 
@@ -186,7 +187,9 @@ def argument_port(
             if diff is None:
                 continue
             swap = _SwapNode(cw, cw.with_changes(args=ce.args))
-            if [_shape(s.visit(swap)) for s in wasteful] == want:
+            # visiting a statement with a node-for-node swap returns a node, never a
+            # removal or a flattened sequence
+            if [_shape(cast(cst.CSTNode, s.visit(swap))) for s in wasteful] == want:
                 return diff
     return None
 

@@ -14,7 +14,7 @@ finding of a `DiffResult` (paper §4.3, Algorithm 2):
 4. knowledge rules name the pattern and ground it (paper tables, docs, issues) — they
    explain findings, never create them;
 5. a fix — a libcst patch of the wasteful script when the change is mechanical, guidance
-   otherwise (fixes.py, with the libcst edits of fix.py).
+   otherwise (fix/plan.py, with the libcst edits of fix/edits.py).
 
 A finding whose diagnosis fails for an unexpected reason keeps its measurement and gets a
 root cause of kind "unknown" with the reason: one broken diagnosis must not hide the
@@ -33,38 +33,6 @@ import time
 import traceback
 from collections.abc import Callable
 
-from magneton.diagnose.argflow import (
-    absent_origin,
-    grad_mode_origins,
-    observed,
-    observed_config,
-    setup_origin,
-    trace_both,
-)
-from magneton.diagnose.argport import counterpart_block
-from magneton.diagnose.dataflow import (
-    Origin,
-    is_user_file,
-    source_index,
-    user_files,
-)
-from magneton.diagnose.divergence import find_divergence
-from magneton.diagnose.fix import Block, statement_block
-from magneton.diagnose.fixes import RunPair, make_fix, script_unchanged, user_lines
-from magneton.diagnose.keyvar import (
-    KeyVariable,
-    Rerun,
-    SideInfo,
-    SitePlan,
-    analyze_site,
-    merge_watches,
-    native_key_variable,
-    plan_site,
-    python_key_variable,
-    run_rerun,
-    start_rerun,
-)
-from magneton.diagnose.setupflow import setup_difference
 from magneton.graphdb.model import (
     DiffResult,
     Divergence,
@@ -80,6 +48,34 @@ from magneton.graphdb.vocab import IGNORED_OPS
 from magneton.knowledge.base import KnowledgeBase, default_knowledge
 from magneton.knowledge.match import RuleMatch, SideFacts, match_rules
 from magneton.tracer.warm import WarmPool
+
+from ..fix.edits import Block, statement_block
+from ..fix.plan import RunPair, make_fix, user_lines
+from ..fix.ports import counterpart_block
+from ..source.argflow import (
+    absent_origin,
+    grad_mode_origins,
+    observed,
+    observed_config,
+    setup_origin,
+    trace_both,
+)
+from ..source.dataflow import KeyVariable, Origin
+from ..source.index import is_user_file, script_unchanged, source_index, user_files
+from ..source.setupflow import setup_difference
+from .divergence import find_divergence
+from .keyvar import (
+    Rerun,
+    SideInfo,
+    SitePlan,
+    analyze_site,
+    merge_watches,
+    native_key_variable,
+    plan_site,
+    python_key_variable,
+    run_rerun,
+    start_rerun,
+)
 
 # progress(done, total): called after each diagnosed finding
 Progress = Callable[[int, int], None]

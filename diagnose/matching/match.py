@@ -611,8 +611,7 @@ class _Matcher:
             for op in g.profile.ops:
                 if not g.data_ops[op.idx]:
                     continue
-                partners = [fwd.get(x, extra.get(x)) for x in op.inputs]
-                partners = [p for p in partners if p is not None]
+                partners = [q for x in op.inputs if (q := fwd.get(x, extra.get(x))) is not None]
                 if not partners:
                     continue
                 for y in op.outputs:

@@ -40,7 +40,6 @@ import linecache
 from dataclasses import replace
 from typing import Any
 
-from magneton.diagnose.dataflow import source_index
 from magneton.graphdb.model import (
     Divergence,
     Finding,
@@ -52,6 +51,9 @@ from magneton.graphdb.model import (
     TensorRecord,
 )
 from magneton.graphdb.paths import PathPair, kernel_paths, path_pairs
+
+from ..source.argflow import layout
+from ..source.index import source_index
 
 LEVEL_OF_PREFIX = {"py": "python", "at": "dispatch", "k": "kernel"}
 
@@ -117,14 +119,6 @@ def _prefix(
         else:
             out.append(PathElement("kernel", name=rest))
     return out
-
-
-def layout(t: TensorRecord) -> tuple[int, ...]:
-    """A tensor's memory format as the order of its dimensions from outermost to innermost
-    in memory (NCHW contiguous: (0, 1, 2, 3); channels-last: (0, 2, 3, 1)); size-1
-    dimensions are left out, their stride carries no layout."""
-    dims = [d for d in range(len(t.stride)) if d < len(t.shape) and t.shape[d] != 1]
-    return tuple(sorted(dims, key=lambda d: (-t.stride[d], d)))
 
 
 def _tensor_props(t: TensorRecord) -> dict[str, Any]:

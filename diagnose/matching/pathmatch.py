@@ -1,6 +1,6 @@
 """Diff two runs that carry no tensor values (imported torch.profiler traces) by name.
 
-Value matching (diagnose/match.py) needs the tensor summaries the recorder takes; a
+Value matching (diagnose/matching/match.py) needs the tensor summaries the recorder takes; a
 trace from torch.profiler has none. Such runs are compared by what the trace does name:
 
 * a *region* is every operator call with the same aten call path (the top-level

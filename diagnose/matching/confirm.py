@@ -9,7 +9,7 @@ setting that slows every kernel alike from load. So a candidate is confirmed bef
 reported: one warm worker per side (tracer/remeasure.py, loaded like `magneton record`
 loads the script, forked from the diff's zygote as below) runs the entry once per round, the rounds alternate between the sides
 (A B, B A, A B, ... so neither side always runs second), and each round's operator
-windows are priced with the recording's own pricing (tracer/energy.py `reprice`). A round
+windows are priced with the recording's own pricing (tracer/pricing.py `reprice`). A round
 gives each candidate one log ratio ln(E_wasteful / E_efficient) of two measurements taken
 seconds apart, so drift and load hit both sides alike and cancel in the ratio.
 
@@ -151,7 +151,7 @@ def unconfirmable(p: Profile) -> str:
     """Why run `p` cannot be re-measured in a warm worker ('' when it can)."""
     from magneton.tracer.program import program_config
 
-    from .fixes import script_unchanged
+    from ..source.index import script_unchanged
 
     name = p.run.name
     if program_config(p.config):
@@ -174,7 +174,8 @@ def unconfirmable(p: Profile) -> str:
 
 def work_only(p: Profile) -> bool:
     """Priced on FLOPs and bytes alone (no static power): time plays no part."""
-    return bool(p.energy.model) and float(p.energy.model.get("p_static_w", 1.0)) == 0.0
+    m = p.energy.model
+    return m is not None and bool(m) and float(m.get("p_static_w", 1.0)) == 0.0
 
 
 # --------------------------------------------------------------------------------------
@@ -183,14 +184,14 @@ def work_only(p: Profile) -> bool:
 
 
 # the modules a diff's warm workers preload: the jobs of confirmation and of the
-# key-variable re-run (diagnose/keyvar.py), so neither imports Magneton's side in a child
-PRELOAD = ("magneton.tracer.remeasure", "magneton.tracer.record", "magneton.diagnose.keyvar")
+# key-variable re-run (diagnose/cause/keyvar.py), so neither imports Magneton's side in a child
+PRELOAD = ("magneton.tracer.remeasure", "magneton.tracer.record", "magneton.diagnose.cause.keyvar")
 
 
 def start_pool(pa: Profile, pb: Profile, tmp_prefix: str = "magneton-diff-") -> WarmPool:
     """The warm workers for re-running both sides of a diff (one per recorded
     environment), importing their libraries from now on."""
-    from .keyvar import env_of
+    from magneton.tracer.program import env_of
 
     return WarmPool(
         {s: (p.run.script, env_of(p.config)) for s, p in (("a", pa), ("b", pb))},
@@ -200,7 +201,7 @@ def start_pool(pa: Profile, pb: Profile, tmp_prefix: str = "magneton-diff-") -> 
 
 
 def _covers(pool: WarmPool, profiles: dict[str, Profile]) -> bool:
-    from .keyvar import env_of
+    from magneton.tracer.program import env_of
 
     return all(pool.worker([p.run.script], env_of(p.config)) for p in profiles.values())
 
@@ -210,7 +211,7 @@ class Worker:
     diff's warm worker, and the Unix socket it answers on."""
 
     def __init__(self, side: str, p: Profile, pool: WarmPool):
-        from .keyvar import env_of
+        from magneton.tracer.program import env_of
 
         self.side, self.profile = side, p
         warm = pool.worker([p.run.script], env_of(p.config))
@@ -318,33 +319,35 @@ class Worker:
 # --------------------------------------------------------------------------------------
 
 
+def _stacked(windows: list[np.ndarray | None]) -> np.ndarray | None:
+    """The rounds' CPU-clock windows as one array; None when there are none or a round
+    read no CPU clock (then the wall windows price all rounds alike)."""
+    read = [w for w in windows if w is not None]
+    return np.stack(read) if read and len(read) == len(windows) else None
+
+
 @dataclass
 class Rounds:
     """What the interleaved rounds measured: per side, per round, (ops, 2) windows."""
 
     wall: dict[str, list[np.ndarray]] = field(default_factory=lambda: {"a": [], "b": []})
-    cpu: dict[str, list[np.ndarray]] = field(default_factory=lambda: {"a": [], "b": []})
+    # None: that round read no CPU clock
+    cpu: dict[str, list[np.ndarray | None]] = field(default_factory=lambda: {"a": [], "b": []})
 
     @property
     def n(self) -> int:
         return min(len(self.wall["a"]), len(self.wall["b"]))
 
     def priced(self, side: str, p: Profile):
-        from magneton.tracer.energy import reprice
+        from magneton.tracer.pricing import reprice
 
         n = self.n
-        cpu = self.cpu[side][:n]
-        return reprice(
-            p,
-            np.stack(self.wall[side][:n]),
-            np.stack(cpu) if cpu and all(c is not None for c in cpu) else None,
-        )
+        return reprice(p, np.stack(self.wall[side][:n]), _stacked(self.cpu[side][:n]))
 
     def own_s(self, side: str) -> np.ndarray:
         """(rounds, ops) seconds of each op's own window, on the clock that priced it."""
         n = self.n
-        cpu = self.cpu[side][:n]
-        w = np.stack(cpu) if cpu and all(c is not None for c in cpu) else None
+        w = _stacked(self.cpu[side][:n])
         if w is None:
             w = np.stack(self.wall[side][:n])
         return np.maximum(0, w[:, :, 1] - w[:, :, 0]) / 1e9
@@ -358,7 +361,7 @@ def _geomean(x: np.ndarray) -> float:
 def _region_j(att, ops: list[int], kind: str = "region") -> np.ndarray:
     """Per-round energy of a finding's ops, compared the way detection compared them:
     an operator region on the operators' own energy (the interpreter's share taken out,
-    diagnose/interpreter.py), an interpreter finding on the interpreter's share alone."""
+    diagnose/matching/interpreter.py), an interpreter finding on the interpreter's share alone."""
     interp = att.interp_samples_j
     if interp is None or interp.shape != att.samples_j.shape:
         interp = np.zeros_like(att.samples_j)

@@ -31,9 +31,10 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from magneton.diagnose.dataflow import Origin
-from magneton.diagnose.source import SourceIndex, source_index
 from magneton.graphdb.model import Profile
+
+from .dataflow import Origin
+from .index import SourceIndex, source_index
 
 
 @dataclass

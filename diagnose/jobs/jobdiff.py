@@ -4,7 +4,7 @@ Per rank r, collectives of `A/rank r` with no counterpart in `B/rank r` (and the
 way round, collectives.py) become *redundant* findings naming the library call that
 issued them, diagnosed here (case c9: the shadow all-reduces `dist.Join` runs on a rank
 that ran out of data); the ranks' compute is also matched by value with the ordinary
-single-run diff (diagnose/pipeline.py), whose findings carry the rank they concern
+single-run diff that the pipeline hands in (`diff_pair`, diagnose/pipeline.py), whose findings carry the rank they concern
 (`Finding.job`). Finding ids are renumbered over the job, findings sorted by saving.
 
 A redundant collective's saving is its energy above the rank's idle baseline when the
@@ -16,8 +16,9 @@ rank finishes, and idling is not free), and its whole energy when it is the busi
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 from magneton.graphdb.model import (
     CollectiveInfo,
@@ -36,6 +37,8 @@ from magneton.graphdb.model import (
     RunSummary,
 )
 
+from ..cause.divergence import frame_element
+from ..matching.equivalence import DEFAULT_TAU
 from .collectives import (
     JOIN_API,
     Cause,
@@ -47,9 +50,6 @@ from .collectives import (
     job_causes,
     unmatched_collectives,
 )
-from .divergence import frame_element
-from .equivalence import DEFAULT_TAU
-from .pipeline import DiffOutcome
 from .ranks import RankReport, RankStats, RankTimeline, _handle, _load_job, _report, timeline
 
 
@@ -73,7 +73,9 @@ def _above_idle_j(p: Profile, ops: list[int], idle_w: float, charged_s: float) -
     it was obtained. With the energy model the idle draw is its static power, so this is
     exactly the operators' dynamic (FLOP and byte) energy; with a sensor it is their
     energy minus idle power times the time charged to them."""
-    coeffs = _energy_model(p) if p.run.energy_method == "estimated" else None
+    from magneton.tracer.pricing import recorded_model
+
+    coeffs = recorded_model(p) if p.run.energy_method == "estimated" else None
     if coeffs is not None:
         dyn = sum(coeffs.dynamic_j(p.ops[i]) for i in ops)
         extra = max(0.0, coeffs.p_static_w - idle_w) * charged_s
@@ -91,7 +93,7 @@ def _charged_time_s(p: Profile, ops: list[int]) -> float:
     leave out the gap time whose energy they carry."""
     import numpy as np
 
-    from magneton.tracer.energy import tile
+    from magneton.tracer.timeline import tile
 
     timed = [op for op in p.ops if op.end_ns > op.start_ns]
     if not timed:
@@ -109,21 +111,6 @@ def _charged_time_s(p: Profile, ops: list[int]) -> float:
     if span_first > 0 and span_mean == span_mean and span_mean > 0:
         first *= span_mean / span_first
     return first
-
-
-def _energy_model(p: Profile) -> Any:
-    """The energy model the run was estimated with (`RunEnergy.model`), or None."""
-    m = p.energy.model
-    if not m:
-        return None
-    from magneton.tracer.power import ModelCoefficients
-
-    return ModelCoefficients(
-        name=m.get("name", ""),
-        p_static_w=float(m["p_static_w"]),
-        e_flop_pj={k: float(v) for k, v in m["e_flop_pj"].items()},
-        e_byte_pj=float(m["e_byte_pj"]),
-    )
 
 
 def _mean_span_s(p: Profile) -> float:
@@ -258,7 +245,7 @@ def _site_and_summary(
         site = _user_site(p, p.ops[(own or colls)[0]])
         code = ""
         if site is not None:
-            from magneton.diagnose.dataflow import source_index
+            from ..source.index import source_index
 
             si = source_index(site.file)
             code = si.line_text(site.line) if si is not None else ""
@@ -356,25 +343,39 @@ def _job_summary(name: str, rep: RankReport) -> RunSummary:
     )
 
 
-def diff_jobs(
-    db: Any, a: str, b: str, threshold: float = 0.10, *, match_values: bool = True
-) -> DiffResult:
-    """Compare multi-rank jobs `a` and `b` rank by rank (the module docstring); `db` is an
-    open ProfileDB or a DB directory. Reads only."""
-    return diff_jobs_outcome(db, a, b, threshold=threshold, match_values=match_values).result
+class PairDiff(Protocol):
+    """What the pipeline's single-run diff of a rank pair returns (its `DiffOutcome`)."""
+
+    result: DiffResult
 
 
-def diff_jobs_outcome(
+# (open DB, run a, run b, threshold, tau) -> the undiagnosed diff of one rank pair. The
+# pipeline passes it in: this module sits below the pipeline that composes it, and must
+# not import it back (docs/architecture.md, Stages).
+DiffPair = Callable[[Any, str, str, float, float], PairDiff]
+
+
+@dataclass
+class JobDiff:
+    """A job diff: the job's result, and the rank-pair diffs it matched by value (the
+    pipeline stores them as ordinary diffs, `pipeline.store_outcome`)."""
+
+    result: DiffResult
+    parts: list[Any] = field(default_factory=list)  # what `diff_pair` returned, by rank
+
+
+def job_diff(
     db: Any,
     a: str,
     b: str,
     threshold: float = 0.10,
     *,
     tau: float = DEFAULT_TAU,
-    match_values: bool = True,
-) -> DiffOutcome:
-    """`diff_jobs` with the rank-pair value diffs it made (`DiffOutcome.parts`), which
-    `pipeline.store_outcome` stores as ordinary diffs."""
+    diff_pair: DiffPair | None = None,
+) -> JobDiff:
+    """Compare multi-rank jobs `a` and `b` rank by rank (the module docstring); `db` is an
+    open ProfileDB or a DB directory. Reads only. With `diff_pair`, each rank pair's
+    compute is also matched by value (`JobDiff.parts`)."""
     with _handle(db) as h:
         rows_a, prof_a = _load_job(h, a)
         rows_b, prof_b = _load_job(h, b)
@@ -386,7 +387,7 @@ def diff_jobs_outcome(
                 )
         rep_a, rep_b = _report(a, rows_a, prof_a), _report(b, rows_b, prof_b)
         result = DiffResult(a=_job_summary(a, rep_a), b=_job_summary(b, rep_b), threshold=threshold)
-        out = DiffOutcome(result=result, tau=tau, job=True)
+        out = JobDiff(result)
         msgs: list[str] = []
         if rep_a.world_size != rep_b.world_size:
             msgs.append(
@@ -411,8 +412,10 @@ def diff_jobs_outcome(
             )
             found = _rank_findings(side_a, side_b)
             per_rank.append(_rank_line(r, stats_a[r], stats_b[r]))
-            if match_values:
-                part = _value_part(h, pa.run.name, pb.run.name, r, threshold, tau, msgs)
+            if diff_pair is not None:
+                part = _value_part(diff_pair, h, pa.run.name, pb.run.name, r, threshold, tau)
+                if part.result.message:
+                    msgs.append(f"rank {r}: {part.result.message}")
                 out.parts.append(part)
                 result.matched_pairs += part.result.matched_pairs
                 found += _rank_copies(part.result.findings, r, pa.run.name, pb.run.name)
@@ -472,16 +475,11 @@ def _finish(
 
 
 def _value_part(
-    h: Any, run_a: str, run_b: str, rank: int, threshold: float, tau: float, msgs: list[str]
-) -> DiffOutcome:
+    diff_pair: DiffPair, h: Any, run_a: str, run_b: str, rank: int, threshold: float, tau: float
+) -> PairDiff:
     """The single-run diff of one rank pair (value matching of the compute), undiagnosed:
     re-running one rank of a distributed script would block waiting for its peers."""
-    from .pipeline import diff_run_pair
-
-    part = diff_run_pair(h, run_a, run_b, threshold=threshold, tau=tau, diagnose=False)
-    if part.result.message:
-        msgs.append(f"rank {rank}: {part.result.message}")
-    return part
+    return diff_pair(h, run_a, run_b, threshold, tau)
 
 
 def _rank_copies(findings: list[Finding], rank: int, run_a: str, run_b: str) -> list[Finding]:

@@ -42,26 +42,24 @@ from pathlib import Path
 
 import libcst as cst
 
-from magneton.diagnose.dataflow import (
+from magneton.graphdb.model import PathElement
+from magneton.knowledge.base import Knob, KnowledgeBase
+from magneton.tracer.program import env_of, program_config
+from magneton.tracer.warm import WarmPool, WarmWorker, WorkerError
+
+from ..source.dataflow import (
     BackwardSlicer,
     DataFlow,
+    KeyVariable,
     Origin,
     SideContext,
     SliceContext,
-    SourceIndex,
     find_attribute_origin,
     find_constructor_call,
     find_knob_origin,
     find_library_default,
-    is_literal,
-    is_user_file,
-    literal_value,
-    source_index,
 )
-from magneton.graphdb.model import KeyVariableInfo, PathElement
-from magneton.knowledge.base import Knob, KnowledgeBase
-from magneton.tracer.program import program_config
-from magneton.tracer.warm import WarmPool, WarmWorker, WorkerError
+from ..source.index import SourceIndex, is_literal, is_user_file, literal_value, source_index
 
 RERUN_TIMEOUT_S = 240.0
 
@@ -380,11 +378,6 @@ def watch_for(idx: SourceIndex, fn: cst.FunctionDef) -> Watch:
     return Watch(file=idx.path, name=fn.name.value, first=first, last=idx.line_of(fn.name))
 
 
-def env_of(config: dict[str, str]) -> dict[str, str]:
-    """The recorded environment variables (non-empty `env.*` snapshot entries)."""
-    return {k[4:]: v for k, v in config.items() if k.startswith("env.") and v}
-
-
 class Rerun:
     """The re-run of both sides, started before the watch points are known.
 
@@ -521,33 +514,6 @@ class SideInfo:
     files: list[str]
     frames: list[tuple[str, int, str]]  # stack of the diverging operator, entry first
     script_unchanged: bool = True
-
-
-@dataclass
-class KeyVariable:
-    kind: str  # "call-target" | "branch" | "knob" | "code" | "args" | "unknown"
-    expr: str | None = None
-    file: str | None = None
-    line: int | None = None
-    values: dict[str, str] = field(default_factory=dict)
-    knob: Knob | None = None
-    flow: DataFlow | None = None
-    origins: dict[str, Origin | None] = field(default_factory=dict)
-    rerun: dict = field(default_factory=dict)
-    note: str = ""
-
-    def info(self) -> KeyVariableInfo:
-        """The part of the key variable that a finding's root cause carries."""
-        return KeyVariableInfo(
-            kind=self.kind,
-            expr=self.expr,
-            file=self.file,
-            line=self.line,
-            values=self.values,
-            knob=self.knob.key if self.knob is not None else None,
-            rerun=self.rerun,
-            note=self.note,
-        )
 
 
 def _branch_tests(idx: SourceIndex, fn: cst.FunctionDef, before: int) -> list[cst.CSTNode]:

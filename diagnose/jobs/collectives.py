@@ -135,7 +135,7 @@ def _join_with_line(p: Profile, ops: list[OpRecord]) -> tuple[Any, str]:
     outside Join.__exit__ on a shadow collective's stack (Python reports the exit call at
     the `with` line), checked - or, when no op passed through __exit__, found - with libcst
     by the qualified name of the context manager."""
-    from magneton.diagnose.dataflow import source_index
+    from ..source.index import source_index
 
     script = os.path.realpath(p.run.script) if p.run.script else ""
     for op in ops:
