@@ -1144,3 +1144,27 @@ def test_a_read_only_mount_without_a_seal_reads_fine(dbdir: Path) -> None:
     assert "Traceback" not in proc.stderr and "Read-only file system" not in proc.stderr
     assert not integrity.seal_file(dbmod.db_file(dbdir)).exists()
     shutil.rmtree(dbdir)
+
+
+def test_an_address_space_limit_is_not_called_corruption(dbdir: Path) -> None:
+    """Under `ulimit -v` the engine's up-front mapping (8 TB by default) failed and a
+    healthy DB was reported "corrupt or written by another Kùzu version". The mapping is
+    now sized to fit the limit (graphdb/engine.py), so reading works."""
+    import resource
+
+    with open_db(dbdir) as db:
+        db.save_profile(synthetic_profile("a", n_ops=20))
+    limit = 64_000_000 * 1024  # the issue's `ulimit -v 64000000` (KiB)
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    res = subprocess.run(
+        [sys.executable, "-m", "magneton", "runs", "--db", str(dbdir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=cap,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "corrupt" not in res.stderr and " a " in res.stdout.replace("│", " ")
