@@ -325,3 +325,20 @@ def test_path_diff_of_a_trace_with_itself_and_with_a_slower_copy():
     assert slow.idx in top.region_b.ops
     assert result.match_note.startswith("matched by operator path and kernel names")
     assert slow.name[:40] in result.match_note
+
+
+def test_a_cpu_recording_against_a_gpu_trace_says_the_machines_differ(tmp_path):
+    """A diff of this machine's CPU recording against an unrelated GPU trace: its first
+    line says the devices and the energy models differ, before any finding."""
+    db = tmp_path / "db"
+    workload = REPO / "tests" / "workloads" / "tiny.py"
+    rec = cli("record", str(workload), "--db", str(db), "--run", "cpu", "-q")
+    assert rec.returncode == 0, rec.stderr[-1000:]
+    imp = cli(
+        "import-trace", str(HTA / "alexnet_train_step.json.gz"), "--db", str(db), "--run", "gpu"
+    )
+    assert imp.returncode == 0, imp.stderr[-1000:]
+    diff = cli("diff", "--db", str(db), "cpu", "gpu")
+    first = (diff.stdout + diff.stderr).lstrip().splitlines()[0]
+    assert first.startswith("warning: the two runs ran on different hardware"), first
+    assert "NVIDIA A100" in first and "priced differently" in first
