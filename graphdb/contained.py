@@ -115,6 +115,7 @@ def stream_query(
 def _rows(proc: subprocess.Popen, stream: QueryStream) -> Iterator[list]:
     assert proc.stdout is not None
     n = 0
+    done = False  # the child closed its output: every row was read
     try:
         for line in proc.stdout:
             if stream.limit > 0 and n >= stream.limit:
@@ -122,12 +123,14 @@ def _rows(proc: subprocess.Popen, stream: QueryStream) -> Iterator[list]:
                 break
             yield json.loads(line)
             n += 1
+        else:
+            done = True
     finally:
-        if stream.truncated or proc.poll() is None and n >= stream.limit > 0:
-            proc.kill()
+        if not done and proc.poll() is None:  # cut at the limit, or the caller stopped
+            proc.kill()  # (a child blocked on a full pipe would never exit by itself)
         proc.stdout.close()
         rc = proc.wait()
-    if rc != 0 and not stream.truncated:
+    if done and rc != 0:
         raise _child_failed(proc, rc)
 
 
