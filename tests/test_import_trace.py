@@ -327,6 +327,7 @@ def test_path_diff_of_a_trace_with_itself_and_with_a_slower_copy():
     assert slow.name[:40] in result.match_note
 
 
+@needs_hta
 def test_a_cpu_recording_against_a_gpu_trace_says_the_machines_differ(tmp_path):
     """A diff of this machine's CPU recording against an unrelated GPU trace: its first
     line says the devices and the energy models differ, before any finding."""

@@ -373,7 +373,7 @@ def test_unopenable_dbs_one_line_error_and_exit_2(tmp_path, capsys) -> None:
         pdb.query("MATCH (m:Meta {key: 'schema_version'}) SET m.value = '0'")
     for db, text in (
         (tmp_path / "none", "no Magneton DB at"),
-        (corrupt, "not a Kùzu database"),
+        (corrupt, "not a LadybugDB database"),
         (old, "DB schema v0, this magneton needs v"),
     ):
         assert main(["--db", str(db), "a", "b"]) == 2

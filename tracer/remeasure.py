@@ -45,6 +45,8 @@ import socket
 import sys
 from typing import IO, Any
 
+from .warm import unix_address
+
 
 def _send(out: IO[str], msg: dict) -> None:
     out.write(json.dumps(msg, separators=(",", ":")) + "\n")
@@ -107,7 +109,8 @@ def serve(spec: dict) -> int:
     the diff closes the socket (or sends anything else). 0 when it ended that way."""
     _die_with_parent()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.connect(spec["socket"])
+    with unix_address(spec["socket"]) as address:
+        conn.connect(address)
     commands = conn.makefile("r", encoding="utf-8")
     answers = conn.makefile("w", encoding="utf-8")
     try:

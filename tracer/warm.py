@@ -98,7 +98,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,6 +184,24 @@ def common_imports(scripts: Sequence[str]) -> list[str]:
 
 
 # the prefixes of this module's temporary directories (WarmWorker `tmp_prefix`)
+@contextlib.contextmanager
+def unix_address(path: str) -> Iterator[str]:
+    """An AF_UNIX address for the socket file `path` that fits the kernel's 107 bytes.
+
+    A worker directory under a long TMPDIR (pytest's per-worker temp dirs, a deep
+    $TMPDIR) made `bind` fail with "AF_UNIX path too long" and every finding came back
+    unconfirmed. A longer path is reached through an open descriptor of its directory
+    (`/proc/self/fd/N/name`), which both the diff (bind) and its job (connect) use."""
+    if len(os.fsencode(path)) <= 100:
+        yield path
+        return
+    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{os.path.basename(path)}"
+    finally:
+        os.close(fd)
+
+
 TMP_PREFIXES = ("magneton-diff-", "magneton-warm-", "magneton-rerun-")
 _OWNER = "owner.json"
 # a directory without an owner file (an older Magneton's) is stale after this long

@@ -75,7 +75,7 @@ import numpy as np
 from scipy import special  # t/normal quantiles; scipy.stats costs 0.6 s more to import
 
 from magneton.graphdb.model import Finding, Profile, SavingInterval
-from magneton.tracer.warm import WarmPool
+from magneton.tracer.warm import WarmPool, unix_address
 from magneton.tracer.warm import WorkerError as WarmWorkerError
 
 from .detect import CONFIDENCE, confident, ranked, verdict_of
@@ -223,7 +223,8 @@ class Worker:
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._conn: socket.socket | None = None
         try:
-            self._listener.bind(self.sock_path)  # in the worker's private (0700) directory
+            with unix_address(self.sock_path) as address:  # in the worker's 0700 directory
+                self._listener.bind(address)
             self._listener.listen(1)
             spec = {
                 "script": p.run.script,
