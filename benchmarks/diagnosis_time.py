@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         if not with_runs:
             # the options `magneton eval` records the case with (its min_repeat, power)
             opts = record_args(load_expect(case), 3)
-            record(case / "a.py", db_path, "a", opts)
-            record(case / "b.py", db_path, "b", opts)
+            record([str(case / "a.py")], db_path, "a", opts)
+            record([str(case / "b.py")], db_path, "b", opts)
         for mode in ("fresh", "warm") if args.compare else ("warm",):
             warm.FORK = mode == "warm"
             rows.append(_diagnose_case(db_path, case.name, mode, args))

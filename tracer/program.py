@@ -763,13 +763,26 @@ def command_line_origin(config: dict[str, str], dest: str) -> CommandLineOrigin 
         if name != dest:
             continue
         option = longs[0] if longs else (flags[0] if flags else dest)
-        value = _option_value(spec.args, flags)
+        action = kw.get("action")
+        switch = action.value if isinstance(action, ast.Constant) else None
+        if switch in ("store_true", "store_false"):
+            # a switch takes no value: the word after it is the next option
+            given = any(a in flags for a in spec.args[: _end_of_options(spec.args)])
+            value = str(switch == "store_true") if given else None
+        else:
+            value = _option_value(spec.args, flags)
         if value is not None:
             return CommandLineOrigin(dest, option, value, True, spec.script, node.lineno)
         default = kw.get("default")
         shown = ast.unparse(default) if default is not None else "None"
+        if default is None and switch in ("store_true", "store_false"):
+            shown = str(switch == "store_false")
         return CommandLineOrigin(dest, option, shown, False, spec.script, node.lineno)
     return None
+
+
+def _end_of_options(args: list[str]) -> int:
+    return args.index("--") if "--" in args else len(args)
 
 
 def _option_value(args: list[str], flags: list[str]) -> str | None:

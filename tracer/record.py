@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import importlib.util
+import inspect
 import os
 import socket
 import sys
@@ -246,8 +247,18 @@ class Phases:
 
 
 def _entry_code(fn: Callable) -> Any:
+    """The code object of the user's entry, where stack walks stop. A decorated entry
+    (`@torch.no_grad()`) is the decorator's wrapper, whose code is shared with every
+    other function that decorator wraps: stopping at it cut the stack at the first
+    decorated library call (transformers' `generate`), losing the user's own frames.
+    The function the wrapper wraps (`__wrapped__`, set by functools.wraps) is the entry."""
     target = fn.forward if isinstance(fn, torch.nn.Module) else fn
-    return getattr(getattr(target, "__func__", target), "__code__", None)
+    target = getattr(target, "__func__", target)
+    try:
+        target = inspect.unwrap(target)
+    except ValueError:  # a __wrapped__ cycle: keep the outermost
+        pass
+    return getattr(target, "__code__", None)
 
 
 class _OpCounter(RecorderMode):

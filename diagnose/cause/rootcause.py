@@ -61,6 +61,7 @@ from ..source.argflow import (
     trace_both,
 )
 from ..source.dataflow import KeyVariable, Origin
+from ..source.diffslice import Difference, program_difference
 from ..source.index import is_user_file, script_unchanged, source_index, user_files
 from ..source.setupflow import setup_difference
 from .divergence import find_divergence
@@ -286,6 +287,36 @@ NOISE_NOTE = (
 )
 
 
+def _overridden_note(kind: str, origin: Origin | None) -> str | None:
+    """What the divergence-first explanation had reached, when it reads alike on both
+    sides (so it cannot be what differs)."""
+    if origin is None or origin.file is None:
+        return None
+    where = f"{os.path.basename(origin.file)}:{origin.line}"
+    return (
+        f"the path from the diverging kernel reached {origin.variable or kind} at {where}, "
+        "which reads the same in both programs; the root is the first statement that "
+        "differs among those deciding this region"
+    )
+
+
+def _compared_note(div: Divergence | None, diff: Difference | None) -> str:
+    """What an unexplained finding's diagnosis compared, so "unknown" is a statement of
+    what is known not to differ rather than a shrug."""
+    path = (
+        "the two regions' kernel call paths (no divergence found)"
+        if div is None
+        else f"the kernel call paths, which part at the {div.level or 'unknown'} level"
+    )
+    code = (
+        "the source of both programs along the statements that decide these operators "
+        "(they read alike, and so do their command-line options)"
+        if diff is None
+        else "the source of both programs"
+    )
+    return f"compared {path}, the recorded settings of both runs, and {code}"
+
+
 class Diagnoser:
     """Diagnoses the findings of one pair of runs; caches per deviation site, so the
     findings of repeated layers (one per transformer block) cost one re-run."""
@@ -509,6 +540,13 @@ class Diagnoser:
                 out[side] = there or out[side]
         return out
 
+    def _program_difference(self, finding: Finding) -> Difference | None:
+        runs = self.runs
+        configs = {"a": observed_config(runs.a), "b": observed_config(runs.b)}
+        return program_difference(
+            runs.a, runs.b, finding.region_a.ops, finding.region_b.ops, configs
+        )
+
     def _diagnose(self, finding: Finding) -> None:
         runs = self.runs
         div = self._divs[finding.id] if finding.id in self._divs else self._divergence(finding)
@@ -519,10 +557,21 @@ class Diagnoser:
         fw, fe = (facts_a, facts_b) if w == "a" else (facts_b, facts_a)
         matches = match_rules(self.kb, fw, fe, level=div.level if div else None)
         kind, kv, origins = self._key_variable(finding, div, matches)
+        note = None
+        diff = self._program_difference(finding)
+        if diff is not None and not diff.agrees(origins):
+            # the explanation stopped where the two programs read alike: the difference
+            # that decides these operators is elsewhere (diffslice.py)
+            note = _overridden_note(kind, origins.get(w))
+            kind, kv, origins = diff.kind, None, dict(diff.origins)
         matches = _explaining_rules(matches, kv, origins.get(w), kind, self.kb)
         best = matches[0] if matches else None
         finding.category = _category(kind, div, best, w)
         finding.root_cause = _root_cause(kind, kv, origins, w, matches)
+        if note:
+            finding.root_cause.note = note
+        elif kind == "unknown" and not finding.root_cause.note:
+            finding.root_cause.note = _compared_note(div, diff)
         if div is not None and div.same_everything() and kind == "unknown":
             finding.verdict = "noise"
             finding.root_cause.note = NOISE_NOTE

@@ -127,6 +127,15 @@ class _FixInput:
     def pe(self) -> Profile:
         return self.runs.b if self.w == "a" else self.runs.a
 
+    def library_site(self) -> str | None:
+        """Where the rule's wasteful operators run, when only library code issues them."""
+        if self.rule is None:
+            return None
+        ev = self.rule.rule.wasteful
+        names = set(ev.ops) | set(ev.any_ops)
+        ops = self.finding.region_a.ops if self.w == "a" else self.finding.region_b.ops
+        return library_site(self.pw, ops, names) if names else None
+
     @property
     def base(self) -> str:
         return os.path.dirname(self.pw.run.script) if self.pw.run.script else ""
@@ -134,12 +143,50 @@ class _FixInput:
     def rule_text(self) -> str:
         if self.rule is None:
             return ""
+        inside = self.library_site()
+        if inside is not None:
+            # the rule's advice is an edit where the operators are issued; there it would
+            # be an edit of the library, so name the pattern and where it happens instead
+            return f"({self.rule.rule.title}: done inside {inside}, not in your code.)"
         kv, e = self.kv, self.e
         eff_value = kv.values[e] if kv is not None and kv.values.get(e) else None
         return self.rule.rule.render_fix(
             efficient_value=eff_value if self.rule.rule.efficient_value is None else None,
             knob=kv.knob.key if kv is not None and kv.knob is not None else None,
         )
+
+
+def _library_frame(p: Profile, op: int) -> tuple[str, int, str] | None:
+    """The innermost frame of a library other than torch below the user's last frame: the
+    code that issued the operator when a model library (transformers, diffusers, ...) sits
+    between the user's call and it. torch's own Python (nn.Module plumbing,
+    torch.nn.functional) is the API the user called, so it does not count."""
+    frames = [p.frames[i] for i in p.ops[op].frames if 0 <= i < len(p.frames)]
+    user = [k for k, f in enumerate(frames) if is_user_file(f.file, p.run.script)]
+    below = frames[user[-1] + 1 :] if user else frames
+    lib = [f for f in below if f"{os.sep}torch{os.sep}" not in f.file]
+    return (lib[-1].file, lib[-1].line, lib[-1].function) if lib else None
+
+
+def library_site(p: Profile, ops: list[int], names: set[str]) -> str | None:
+    """Where operators named `names` among `ops` are issued, when a library other than
+    torch issues every one of them ("transformers/models/gpt2/modeling_gpt2.py:312 in
+    forward"); None when the user's code (or torch's API it calls) issues any."""
+    sites = []
+    for o in ops:
+        if p.ops[o].name not in names:
+            continue
+        site = _library_frame(p, o)
+        if site is None:
+            return None
+        sites.append(site)
+    if not sites:
+        return None
+    file, line, fn = sites[0]
+    parts = file.split(os.sep)
+    if "site-packages" in parts:
+        file = os.sep.join(parts[parts.index("site-packages") + 1 :])
+    return f"{file}:{line} in {fn}"
 
 
 def make_fix(
@@ -324,7 +371,23 @@ def _setting_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
     if rule_text:
         fix.summary = (fix.summary + " " + rule_text).strip()
     if not fix.summary:
-        fix.summary = rule_text or "Use the efficient run's setting."
+        fix.summary = rule_text or _named_setting(x)
+
+
+def _named_setting(x: _FixInput) -> str:
+    """The setting to change, named with both sides' values and places, when no patch
+    can be made (a value that is not a literal, a statement that is not the user's)."""
+    ow, oe = x.origins[x.w], x.origins.get(x.e)
+    assert ow is not None
+
+    def at(o: Origin) -> str:
+        return f"{_rel(o.file, x.base)}:{o.line}" if o.file else "(unknown place)"
+
+    there = f"; the efficient run has {oe.value} ({at(oe)})" if oe is not None else ""
+    return (
+        f"Set {ow.variable} as the efficient run does: it is {ow.value} at {at(ow)}{there}. "
+        "No patch: the value there is not a literal Magneton can rewrite."
+    )
 
 
 def _run_with_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
@@ -378,7 +441,11 @@ def _code_fix(x: _FixInput, fix: Fix) -> None:
         # no counterpart): its statements are the ones standing in the same place
         be = counterpart_block(bw, pe.run.script)
     if bw is None or be is None:
-        fix.summary = "Use the efficient side's implementation of this region."
+        missing = os.path.basename((pw if bw is None else pe).run.script or "?")
+        fix.summary = (
+            f"No patch: no statement of {missing} issues this region's operators (they "
+            "run inside library code only); compare the two sides' calls into it."
+        )
         return
     if _argument_fix(x, fix, bw, be):
         return

@@ -12,10 +12,17 @@ expect.toml keys: `finding` (bool: must a finding cover `region_ops`?), `region_
 (operator names or APIs; the relevant finding's regions contain one of them),
 `wasteful` ("a", "b" or "either"), `category`, `kind` (root-cause kind), `variable`,
 `file` (basename of the origin), `line_contains` (text of the origin line), `rule`,
-`divergence_level`, `patch` (bool: a patch is expected), `min_repeat` (timed calls to
+`divergence_level`, `option` (the command-line flag the wasteful side's value came from),
+`patch` (bool: a patch is expected), `min_repeat` (timed calls to
 record at least: for a case whose difference is a small share of the run on a CPU),
 `power` (the recordings' `--power`, e.g. `model:work-only` for a negative control judged
 on the work done rather than on a shared CPU's wall time).
+
+A **program case** has no a.py/b.py: its expect.toml has a `[program]` table with `a` and
+`b`, each the argument list of an unmodified program run from the case directory (e.g.
+`["train.py", "--foreach", "0"]`), and `steps` (`--steps WAIT:WARMUP:ACTIVE`); both are
+recorded as `magneton record --steps ... -- python ARGS` is. Such a case exercises what a
+script pair cannot: a cause that is a command-line flag.
 With `wasteful = "either"` (which side is faster depends on the CPU) `line_contains` and
 `patch` may be tables keyed by the wasteful side (`{a = "...", b = "..."}`).
 """
@@ -51,6 +58,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--case", action="append", help="only this case (repeatable)")
     p.add_argument("--repeat", type=int, default=3, help="timed calls per recording (default 3)")
     p.add_argument("--no-rerun", action="store_true", help="diagnose without re-running scripts")
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --db: diagnose the recordings already there instead of recording again "
+        "(compares two versions of the diagnosis on the same measurements)",
+    )
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=run)
 
@@ -88,11 +101,7 @@ def case_dirs(root: str, only: list[str] | None = None) -> list[Path]:
     base = Path(root)
     if not base.is_dir():
         raise MagnetonError(f"no such case directory: {root}")
-    out = [
-        d
-        for d in sorted(base.iterdir())
-        if d.is_dir() and (d / "a.py").is_file() and (d / "b.py").is_file()
-    ]
+    out = [d for d in sorted(base.iterdir()) if d.is_dir() and is_case(d)]
     if only:
         names = {d.name for d in out}
         missing = [n for n in only if n not in names]
@@ -106,6 +115,13 @@ def case_dirs(root: str, only: list[str] | None = None) -> list[Path]:
     return out
 
 
+def is_case(d: Path) -> bool:
+    """A script pair (a.py and b.py) or a program case (expect.toml with `[program]`)."""
+    if (d / "a.py").is_file() and (d / "b.py").is_file():
+        return True
+    return (d / "expect.toml").is_file() and "program" in load_expect(d)
+
+
 def load_expect(case: Path) -> dict:
     f = case / "expect.toml"
     if not f.is_file():
@@ -117,15 +133,32 @@ def load_expect(case: Path) -> dict:
 
 
 def record_args(expect: dict, repeat: int) -> list[str]:
-    """The `magneton record` options of a case's recordings: `--repeat` (at least the
-    case's `min_repeat`: a difference that is a small share of the run on a CPU asks for
-    more timed calls) and its `power`, if it names one."""
+    """The `magneton record` options of a script case's recordings: `--repeat` (at least
+    the case's `min_repeat`: a difference that is a small share of the run on a CPU asks
+    for more timed calls) and its `power`, if it names one."""
     n = max(repeat, int(expect.get("min_repeat", 0)))
     return ["--repeat", str(n), *(["--power", expect["power"]] if "power" in expect else [])]
 
 
-def record(script: Path, db: str, run: str, args: list[str]) -> None:
-    """Record one script in its own process, as a user runs `magneton record`: global flags
+def record_side(case: Path, expect: dict, side: str, db: str, repeat: int) -> None:
+    """Record side `side` of a case: its script, or its program run (`[program]`, whose
+    window is `--steps`: `record` takes no `--repeat` for a program)."""
+    prog = expect.get("program")
+    if prog is None:
+        record([str(case / f"{side}.py")], db, side, record_args(expect, repeat))
+        return
+    power = ["--power", expect["power"]] if "power" in expect else []
+    argv = prog.get(side)
+    if not isinstance(argv, list) or not argv:
+        raise MagnetonError(f"{case / 'expect.toml'}: [program] needs a list `{side}`")
+    steps = ["--steps", str(prog.get("steps", "1:1:3"))]
+    command = ["--", sys.executable, str(case / argv[0]), *map(str, argv[1:])]
+    record([], db, side, [*steps, *power, *command])
+
+
+def record(target: list[str], db: str, run: str, args: list[str]) -> None:
+    """Record one script (`target` its path) or program (`target` empty, the command after
+    `--` in `args`) in its own process, as a user runs `magneton record`: global flags
     a script sets must not leak into the next recording. Recordings forked from one warm
     interpreter per case (imports paid once) were tried and measured differently: in six
     alternating evaluations of attn_impl each, on an idle machine, the forked ones
@@ -135,7 +168,7 @@ def record(script: Path, db: str, run: str, args: list[str]) -> None:
         "-m",
         "magneton",
         "record",
-        str(script),
+        *target,
         "--db",
         db,
         "--run",
@@ -148,7 +181,7 @@ def record(script: Path, db: str, run: str, args: list[str]) -> None:
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if res.returncode != 0:
         msg = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise MagnetonError(f"recording {script} failed: {msg}")
+        raise MagnetonError(f"recording {run} failed: {msg}")
 
 
 def relevant_finding(result, db, region_ops: list[str]):
@@ -197,6 +230,10 @@ def check(expect: dict, f: Finding) -> str:
             line = linecache.getline(rc.file, rc.line)
         if expect["line_contains"] not in line:
             return f"origin line {line.strip()!r} lacks {expect['line_contains']!r}"
+    if "option" in expect:
+        o = rc.origins.get(f.wasteful)
+        if o is None or o.option != expect["option"]:
+            return f"command-line option {o.option if o else None}, expected {expect['option']}"
     rule_id = rc.rule.id if rc.rule is not None else None
     if "rule" in expect and rule_id != expect["rule"]:
         return f"rule {rule_id}, expected {expect['rule']}"
@@ -221,7 +258,16 @@ def describe(rc: RootCause | None) -> str:
     return f"{rc.kind} {var}{where}"
 
 
-def eval_case(case: Path, db_dir: str, repeat: int, rerun: bool) -> CaseResult:
+def _has_runs(db_path: str) -> bool:
+    from magneton.graphdb import open_db
+
+    if not os.path.exists(db_path):
+        return False
+    with open_db(db_path, read_only=True) as db:
+        return db.has_run("a") and db.has_run("b")
+
+
+def eval_case(case: Path, db_dir: str, repeat: int, rerun: bool, reuse: bool = False) -> CaseResult:
     from magneton.diagnose.pipeline import run_diff, store_outcome
     from magneton.graphdb import open_db
 
@@ -229,9 +275,9 @@ def eval_case(case: Path, db_dir: str, repeat: int, rerun: bool) -> CaseResult:
     res = CaseResult(case=case.name, diagnosed=False, expect=expect)
     db_path = os.path.join(db_dir, case.name)
     t0 = time.perf_counter()
-    args = record_args(expect, repeat)
-    for side in ("a", "b"):
-        record(case / f"{side}.py", db_path, side, args)
+    if not (reuse and _has_runs(db_path)):
+        for side in ("a", "b"):
+            record_side(case, expect, side, db_path, repeat)
     t1 = time.perf_counter()
     detected: list[float] = []
 
@@ -307,6 +353,8 @@ def print_table(results: list[CaseResult]) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.repeat < 1:
         raise MagnetonError("--repeat must be >= 1")
+    if args.reuse and not args.db:
+        raise MagnetonError("--reuse needs --db DIR (the recordings of an earlier eval)")
     cases = case_dirs(args.cases, args.case)
     tmp = None
     db_dir = args.db
@@ -317,7 +365,7 @@ def run(args: argparse.Namespace) -> int:
         results = []
         for case in cases:
             try:
-                results.append(eval_case(case, db_dir, args.repeat, not args.no_rerun))
+                results.append(eval_case(case, db_dir, args.repeat, not args.no_rerun, args.reuse))
             except MagnetonError as e:
                 results.append(CaseResult(case=case.name, diagnosed=False, reason=str(e)))
     finally:

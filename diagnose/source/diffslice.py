@@ -1,0 +1,454 @@
+"""The differential slice: where the two programs differ, among the statements that decide
+a finding's operators.
+
+Every correct root cause is a difference between the two programs: a statement one side
+runs and the other does not, a value written differently, or a command-line option given
+differently. The key-variable re-run and the data-flow walk (keyvar.py, dataflow.py)
+explain *how* a difference reaches a kernel, but they start from the divergence and can
+stop short of the difference: at a statement both sides share (`y.contiguous(memory_format
+=MEMORY_FORMAT)`, whose constant differs at the top of the file), at a settings dict
+(`SETTINGS["attention"](q, k, v)`), at state set while the program runs (`with
+sdpa_kernel(BACKENDS):`, `torch.set_default_dtype(...)` in setup()) or at `self`. This
+module is the general check and fallback, static (libcst, milliseconds):
+
+1. **Slice.** From the user lines of the finding's operators on each side (each
+   operator's frames in the script, outermost first), backward through the statements
+   that write what those lines read (setupflow.call_slice's walk), then through the entry's
+   parameters into what setup() returned, then to a fixpoint over the module: constants,
+   classes (dataclass/config fields) and user functions the slice names. Statements that
+   change process state — a call or an attribute store on an imported module
+   (`torch.set_default_dtype(...)`, `torch.autograd.set_detect_anomaly(...)`,
+   `torch.backends.mkldnn.enabled = False`) — are read by every operator after them, so
+   they join the slice of the function they run in; so does every `with` around an
+   operator's line, since it is part of the statement that holds the line.
+2. **Align** the two slices statement by statement (difflib over whitespace-normalised
+   code, in execution order: module level, setup(), the rest), as setupflow does for
+   setup() alone. The first block that differs is the root; within it the first
+   statement that launched operators (a mask built, a tensor copied) rather than one that
+   only names a value, and within a statement pair the smallest differing expression (the
+   value to port, its variable the keyword, field, dict key or name it is stored in).
+3. **Command line.** When the slices read alike and both runs are programs, the options
+   the slice reads (`args.foreach`, also inside the user functions it calls) whose
+   recorded values differ are the root (`--foreach 0` vs `1`).
+
+None when neither the slice's code nor its options differ: then the programs do not
+differ where this finding's operators are decided (library version, hardware, noise), and
+the other steps' explanation stands.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from magneton.graphdb.model import Profile
+
+from .dataflow import Origin
+from .index import SourceIndex, source_index
+from .setupflow import (
+    Unit,
+    _argument,
+    _body,
+    _callee,
+    _inserted,
+    _params,
+    _reads,
+    _returned,
+    _statement_origin,
+    _top_statement,
+    _writes,
+    smallest_difference,
+)
+
+# execution phases of a script's statements: module level runs first, then setup(), then
+# the entry and the functions it calls
+_MODULE, _SETUP, _RUN = 0, 1, 2
+
+
+@dataclass
+class Difference:
+    """The root the two slices give: the origins per side, the root-cause kind and the
+    statement lines per side that differ anywhere in the slice (what another step's
+    origin must fall on to agree)."""
+
+    kind: str  # "config" | "api-argument" | "global-flag" | "command-line" | "code"
+    origins: dict[str, Origin]
+    differing: dict[str, set[int]] = field(default_factory=dict)
+    scripts: dict[str, str] = field(default_factory=dict)  # the file `differing` is about
+    options: set[str] = field(default_factory=set)  # differing command-line options
+
+    def agrees(self, origins: dict[str, Origin | None]) -> bool:
+        """Whether another step's origins point where the programs differ, on either side
+        (a side that never sets a value has its origin at the library's default)."""
+        return any(self.agrees_with(s, origins.get(s)) for s in "ab")
+
+    def agrees_with(self, side: str, origin: Origin | None) -> bool:
+        """Whether another step's origin for `side` lies where the programs differ."""
+        if origin is None:
+            return False
+        if origin.kind == "command-line":
+            return origin.option in self.options
+        same_file = os.path.realpath(origin.file or "") == self.scripts.get(side)
+        return same_file and origin.line in self.differing.get(side, set())
+
+
+# --------------------------------------------------------------------------------------
+# 1. The slice of one side
+# --------------------------------------------------------------------------------------
+
+
+def _imported(idx: SourceIndex) -> set[str]:
+    """Names the module binds by import: calls on them reach library state."""
+    out: set[str] = set()
+    for n in idx.walk():
+        if isinstance(n, (cst.Import, cst.ImportFrom)) and not isinstance(n.names, cst.ImportStar):
+            for a in n.names:
+                root: cst.BaseExpression = a.asname.name if a.asname is not None else a.name
+                while isinstance(root, cst.Attribute):
+                    root = root.value
+                if isinstance(root, cst.Name):
+                    out.add(root.value)
+    return out
+
+
+def _root_name(node: cst.CSTNode) -> str | None:
+    while isinstance(node, (cst.Attribute, cst.Subscript, cst.Call)):
+        node = node.func if isinstance(node, cst.Call) else node.value
+    return node.value if isinstance(node, cst.Name) else None
+
+
+def _sets_state(stmt: cst.CSTNode, modules: set[str]) -> bool:
+    """A simple statement that calls into an imported module for its effect or assigns
+    one of its attributes (process state every later operator reads)."""
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    for s in stmt.body:
+        if isinstance(s, cst.Expr) and isinstance(s.value, cst.Call):
+            if _root_name(s.value.func) in modules:
+                return True
+        if isinstance(s, cst.Assign) and any(
+            isinstance(t.target, cst.Attribute) and _root_name(t.target) in modules
+            for t in s.targets
+        ):
+            return True
+    return False
+
+
+@dataclass
+class _Slice:
+    idx: SourceIndex
+    modules: set[str]
+    units: dict[int, tuple[int, Unit]] = field(default_factory=dict)  # id -> (phase, unit)
+    wanted: set[str] = field(default_factory=set)
+
+    def add(self, stmt: cst.CSTNode, phase: int) -> None:
+        if id(stmt) not in self.units:
+            self.units[id(stmt)] = (phase, Unit.of(self.idx, stmt, top=phase == _MODULE))
+            self.wanted |= _reads(self.idx, stmt)
+
+    def backward(self, stmts: list[cst.CSTNode], phase: int) -> None:
+        """Statements of one body (in order) that write a wanted name or set state."""
+        for stmt in reversed(stmts):
+            if _writes(self.idx, stmt) & self.wanted or _sets_state(stmt, self.modules):
+                self.add(stmt, phase)
+
+    def ordered(self) -> list[Unit]:
+        return [u for _, u in sorted(self.units.values(), key=lambda pu: (pu[0], self.line(pu[1])))]
+
+    def line(self, u: Unit) -> int:
+        return self.idx.line_of(u.node)
+
+
+def _chain(s: _Slice, lines: list[int], setup: str) -> cst.FunctionDef | None:
+    """One operator's user frames, innermost first: the statement holding each line and
+    the statements before it that feed it; a callee's parameter becomes what its caller
+    passed. Returns the outermost function reached."""
+    fn_prev: cst.FunctionDef | None = None
+    for line in reversed(lines):
+        fn = s.idx.function_at(line)
+        stmt = _top_statement(fn, s.idx, line) if fn is not None else None
+        if fn is None or stmt is None:
+            break
+        phase = _SETUP if fn.name.value == setup else _RUN
+        if fn_prev is not None:
+            calls = [c for c in s.idx.nodes_of(cst.Call, stmt) if _callee(c) == fn_prev.name.value]
+            for c in calls:
+                for p in _params(fn_prev):
+                    a = _argument(c, fn_prev, p.name.value)
+                    if a is not None:
+                        s.wanted |= _reads(s.idx, a)
+        s.add(stmt, phase)
+        s.backward(_body(fn)[: _body(fn).index(stmt)], phase)
+        fn_prev = fn
+    return fn_prev
+
+
+def _function(idx: SourceIndex, name: str) -> cst.FunctionDef | None:
+    return next(
+        (f for f in idx.module.body if isinstance(f, cst.FunctionDef) and f.name.value == name),
+        None,
+    )
+
+
+def _through_setup(s: _Slice, entry: cst.FunctionDef, setup: str) -> None:
+    """The entry's parameters are setup()'s returned values, by position."""
+    fn = _function(s.idx, setup)
+    if fn is None:
+        return
+    try:
+        ret, elems = _returned(fn)
+    except LookupError:
+        return
+    names = [p.name.value for p in _params(entry)]
+    chosen = [e for n, e in zip(names, elems, strict=False) if n in s.wanted]
+    if not chosen:
+        return
+    s.add(ret, _SETUP)
+    s.wanted |= set().union(*(_reads(s.idx, e) for e in chosen))
+    s.backward([st for st in _body(fn) if st is not ret], _SETUP)
+
+
+def _module_closure(s: _Slice) -> None:
+    """Module-level statements the slice needs, to a fixpoint: assignments of wanted
+    names, classes and functions it names (their bodies read further names), and
+    statements that set library state."""
+    grew = True
+    while grew:
+        grew = False
+        for stmt in s.idx.module.body:
+            if id(stmt) in s.units:
+                continue
+            named = isinstance(stmt, (cst.ClassDef, cst.FunctionDef)) and (
+                stmt.name.value in s.wanted
+            )
+            simple = isinstance(stmt, cst.SimpleStatementLine) and (
+                _writes(s.idx, stmt) & s.wanted or _sets_state(stmt, s.modules)
+            )
+            if named or simple:
+                s.add(stmt, _MODULE)
+                grew = True
+        # a user function the slice calls runs in its own scope: its state calls count
+        for top in s.idx.module.body:
+            if isinstance(top, cst.FunctionDef) and id(top) in s.units:
+                for inner in _body(top):
+                    if id(inner) not in s.units and _sets_state(inner, s.modules):
+                        s.add(inner, _RUN)
+                        grew = True
+
+
+def _user_lines(p: Profile, op: int) -> list[int]:
+    script = os.path.realpath(p.run.script or "")
+    return [
+        p.frames[i].line for i in p.ops[op].frames if os.path.realpath(p.frames[i].file) == script
+    ]
+
+
+def side_slice(p: Profile, idx: SourceIndex, ops: list[int]) -> _Slice:
+    """The statements of `p`'s script that decide what operators `ops` do."""
+    s = _Slice(idx, _imported(idx))
+    setup, entry = p.run.setup or "setup", (p.run.entry or "main").split(".")[-1]
+    chains = {tuple(_user_lines(p, o)) for o in ops}
+    outer = [fn for lines in sorted(chains) if lines and (fn := _chain(s, list(lines), setup))]
+    if any(fn.name.value == entry for fn in outer):
+        _through_setup(s, _function(idx, entry) or outer[0], setup)
+    _module_closure(s)
+    return s
+
+
+# --------------------------------------------------------------------------------------
+# 2. Aligning the two slices
+# --------------------------------------------------------------------------------------
+
+
+def _launched(p: Profile, idx: SourceIndex, u: Unit) -> bool:
+    """Whether a recorded operator's user frame lies in the statement."""
+    span = idx.span(u.node)
+    script = os.path.realpath(p.run.script or "")
+    return any(os.path.realpath(f.file) == script and span.contains_line(f.line) for f in p.frames)
+
+
+def _pick(p: Profile, idx: SourceIndex, units: list[Unit]) -> int:
+    """Index of the block's first statement that launched operators, else 0."""
+    return next((k for k, u in enumerate(units) if _launched(p, idx, u)), 0)
+
+
+def _differing_lines(idx: SourceIndex, units: list[Unit]) -> set[int]:
+    out: set[int] = set()
+    for u in units:
+        sp = idx.span(u.node)
+        out |= set(range(sp.line, sp.end_line + 1))
+    return out
+
+
+def _variable(idx: SourceIndex, node: cst.CSTNode) -> str:
+    """What a differing value sets: the keyword it is passed as, the dict key or class
+    field it is stored under, else the name it is assigned to, else its own text."""
+    for anc in [node, *idx.ancestors(node)]:
+        p = idx.parent(anc)
+        if isinstance(p, cst.Arg) and p.value is anc and p.keyword is not None:
+            return p.keyword.value
+        if isinstance(p, cst.DictElement) and p.value is anc:
+            key = idx.code(p.key).strip()
+            holder = next((a for a in idx.ancestors(p) if isinstance(a, cst.Assign)), None)
+            base = idx.code(holder.targets[0].target).strip() if holder is not None else ""
+            return f"{base}[{key}]"
+        if isinstance(p, (cst.Assign, cst.AnnAssign)) and p.value is anc:
+            t = p.targets[0].target if isinstance(p, cst.Assign) else p.target
+            return idx.code(t).strip()
+        if isinstance(anc, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            break
+    return idx.code(node).strip()
+
+
+def _value_kind(idx: SourceIndex, node: cst.CSTNode) -> str:
+    """A value passed as a call's keyword is an API argument; one stored in a constant,
+    a dict entry or a class field is configuration."""
+    p = idx.parent(node)
+    return "api-argument" if isinstance(p, cst.Arg) else "config"
+
+
+def _value_origins(
+    na: cst.CSTNode, ia: SourceIndex, nb: cst.CSTNode, ib: SourceIndex
+) -> dict[str, Origin]:
+    var = _variable(ia, na)
+    out = {}
+    for side, node, idx in (("a", na, ia), ("b", nb, ib)):
+        line = idx.line_of(node)
+        out[side] = Origin(
+            kind=_value_kind(idx, node),
+            variable=var,
+            file=idx.path,
+            line=line,
+            code=idx.line_text(line),
+            value=idx.code(node).strip(),
+            span=idx.span(node),
+            note="the first statement that differs between the two programs among those "
+            "that decide this region's operators",
+        )
+    return out
+
+
+def _block_root(
+    tag: str, blocks: dict[str, list[Unit]], idxs: dict[str, SourceIndex], profs, before
+) -> tuple[str, dict[str, Origin]]:
+    """(kind, origins) of the first differing block of the two aligned slices."""
+    ua, ub = blocks["a"], blocks["b"]
+    if tag == "replace":
+        ka, kb = _pick(profs["a"], idxs["a"], ua), _pick(profs["b"], idxs["b"], ub)
+        if len(ua) == len(ub):
+            ka = kb = min(ka, kb)
+        ka, kb = min(ka, len(ua) - 1), min(kb, len(ub) - 1)
+        na, nb = smallest_difference(ua[ka].node, idxs["a"], ub[kb].node, idxs["b"])
+        if isinstance(na, cst.BaseExpression) and isinstance(nb, cst.BaseExpression):
+            origins = _value_origins(na, idxs["a"], nb, idxs["b"])
+            return origins["a"].kind, origins
+        return "code", {
+            "a": _statement_origin(idxs["a"], ua[ka]),
+            "b": _statement_origin(idxs["b"], ub[kb]),
+        }
+    have = "a" if tag == "delete" else "b"
+    lack = "b" if have == "a" else "a"
+    k = _pick(profs[have], idxs[have], blocks[have])
+    unit = blocks[have][k]
+    origins = {
+        have: _statement_origin(idxs[have], unit),
+        lack: _inserted(unit, idxs[have], before[lack], idxs[lack]),
+    }
+    kind = "global-flag" if _sets_state(unit.node, _imported(idxs[have])) else "api-argument"
+    return kind, origins
+
+
+def _code_difference(profs: dict[str, Profile], slices: dict[str, _Slice]) -> Difference | None:
+    units = {s: slices[s].ordered() for s in "ab"}
+    idxs = {s: slices[s].idx for s in "ab"}
+    sm = difflib.SequenceMatcher(
+        None, [u.text for u in units["a"]], [u.text for u in units["b"]], False
+    )
+    ops = [o for o in sm.get_opcodes() if o[0] != "equal"]
+    if not ops:
+        return None
+    tag, i1, i2, j1, j2 = ops[0]
+    blocks = {"a": units["a"][i1:i2], "b": units["b"][j1:j2]}
+    before = {"a": units["a"][i1 - 1] if i1 else None, "b": units["b"][j1 - 1] if j1 else None}
+    kind, origins = _block_root(tag, blocks, idxs, profs, before)
+    differing = {
+        "a": set().union(*(_differing_lines(idxs["a"], units["a"][o[1] : o[2]]) for o in ops)),
+        "b": set().union(*(_differing_lines(idxs["b"], units["b"][o[3] : o[4]]) for o in ops)),
+    }
+    scripts = {x: os.path.realpath(idxs[x].path) for x in "ab"}
+    return Difference(kind=kind, origins=origins, differing=differing, scripts=scripts)
+
+
+# --------------------------------------------------------------------------------------
+# 3. Command-line options
+# --------------------------------------------------------------------------------------
+
+
+def _attributes_read(s: _Slice) -> set[str]:
+    out: set[str] = set()
+    for _, u in s.units.values():
+        for n in s.idx.nodes_of(cst.Attribute, u.node):
+            if isinstance(n.value, cst.Name):
+                out.add(n.attr.value)
+    return out
+
+
+def _option_line(s: _Slice, dest: str) -> int | None:
+    """The first slice statement that reads `X.dest` (what passes the option on)."""
+    lines = [
+        s.idx.line_of(n)
+        for _, u in s.units.values()
+        for n in s.idx.nodes_of(cst.Attribute, u.node)
+        if isinstance(n.value, cst.Name) and n.attr.value == dest
+    ]
+    return min(lines) if lines else None
+
+
+def _option_difference(
+    profs: dict[str, Profile], slices: dict[str, _Slice], configs: dict[str, dict]
+) -> Difference | None:
+    from magneton.tracer.program import command_line_origin
+
+    from .dataflow import _option_default
+
+    for dest in sorted(_attributes_read(slices["a"]) & _attributes_read(slices["b"])):
+        ca, cb = command_line_origin(configs["a"], dest), command_line_origin(configs["b"], dest)
+        if ca is None or cb is None or ca.value == cb.value:
+            continue
+        origins = {}
+        for s, clo in (("a", ca), ("b", cb)):
+            sl = slices[s]
+            line = _option_line(sl, dest) or clo.line
+            how = "given on the command line" if clo.given else "its default"
+            origins[s] = Origin(
+                kind="command-line",
+                variable=dest,
+                file=sl.idx.path,
+                line=line,
+                code=sl.idx.line_text(line),
+                value=clo.value,
+                option=clo.option,
+                option_default=_option_default(clo.file, clo.line),
+                note=f"option {clo.option} ({how}: {clo.value}; add_argument at line "
+                f"{clo.line}), read at line {line}",
+            )
+        return Difference(kind="command-line", origins=origins, options={ca.option})
+    return None
+
+
+def program_difference(
+    pa: Profile, pb: Profile, ops_a: list[int], ops_b: list[int], configs: dict[str, dict]
+) -> Difference | None:
+    """Where the two programs differ among the statements (and options) that decide the
+    operators `ops_a` / `ops_b`; None when they do not differ there."""
+    ia, ib = source_index(pa.run.script or ""), source_index(pb.run.script or "")
+    if ia is None or ib is None:
+        return None
+    profs = {"a": pa, "b": pb}
+    slices = {"a": side_slice(pa, ia, ops_a), "b": side_slice(pb, ib, ops_b)}
+    if not slices["a"].units and not slices["b"].units:
+        return None
+    return _code_difference(profs, slices) or _option_difference(profs, slices, configs)

@@ -1,0 +1,216 @@
+"""The differential slice (diagnose/source/diffslice.py): the root of a finding is the first
+statement, among those deciding its operators, where the two programs differ.
+
+Each test writes the two sides' scripts of a corpus pattern (examples/corpus) and profiles
+whose operators carry the user frames a recording gives them (entry line, then the line
+inside it), so the slice runs on real source without a recording.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from magneton.diagnose.source.diffslice import program_difference
+from magneton.graphdb.model import FrameRecord, OpRecord, Profile, RunInfo
+
+
+def _profile(script: Path, op_lines: list[list[tuple[int, str]]], args: str = "") -> Profile:
+    """A run of `script` whose k-th operator was issued under the frames `op_lines[k]`
+    ((line, function), outermost first)."""
+    frames: dict[tuple[int, str], FrameRecord] = {}
+    ops = []
+    for k, chain in enumerate(op_lines):
+        ids = []
+        for line, fn in chain:
+            fr = frames.setdefault((line, fn), FrameRecord(len(frames), str(script), line, fn))
+            ids.append(fr.idx)
+        ops.append(OpRecord(idx=k, name="aten::mm", frames=ids))
+    run = RunInfo(name=script.stem, script=str(script), entry="main", setup="setup")
+    return Profile(run=run, ops=ops, frames=list(frames.values()))
+
+
+def _write(tmp_path: Path, name: str, code: str) -> Path:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(code).lstrip())
+    return p
+
+
+def _line(path: Path, text: str) -> int:
+    return next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if text in ln)
+
+
+def _diff(pa: Profile, pb: Profile, configs=None):
+    configs = configs or {"a": {}, "b": {}}
+    return program_difference(pa, pb, [o.idx for o in pa.ops], [o.idx for o in pb.ops], configs)
+
+
+CONSTANT = """
+import torch
+
+MEMORY_FORMAT = torch.{fmt}
+
+
+def setup():
+    x = torch.randn(2, 3, 4, 4)
+    return (x,)
+
+
+def main(x):
+    y = x.contiguous(memory_format=MEMORY_FORMAT)
+    return y * 2
+"""
+
+
+def test_same_statement_text_leads_to_the_constant_that_differs(tmp_path):
+    a = _write(tmp_path, "a.py", CONSTANT.format(fmt="contiguous_format"))
+    b = _write(tmp_path, "b.py", CONSTANT.format(fmt="channels_last"))
+    chain = lambda p: [[(_line(p, "y = x.contiguous"), "main")]]  # noqa: E731
+    d = _diff(_profile(a, chain(a)), _profile(b, chain(b)))
+    assert d is not None and d.kind == "config"
+    oa, ob = d.origins["a"], d.origins["b"]
+    assert oa.variable == "MEMORY_FORMAT" and oa.line == _line(a, "MEMORY_FORMAT = ")
+    assert (oa.value, ob.value) == ("torch.contiguous_format", "torch.channels_last")
+    assert oa.span is not None  # a value a patch can replace
+    # another step's origin on the shared statement does not agree with the difference
+    from magneton.diagnose.source.dataflow import Origin
+
+    shared = Origin(
+        kind="api-argument", variable="memory_format", file=str(a), line=_line(a, "y = x.")
+    )
+    assert not d.agrees_with("a", shared) and d.agrees_with("a", oa)
+    assert not d.agrees({"a": shared, "b": None})
+    assert d.agrees({"a": shared, "b": ob})  # one side where the programs differ suffices
+
+
+STATE = """
+import torch
+from torch import nn
+
+DEBUG = {{"detect_anomaly": {flag}}}
+
+
+def setup():
+    torch.autograd.set_detect_anomaly(DEBUG["detect_anomaly"])
+    model = nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    return model, x
+
+
+def main(model, x):
+    return model(x).sum()
+"""
+
+
+def test_state_set_in_setup_is_followed_to_the_settings_dict(tmp_path):
+    a = _write(tmp_path, "a.py", STATE.format(flag="True"))
+    b = _write(tmp_path, "b.py", STATE.format(flag="False"))
+    chain = lambda p: [[(_line(p, "return model(x)"), "main")]]  # noqa: E731
+    d = _diff(_profile(a, chain(a)), _profile(b, chain(b)))
+    assert d is not None
+    assert d.origins["a"].variable == 'DEBUG["detect_anomaly"]'
+    assert d.origins["a"].line == _line(a, "DEBUG = ")
+
+
+EXTRA = """
+import torch
+import torch.nn.functional as F
+
+
+def setup():
+    q = torch.randn(1, 2, 8, 4)
+    return q, q, q
+
+
+def main(q, k, v):
+{body}
+"""
+
+
+def test_extra_work_is_rooted_at_the_first_statement_that_runs_operators(tmp_path):
+    body_a = (
+        "    n = q.shape[-2]\n"
+        "    mask = torch.ones(n, n, dtype=torch.bool).tril()\n"
+        "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)"
+    )
+    body_b = "    return F.scaled_dot_product_attention(q, k, v, is_causal=True)"
+    a = _write(tmp_path, "a.py", EXTRA.format(body=body_a))
+    b = _write(tmp_path, "b.py", EXTRA.format(body=body_b))
+    ops_a = [[(_line(a, "mask = "), "main")], [(_line(a, "return F."), "main")]]
+    ops_b = [[(_line(b, "return F."), "main")]]
+    d = _diff(_profile(a, ops_a), _profile(b, ops_b))
+    assert d is not None
+    # `n = q.shape[-2]` differs first but runs no operator: the mask is the extra work
+    assert d.origins["a"].line == _line(a, "mask = ")
+
+
+def test_identical_programs_have_no_difference(tmp_path):
+    a = _write(tmp_path, "a.py", CONSTANT.format(fmt="channels_last"))
+    b = _write(tmp_path, "b.py", CONSTANT.format(fmt="channels_last"))
+    chain = lambda p: [[(_line(p, "y = x.contiguous"), "main")]]  # noqa: E731
+    assert _diff(_profile(a, chain(a)), _profile(b, chain(b))) is None
+
+
+PROGRAM = """
+import argparse
+
+import torch
+
+
+def parse_args():
+    p = argparse.ArgumentParser()
+    p.add_argument("--foreach", type=int, default=1)
+    p.add_argument("--detect-anomaly", action="store_true")
+    return p.parse_args()
+
+
+def build(args):
+    model = torch.nn.Linear(4, 4)
+    return model, torch.optim.AdamW(model.parameters(), foreach=bool(args.foreach))
+
+
+def main():
+    args = parse_args()
+    model, opt = build(args)
+    for _ in range(3):
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _program_config(script: Path, args: list[str]) -> dict[str, str]:
+    import json
+
+    return {"program.script": str(script), "program.args": json.dumps(args)}
+
+
+def test_a_program_flag_read_inside_a_helper_is_the_root(tmp_path):
+    from magneton.tracer.program import ProgramSpec
+
+    prog = _write(tmp_path, "train.py", PROGRAM)
+    cfg = {s: _program_config(prog, ["--foreach", v]) for s, v in (("a", "0"), ("b", "1"))}
+    if ProgramSpec.from_config(cfg["a"]) is None:  # the config keys a program run stores
+        raise AssertionError("test config does not describe a program run")
+    chain = [[(_line(prog, "main()"), "<module>"), (_line(prog, "opt.step()"), "main")]]
+    pa, pb = _profile(prog, chain), _profile(prog, chain)
+    d = _diff(pa, pb, cfg)
+    assert d is not None and d.kind == "command-line"
+    oa, ob = d.origins["a"], d.origins["b"]
+    assert (oa.option, oa.value, ob.value) == ("--foreach", "0", "1")
+    assert oa.line == _line(prog, "foreach=bool(args.foreach)")
+
+
+def test_a_store_true_switch_reads_as_given_or_not(tmp_path):
+    from magneton.tracer.program import command_line_origin
+
+    prog = _write(tmp_path, "train.py", PROGRAM)
+    on = command_line_origin(
+        _program_config(prog, ["--detect-anomaly", "--foreach", "0"]), "detect_anomaly"
+    )
+    off = command_line_origin(_program_config(prog, ["--foreach", "0"]), "detect_anomaly")
+    assert on is not None and (on.value, on.given) == ("True", True)
+    assert off is not None and (off.value, off.given) == ("False", False)
