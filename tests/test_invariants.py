@@ -163,6 +163,11 @@ def test_odd_tensors_never_raise():
         out = summarize(t)
         assert set(out) <= set(invariants.SUMMARY_KEYS)
     assert summarize(torch.empty(3, 4, device="meta")) == {}
+    # empty tensors (a GPU's memory-efficient SDPA returns a (B, H, 0) logsumexp) index
+    # for matching without unfoldings (was: ZeroDivisionError in every diff of such runs)
+    empties = [torch.empty(8, 16, 0), torch.empty(0, 5), torch.zeros(4, 0, 3)]
+    assert all(plan_splits(tuple(t.shape)) == () for t in empties)
+    TensorIndex(rec(t, i) for i, t in enumerate(empties))
     # size-1 modes are dropped: a batch of one matches its squeezed value
     x = torch.randn(16, 32)
     assert dist(x, x[None]) == 0.0

@@ -76,8 +76,8 @@ def plan_splits(shape: tuple[int, ...]) -> tuple[Split, ...]:
     """
     canon = canonical_shape(shape)
     k = len(canon)
-    if k < 2:
-        return ()
+    if k < 2 or 0 in canon:
+        return ()  # an empty tensor (SDPA's unused logsumexp on a GPU) has no unfoldings
     numel = math.prod(canon)
     cands = []
     for r in range(0, k - 1):
