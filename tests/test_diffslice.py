@@ -214,3 +214,53 @@ def test_a_store_true_switch_reads_as_given_or_not(tmp_path):
     off = command_line_origin(_program_config(prog, ["--foreach", "0"]), "detect_anomaly")
     assert on is not None and (on.value, on.given) == ("True", True)
     assert off is not None and (off.value, off.given) == ("False", False)
+
+
+SETTINGS = """
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def naive_attention(q, k, v):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return torch.softmax(scores, dim=-1) @ v
+
+
+SETTINGS = {{"attention": {fn}}}
+
+
+def setup():
+    return (torch.randn(1, 2, 8, 4),)
+
+
+def main(q):
+    return SETTINGS["attention"](q, q, q)
+"""
+
+
+def test_a_function_both_files_define_is_no_difference_only_the_entry_naming_it(tmp_path):
+    a = _write(tmp_path, "a.py", SETTINGS.format(fn="naive_attention"))
+    b = _write(tmp_path, "b.py", SETTINGS.format(fn="F.scaled_dot_product_attention"))
+    # a's operators run inside naive_attention; b's inside torch, called from main
+    ops_a = [[(_line(a, "return SETTINGS"), "main"), (_line(a, "scores = q @"), "naive_attention")]]
+    ops_b = [[(_line(b, "return SETTINGS"), "main")]]
+    d = _diff(_profile(a, ops_a), _profile(b, ops_b))
+    assert d is not None and d.kind == "config"
+    assert d.origins["a"].line == _line(a, "SETTINGS = {")
+    assert d.origins["a"].variable == 'SETTINGS["attention"]'
+    assert (d.origins["a"].value, d.origins["b"].value) == (
+        "naive_attention",
+        "F.scaled_dot_product_attention",
+    )
+
+
+def test_extra_work_with_no_counterpart_is_sliced_at_the_same_place_on_the_other_side(tmp_path):
+    a = _write(tmp_path, "a.py", CONSTANT.format(fmt="contiguous_format"))
+    b = _write(tmp_path, "b.py", CONSTANT.format(fmt="channels_last"))
+    pa = _profile(a, [[(_line(a, "y = x.contiguous"), "main")]])  # the copy a makes
+    pb = _profile(b, [])  # b made none: its region is empty
+    d = program_difference(pa, pb, [0], [], {"a": {}, "b": {}})
+    assert d is not None and d.origins["a"].line == _line(a, "MEMORY_FORMAT = ")
+    assert d.sharper_than("code", "a")  # a value to port beats naming the code

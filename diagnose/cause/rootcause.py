@@ -559,10 +559,10 @@ class Diagnoser:
         kind, kv, origins = self._key_variable(finding, div, matches)
         note = None
         diff = self._program_difference(finding)
-        if diff is not None and not diff.agrees(origins):
+        if diff is not None and (not diff.agrees(origins) or diff.sharper_than(kind, w)):
             # the explanation stopped where the two programs read alike: the difference
             # that decides these operators is elsewhere (diffslice.py)
-            note = _overridden_note(kind, origins.get(w))
+            note = None if diff.agrees(origins) else _overridden_note(kind, origins.get(w))
             kind, kv, origins = diff.kind, None, dict(diff.origins)
         matches = _explaining_rules(matches, kv, origins.get(w), kind, self.kb)
         best = matches[0] if matches else None

@@ -79,6 +79,13 @@ class Difference:
     differing: dict[str, set[int]] = field(default_factory=dict)
     scripts: dict[str, str] = field(default_factory=dict)  # the file `differing` is about
     options: set[str] = field(default_factory=set)  # differing command-line options
+    blocks: int = 1  # differing blocks in the aligned slices
+
+    def sharper_than(self, kind: str, wasteful: str) -> bool:
+        """Whether this root is a value to port where another step only names the code:
+        the programs differ in one place, by an expression a patch can replace."""
+        o = self.origins.get(wasteful)
+        return kind == "code" and self.blocks == 1 and o is not None and o.span is not None
 
     def agrees(self, origins: dict[str, Origin | None]) -> bool:
         """Whether another step's origins point where the programs differ, on either side
@@ -246,12 +253,41 @@ def _user_lines(p: Profile, op: int) -> list[int]:
     ]
 
 
-def side_slice(p: Profile, idx: SourceIndex, ops: list[int]) -> _Slice:
-    """The statements of `p`'s script that decide what operators `ops` do."""
+def chains_of(p: Profile, ops: list[int]) -> set[tuple[int, ...]]:
+    """The distinct user-line chains (outermost first) of operators `ops`."""
+    return {c for o in ops if (c := tuple(_user_lines(p, o)))}
+
+
+def mirror_chains(
+    have: SourceIndex, lack: SourceIndex, chains: set[tuple[int, ...]]
+) -> set[tuple[int, ...]]:
+    """The other side's chains carried over to a script whose region ran no operator
+    (extra work with no counterpart): each line becomes the statement at the same place
+    (same function name, same top-level statement index) in `lack`'s file."""
+    out = set()
+    for chain in chains:
+        mapped = []
+        for line in chain:
+            fn = have.function_at(line)
+            stmt = _top_statement(fn, have, line) if fn is not None else None
+            twin = _function(lack, fn.name.value) if fn is not None else None
+            if fn is None or stmt is None or twin is None:
+                break
+            k = _body(fn).index(stmt)
+            if k >= len(_body(twin)):
+                break
+            mapped.append(lack.line_of(_body(twin)[k]))
+        if mapped:
+            out.add(tuple(mapped))
+    return out
+
+
+def side_slice(p: Profile, idx: SourceIndex, chains: set[tuple[int, ...]]) -> _Slice:
+    """The statements of `p`'s script that decide what operators with these user-line
+    chains do."""
     s = _Slice(idx, _imported(idx))
     setup, entry = p.run.setup or "setup", (p.run.entry or "main").split(".")[-1]
-    chains = {tuple(_user_lines(p, o)) for o in ops}
-    outer = [fn for lines in sorted(chains) if lines and (fn := _chain(s, list(lines), setup))]
+    outer = [fn for lines in sorted(chains) if (fn := _chain(s, list(lines), setup))]
     if any(fn.name.value == entry for fn in outer):
         _through_setup(s, _function(idx, entry) or outer[0], setup)
     _module_closure(s)
@@ -361,25 +397,55 @@ def _block_root(
     return kind, origins
 
 
+def _file_statements(idx: SourceIndex) -> set[str]:
+    """The normalised text of every module-level statement and every function's
+    top-level statement of a file."""
+    out = {Unit.of(idx, st, top=True).text for st in idx.module.body}
+    for fn in idx.functions:
+        out |= {Unit.of(idx, st, top=False).text for st in _body(fn)}
+    return out
+
+
+def _blocks(
+    op: tuple, units: dict[str, list[Unit]], there: dict[str, set[str]]
+) -> tuple[str, dict[str, list[Unit]]] | None:
+    """One differing block of the aligned slices without the statements the other file
+    also holds (`def naive_attention` both files define, reached by one slice only: the
+    code does not differ there, only what the two slices reached); its tag recomputed
+    from what is left, None when nothing is."""
+    _, i1, i2, j1, j2 = op
+    blocks = {
+        "a": [u for u in units["a"][i1:i2] if u.text not in there["b"]],
+        "b": [u for u in units["b"][j1:j2] if u.text not in there["a"]],
+    }
+    if not blocks["a"] and not blocks["b"]:
+        return None
+    tag = "replace" if blocks["a"] and blocks["b"] else ("delete" if blocks["a"] else "insert")
+    return tag, blocks
+
+
 def _code_difference(profs: dict[str, Profile], slices: dict[str, _Slice]) -> Difference | None:
     units = {s: slices[s].ordered() for s in "ab"}
     idxs = {s: slices[s].idx for s in "ab"}
     sm = difflib.SequenceMatcher(
         None, [u.text for u in units["a"]], [u.text for u in units["b"]], False
     )
-    ops = [o for o in sm.get_opcodes() if o[0] != "equal"]
-    if not ops:
+    there = {x: _file_statements(idxs[x]) for x in "ab"}
+    found = [
+        (o, b) for o in sm.get_opcodes() if o[0] != "equal" and (b := _blocks(o, units, there))
+    ]
+    if not found:
         return None
-    tag, i1, i2, j1, j2 = ops[0]
-    blocks = {"a": units["a"][i1:i2], "b": units["b"][j1:j2]}
+    (_, i1, _, j1, _), (tag, blocks) = found[0]
     before = {"a": units["a"][i1 - 1] if i1 else None, "b": units["b"][j1 - 1] if j1 else None}
     kind, origins = _block_root(tag, blocks, idxs, profs, before)
     differing = {
-        "a": set().union(*(_differing_lines(idxs["a"], units["a"][o[1] : o[2]]) for o in ops)),
-        "b": set().union(*(_differing_lines(idxs["b"], units["b"][o[3] : o[4]]) for o in ops)),
+        x: set().union(*(_differing_lines(idxs[x], blk[x]) for _, (_, blk) in found)) for x in "ab"
     }
     scripts = {x: os.path.realpath(idxs[x].path) for x in "ab"}
-    return Difference(kind=kind, origins=origins, differing=differing, scripts=scripts)
+    return Difference(
+        kind=kind, origins=origins, differing=differing, scripts=scripts, blocks=len(found)
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -448,7 +514,9 @@ def program_difference(
     if ia is None or ib is None:
         return None
     profs = {"a": pa, "b": pb}
-    slices = {"a": side_slice(pa, ia, ops_a), "b": side_slice(pb, ib, ops_b)}
+    ca, cb = chains_of(pa, ops_a), chains_of(pb, ops_b)
+    ca, cb = (ca or mirror_chains(ib, ia, cb)), (cb or mirror_chains(ia, ib, ca))
+    slices = {"a": side_slice(pa, ia, ca), "b": side_slice(pb, ib, cb)}
     if not slices["a"].units and not slices["b"].units:
         return None
     return _code_difference(profs, slices) or _option_difference(profs, slices, configs)

@@ -1,8 +1,9 @@
-"""Inference with autograd tracking chosen by a dataclass config field.
+"""Encoder inference with autograd tracking chosen by a dataclass config field.
 
 Upstream pattern (serving code with a `@dataclass` run config whose `track_grad` field
-defaults to True, so every forward records an autograd graph and keeps activations).
-Pair: b.py's default is False. Expected root: the `track_grad` field default.
+defaults to True: every forward records an autograd graph, and nn.TransformerEncoder's
+inference fast path, which needs grad off, is never taken). Pair: b.py's default is False.
+Expected root: the `track_grad` field default.
 """
 
 from dataclasses import dataclass
@@ -13,8 +14,8 @@ from torch import nn
 
 @dataclass
 class RunConfig:
-    width: int = 1024
-    depth: int = 6
+    width: int = 256
+    depth: int = 4
     track_grad: bool = True
 
 
@@ -23,14 +24,12 @@ CFG = RunConfig()
 
 def setup():
     torch.manual_seed(0)
-    layers = []
-    for _ in range(CFG.depth):
-        layers += [nn.Linear(CFG.width, CFG.width), nn.GELU()]
-    model = nn.Sequential(*layers).eval()
-    x = torch.randn(64, CFG.width, requires_grad=True)
+    layer = nn.TransformerEncoderLayer(CFG.width, 8, 4 * CFG.width, batch_first=True)
+    model = nn.TransformerEncoder(layer, CFG.depth, enable_nested_tensor=False).eval()
+    x = torch.randn(16, 128, CFG.width)
     return model, x
 
 
 def main(model, x):
     with torch.set_grad_enabled(CFG.track_grad):
-        return model(x).sum()
+        return model(x)

@@ -12,8 +12,8 @@ from torch import nn
 
 def setup():
     torch.manual_seed(0)
-    attn = nn.MultiheadAttention(256, 8, batch_first=False).eval()
-    x = torch.randn(16, 128, 256)
+    attn = nn.MultiheadAttention(512, 8, batch_first=False).eval()
+    x = torch.randn(8, 512, 512)
     return attn, x
 
 

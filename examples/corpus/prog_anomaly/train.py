@@ -13,7 +13,7 @@ from torch import nn
 
 def parse_args():
     p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--steps", type=int, default=12)
     p.add_argument("--detect-anomaly", action="store_true")
     return p.parse_args()
 
@@ -22,9 +22,9 @@ def main():
     args = parse_args()
     torch.manual_seed(0)
     torch.autograd.set_detect_anomaly(args.detect_anomaly)
-    model = nn.Sequential(*(nn.Sequential(nn.Linear(128, 128), nn.Tanh()) for _ in range(12)))
+    model = nn.Sequential(*(nn.Sequential(nn.Linear(256, 256), nn.Tanh()) for _ in range(16)))
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-    x = torch.randn(32, 128)
+    x = torch.randn(64, 256)
     for _ in range(args.steps):
         loss = model(x).square().mean()
         loss.backward()
