@@ -622,58 +622,83 @@ def _group(n: int, owner: np.ndarray, pos: np.ndarray, value: np.ndarray) -> lis
 
 def _profile_tables(p: Profile) -> list[tuple[S.Table, pa.Table]]:
     """Every table of one run as COPY-ready Arrow, in load order (nodes, then rels)."""
-    out_tables: list[tuple[S.Table, pa.Table]] = []
-
-    def add(spec: S.Table, columns: dict[str, Any]) -> None:
-        out_tables.append((spec, pa.Table.from_pydict(columns, schema=S.arrow_schema(spec))))
-
     run = p.run.name
-    ops, tensors = p.ops, p.tensors
-    op_uid = _uids(run, len(ops))
-    t_uid = _uids(run, len(tensors))
-    m_uid = _uids(run, len(p.modules))
-    f_uid = _uids(run, len(p.frames))
-    k_uid = _uids(run, len(p.kernels))
-
-    def node(spec: S.NodeTable, items: list, uids: list[str], **special: list) -> None:
-        names = [c.name for c in spec.columns[2:] if c.name not in special]
-        # one C-level attrgetter per item instead of a getattr per cell (3x faster)
-        cols: dict[str, list] = {"uid": uids, "run": [run] * len(uids)}
-        if items and names:
-            get = operator.attrgetter(*names)
-            rows = [get(it) for it in items]
-            columns = list(zip(*rows, strict=True)) if len(names) > 1 else [rows]
-            cols.update(zip(names, (list(c) for c in columns), strict=True))
-        else:
-            cols.update({n: [] for n in names})
-        cols.update(special)
-        add(spec, {c.name: cols[c.name] for c in spec.columns})
-
-    dumps = json.JSONEncoder(separators=(",", ":")).encode
-    node(
-        S.OPERATOR,
-        ops,
-        op_uid,
-        input_shapes=[dumps(o.input_shapes) for o in ops],
-        output_shapes=[dumps(o.output_shapes) for o in ops],
+    uids = _RunUids(
+        op=_uids(run, len(p.ops)),
+        tensor=_uids(run, len(p.tensors)),
+        module=_uids(run, len(p.modules)),
+        frame=_uids(run, len(p.frames)),
+        kernel=_uids(run, len(p.kernels)),
     )
-    node(S.TENSOR, tensors, t_uid)
-    node(S.MODULE, p.modules, m_uid)
-    node(S.FRAME, p.frames, f_uid)
-    node(S.KERNEL, p.kernels, k_uid)
+    return [*_node_tables(p, uids), *_config_and_power_tables(p), *_rel_tables(p, uids)]
+
+
+@dataclass(frozen=True)
+class _RunUids:
+    """The uid of every node of one run, per node table, in idx order."""
+
+    op: list[str]
+    tensor: list[str]
+    module: list[str]
+    frame: list[str]
+    kernel: list[str]
+
+
+def _arrow_table(spec: S.Table, columns: dict[str, Any]) -> tuple[S.Table, pa.Table]:
+    return spec, pa.Table.from_pydict(columns, schema=S.arrow_schema(spec))
+
+
+def _node_table(
+    spec: S.NodeTable, run: str, items: list, uids: list[str], **special: list
+) -> tuple[S.Table, pa.Table]:
+    """One node table: the record fields named by the spec's columns, `special` as given."""
+    names = [c.name for c in spec.columns[2:] if c.name not in special]
+    # one C-level attrgetter per item instead of a getattr per cell (3x faster)
+    cols: dict[str, list] = {"uid": uids, "run": [run] * len(uids)}
+    if items and names:
+        get = operator.attrgetter(*names)
+        rows = [get(it) for it in items]
+        columns = list(zip(*rows, strict=True)) if len(names) > 1 else [rows]
+        cols.update(zip(names, (list(c) for c in columns), strict=True))
+    else:
+        cols.update({n: [] for n in names})
+    cols.update(special)
+    return _arrow_table(spec, {c.name: cols[c.name] for c in spec.columns})
+
+
+def _node_tables(p: Profile, uids: _RunUids) -> list[tuple[S.Table, pa.Table]]:
+    run, ops = p.run.name, p.ops
+    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    return [
+        _node_table(
+            S.OPERATOR,
+            run,
+            ops,
+            uids.op,
+            input_shapes=[dumps(o.input_shapes) for o in ops],
+            output_shapes=[dumps(o.output_shapes) for o in ops],
+        ),
+        _node_table(S.TENSOR, run, p.tensors, uids.tensor),
+        _node_table(S.MODULE, run, p.modules, uids.module),
+        _node_table(S.FRAME, run, p.frames, uids.frame),
+        _node_table(S.KERNEL, run, p.kernels, uids.kernel),
+    ]
+
+
+def _config_and_power_tables(p: Profile) -> list[tuple[S.Table, pa.Table]]:
+    run = p.run.name
     cfg = list(stored_config(p).items())  # typed metadata (dist, energy) as config rows
-    c_uid = _uids(run, len(cfg))
-    add(
+    config = _arrow_table(
         S.CONFIG_ENTRY,
         {
-            "uid": c_uid,
+            "uid": _uids(run, len(cfg)),
             "run": [run] * len(cfg),
             "idx": list(range(len(cfg))),
             "key": [k for k, _ in cfg],
             "value": [str(v) for _, v in cfg],
         },
     )
-    add(
+    series = _arrow_table(
         S.POWER_SERIES,
         {
             "uid": _uids(run, len(p.power)),
@@ -698,45 +723,59 @@ def _profile_tables(p: Profile) -> list[tuple[S.Table, pa.Table]]:
         sample["source"] += [s.source] * k
         sample["t_ns"] += list(s.t_ns)
         sample["watts"] += list(s.watts)
-    add(S.POWER_SAMPLE, sample)
+    return [config, series, _arrow_table(S.POWER_SAMPLE, sample)]
 
-    # ---- rels: flattened by numpy and keyed by Arrow `take` (C loops: a Python loop over
-    # 10k operators' inputs, frames and kernels cost ~0.15 s of every save) ----
-    def flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(owner index, position in the owner's list, value) of every list element."""
-        lens = np.fromiter((len(x) for x in lists), np.int64, len(lists))
-        vals = np.fromiter(itertools.chain.from_iterable(lists), np.int64, int(lens.sum()))
-        owner = np.repeat(np.arange(len(lists), dtype=np.int64), lens)
-        pos = np.arange(len(vals), dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
-        return owner, pos, vals
 
+def _flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(owner index, position in the owner's list, value) of every list element."""
+    lens = np.fromiter((len(x) for x in lists), np.int64, len(lists))
+    vals = np.fromiter(itertools.chain.from_iterable(lists), np.int64, int(lens.sum()))
+    owner = np.repeat(np.arange(len(lists), dtype=np.int64), lens)
+    pos = np.arange(len(vals), dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+    return owner, pos, vals
+
+
+def _rel_tables(p: Profile, uids: _RunUids) -> list[tuple[S.Table, pa.Table]]:
+    """The rels, flattened by numpy and keyed by Arrow `take` (C loops: a Python loop over
+    10k operators' inputs, frames and kernels cost ~0.15 s of every save)."""
+    ops, tensors = p.ops, p.tensors
     op_k, t_k, f_k, k_k, m_k = (
-        pa.array(u, pa.string()) for u in (op_uid, t_uid, f_uid, k_uid, m_uid)
+        pa.array(u, pa.string())
+        for u in (uids.op, uids.tensor, uids.frame, uids.kernel, uids.module)
     )
-    owner, arg, t_in = flat([o.inputs for o in ops])
+    out: list[tuple[S.Table, pa.Table]] = []
+    owner, arg, t_in = _flat([o.inputs for o in ops])
     src = np.fromiter((t.producer for t in tensors), np.int64, len(tensors))[t_in]
     made = src >= 0
-    add(
-        S.FLOWS,
-        {
-            "from": op_k.take(src[made]),
-            "to": op_k.take(owner[made]),
-            "tensor": t_in[made],
-            "arg": arg[made],
-        },
+    out.append(
+        _arrow_table(
+            S.FLOWS,
+            {
+                "from": op_k.take(src[made]),
+                "to": op_k.take(owner[made]),
+                "tensor": t_in[made],
+                "arg": arg[made],
+            },
+        )
     )
-    add(S.INPUT, {"from": t_k.take(t_in), "to": op_k.take(owner), "arg": arg})
-    owner, depth, fr = flat([o.frames for o in ops])
-    add(S.CALLED_FROM, {"from": op_k.take(owner), "to": f_k.take(fr), "depth": depth})
-    owner, order, kern = flat([o.kernels for o in ops])
-    add(S.LAUNCHED, {"from": op_k.take(owner), "to": k_k.take(kern), "launch_order": order})
+    out.append(_arrow_table(S.INPUT, {"from": t_k.take(t_in), "to": op_k.take(owner), "arg": arg}))
+    owner, depth, fr = _flat([o.frames for o in ops])
+    out.append(
+        _arrow_table(S.CALLED_FROM, {"from": op_k.take(owner), "to": f_k.take(fr), "depth": depth})
+    )
+    owner, order, kern = _flat([o.kernels for o in ops])
+    out.append(
+        _arrow_table(
+            S.LAUNCHED, {"from": op_k.take(owner), "to": k_k.take(kern), "launch_order": order}
+        )
+    )
     mod = np.fromiter((o.module_idx for o in ops), np.int64, len(ops))
     has = np.flatnonzero(mod >= 0)
-    add(S.IN_MODULE, {"from": op_k.take(has), "to": m_k.take(mod[has])})
+    out.append(_arrow_table(S.IN_MODULE, {"from": op_k.take(has), "to": m_k.take(mod[has])}))
     parent = np.fromiter((m.parent for m in p.modules), np.int64, len(p.modules))
     kids = np.flatnonzero(parent >= 0)
-    add(S.CHILD_OF, {"from": m_k.take(kids), "to": m_k.take(parent[kids])})
-    return out_tables
+    out.append(_arrow_table(S.CHILD_OF, {"from": m_k.take(kids), "to": m_k.take(parent[kids])}))
+    return out
 
 
 def _run_row(run: RunInfo, status: str, op_count: int, checksum: str = "") -> dict[str, Any]:
@@ -1262,7 +1301,31 @@ class ProfileDB:
         row = dict(zip((c[2:] for c in res.get_column_names()), res.get_all()[0], strict=True))
         # tolerate a RunInfo field the schema lacks (tests flag that drift loudly)
         info = RunInfo(**{f.name: row[f.name] for f in fields(RunInfo) if f.name in row})
+        ops, tensors = self._load_ops_and_tensors(run)
+        fc = self._nodes(S.FRAME, run)
+        frames = [
+            FrameRecord(*r)
+            for r in zip(fc["idx"], fc["file"], fc["line"], fc["function"], strict=True)
+        ]
+        kc = self._nodes(S.KERNEL, run)
+        kernels = [KernelRecord(*r) for r in zip(kc["idx"], kc["name"], kc["device"], strict=True)]
+        cc = self._nodes(S.CONFIG_ENTRY, run)
+        rows = dict(zip(cc["key"], cc["value"], strict=True))
+        config, dist, energy = split_stored_config(rows)
+        return Profile(
+            run=info,
+            ops=ops,
+            tensors=tensors,
+            modules=self._load_modules(run),
+            frames=frames,
+            kernels=kernels,
+            config=config,
+            power=self._load_power(run),
+            dist=dist,
+            energy=energy,
+        )
 
+    def _load_ops_and_tensors(self, run: str) -> tuple[list[OpRecord], list[TensorRecord]]:
         oc = self._nodes(S.OPERATOR, run)
         n = len(oc["idx"])
         for c in _JSON_OP_COLUMNS:  # one parse for the whole column, not one per row
@@ -1323,13 +1386,14 @@ class ProfileDB:
                 strict=True,
             )
         ]
-
         t_cols = list(tc)
         tensors = [
             TensorRecord(**dict(zip(t_cols, vals, strict=True)))
             for vals in zip(*tc.values(), strict=True)
         ]
+        return ops, tensors
 
+    def _load_modules(self, run: str) -> list[ModuleRecord]:
         mc = self._nodes(S.MODULE, run)
         parent = [-1] * len(mc["idx"])
         kids = self._arrow(
@@ -1338,21 +1402,12 @@ class ProfileDB:
         )
         for c, par in zip(kids.column(0).to_pylist(), kids.column(1).to_pylist(), strict=True):
             parent[c] = par
-        modules = [
+        return [
             ModuleRecord(idx=i, name=nm, type=ty, parent=parent[i])
             for i, nm, ty in zip(mc["idx"], mc["name"], mc["type"], strict=True)
         ]
-        fc = self._nodes(S.FRAME, run)
-        frames_ = [
-            FrameRecord(*r)
-            for r in zip(fc["idx"], fc["file"], fc["line"], fc["function"], strict=True)
-        ]
-        kc = self._nodes(S.KERNEL, run)
-        kernels_ = [KernelRecord(*r) for r in zip(kc["idx"], kc["name"], kc["device"], strict=True)]
-        cc = self._nodes(S.CONFIG_ENTRY, run)
-        rows = dict(zip(cc["key"], cc["value"], strict=True))
-        config, dist, energy = split_stored_config(rows)
 
+    def _load_power(self, run: str) -> list[PowerSeries]:
         sc = self._nodes(S.POWER_SERIES, run)
         power = [
             PowerSeries(device=d, source=s, gaps=list(zip(gs, ge, strict=True)))
@@ -1368,19 +1423,7 @@ class ProfileDB:
                 a, b = int(bounds[si]), int(bounds[si + 1])
                 s.t_ns = pc["t_ns"][a:b]
                 s.watts = pc["watts"][a:b]
-
-        return Profile(
-            run=info,
-            ops=ops,
-            tensors=tensors,
-            modules=modules,
-            frames=frames_,
-            kernels=kernels_,
-            config=config,
-            power=power,
-            dist=dist,
-            energy=energy,
-        )
+        return power
 
     # ---- queries ---------------------------------------------------------------------
 
