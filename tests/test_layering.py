@@ -208,3 +208,35 @@ def test_the_checks_can_fail(tmp_path):
     assert any(v.startswith("magneton.tracer.x:2 imports magneton.diagnose.pipeline") for v in bad)
     assert any(v.startswith("magneton.tui.t:1 imports magneton.commands.export_patch") for v in bad)
     assert {"magneton.knowledge.a", "magneton.knowledge.b"} in cycles(edges)
+
+
+ENGINE_PACKAGES = {"ladybug", "kuzu"}
+
+
+def engine_imports(mods: dict[str, Path]) -> list[str]:
+    """Modules other than graphdb/engine.py that import the graph engine's package."""
+    out = []
+    for name, path in mods.items():
+        if name == "magneton.graphdb.engine":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                roots = {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                roots = {(node.module or "").split(".")[0]}
+            else:
+                continue
+            if roots & ENGINE_PACKAGES:
+                out.append(f"{name}:{node.lineno}")
+    return out
+
+
+def test_only_graphdb_engine_imports_the_engine(tmp_path):
+    """graphdb/engine.py is the one import site of the engine (it picks LadybugDB or, for
+    `magneton migrate`, Kùzu: the two cannot share a process); the rest of graphdb/ goes
+    through it. A copy with one stray import shows the check can fail."""
+    assert engine_imports(modules()) == []
+    for folder in STAGE_FOLDERS.values():
+        (tmp_path / folder).mkdir()
+    (tmp_path / "graphdb" / "codec.py").write_text("def f():\n    import ladybug\n")
+    assert engine_imports(modules(tmp_path)) == ["magneton.graphdb.codec:2"]
