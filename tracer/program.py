@@ -47,9 +47,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from magneton.graphdb.model import MagnetonError, Profile, RunInfo
+
+if TYPE_CHECKING:
+    from magneton.graphdb.store import DBArg
 
 # The one recorder active in this process (a program is recorded once per process).
 _ACTIVE: _Controller | None = None
@@ -581,7 +584,7 @@ def _program_run_info(spec: ProgramSpec, run: str) -> RunInfo:
     )
 
 
-def record_program(spec: ProgramSpec, *, db: Any, run: str, options: Any = None) -> Profile:
+def record_program(spec: ProgramSpec, *, db: DBArg, run: str, options: Any = None) -> Profile:
     """What `magneton record ... -- python ...` does. Raises MagnetonError (one line) on
     any failure, after marking the run failed in the DB."""
     from magneton.tracer.record import (

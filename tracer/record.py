@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from magneton.graphdb.model import MagnetonError, Profile, RunInfo
+from magneton.graphdb.store import DBArg, opened
 from magneton.graphdb.wording import UNRECORDED_THREAD_OPS, unrecorded_threads_warning
 from magneton.tracer import allocator
 from magneton.tracer.capture import (
@@ -58,6 +59,7 @@ from magneton.tracer.signals import interruptible as _interruptible
 from magneton.tracer.timing import MAX_ITERATIONS, TimingPass, timed_iterations
 
 if TYPE_CHECKING:
+    from magneton.graphdb.db import ProfileDB
     from magneton.tracer.energy import EnergySession
 
 
@@ -363,7 +365,7 @@ def record_callable(
     kwargs: dict | None = None,
     *,
     run: str,
-    db: Any = None,
+    db: DBArg | None = None,
     options: RecordOptions | None = None,
     script: str = "",
     entry: str = "",
@@ -533,24 +535,14 @@ def _no_exit() -> Iterator[None]:
         os._exit = real
 
 
-@contextlib.contextmanager
-def _opened(db: Any) -> Iterator[Any]:
+def _opened(db: DBArg) -> contextlib.AbstractContextManager[ProfileDB]:
     """The DB to save into: a handle as given, or a path opened for writing, which waits
     while another process holds the DB (graphdb/lock.py: the recording is never thrown
     away because another command was reading or saving a second earlier)."""
-    from magneton.graphdb.db import open_db
-
-    if hasattr(db, "save_profile"):
-        yield db
-        return
-    handle = open_db(db)
-    try:
-        yield handle
-    finally:
-        handle.close()
+    return opened(db)
 
 
-def save(profile: Profile, db: Any, replace: bool = False) -> None:
+def save(profile: Profile, db: DBArg, replace: bool = False) -> None:
     with defer_sigint(), _opened(db) as handle:
         handle.save_profile(profile, replace=replace)
 
@@ -581,7 +573,7 @@ def _exit_reason(
 def record_script(
     script: str | Path,
     *,
-    db: Any,
+    db: DBArg,
     run: str,
     entry: str = "main",
     setup: str = "setup",
@@ -651,7 +643,7 @@ def record_script(
         sys.argv = old_argv
 
 
-def _check_can_store(db: Any, run: str, replace: bool) -> None:
+def _check_can_store(db: DBArg, run: str, replace: bool) -> None:
     """A writable open before the workload runs: a taken name, a read-only or full DB
     fails now, not after the workload."""
     with _opened(db) as handle:
@@ -677,7 +669,7 @@ def _load_entry(script: str, entry: str, setup: str) -> tuple[Any, Callable, Any
 
 
 def _workload_raised(
-    e: Exception, script: str, info: RunInfo, db: Any, replace: bool
+    e: Exception, script: str, info: RunInfo, db: DBArg, replace: bool
 ) -> MagnetonError:
     """The one-line error for a workload that raised, after marking its run failed."""
     if os.environ.get("MAGNETON_DEBUG"):
@@ -691,7 +683,7 @@ def _workload_raised(
     )
 
 
-def _record_failure(info: RunInfo, db: Any, replace: bool) -> str:
+def _record_failure(info: RunInfo, db: DBArg, replace: bool) -> str:
     """Store a failed Run node for `info` unless a run of that name exists (a failed
     replace keeps the earlier, complete run; a failure never clobbers a run); returns
     what happened, for the user's message."""
@@ -714,7 +706,7 @@ def _record_failure(info: RunInfo, db: Any, replace: bool) -> str:
 
 @contextlib.contextmanager
 def record_block(
-    run: str, db: Any = None, *, power: str = "auto", call_paths: bool = True
+    run: str, db: DBArg | None = None, *, power: str = "auto", call_paths: bool = True
 ) -> Iterator[Profile]:
     """Record the operators of a `with` block (one pass: a block cannot be re-run).
 

@@ -41,6 +41,7 @@ from magneton.graphdb.names import COLUMN_MAX, add_full_names, names_are_full, s
 if TYPE_CHECKING:
     from magneton.diagnose.cause.grouping import CauseGroup
     from magneton.diagnose.pipeline import Progress
+    from magneton.graphdb.db import ProfileDB
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -200,12 +201,12 @@ def below_gate(result: DiffResult, min_share: float) -> list[Finding]:
     return [f for f in result.findings if f.verdict == "waste" and f.saving_share < min_share]
 
 
-def self_diff(db: object, name: str, fmt: str) -> int:
+def self_diff(db: ProfileDB, name: str, fmt: str) -> int:
     """`diff A A`: say that a run was compared with itself (nothing can differ)."""
     from magneton.diagnose.pipeline import is_job
 
     if not is_job(db, name):
-        db.require_run(name)  # type: ignore[attr-defined]
+        db.require_run(name)
     line = (
         f"'{name}' was compared with itself: one recording on both sides, nothing can "
         "differ (for an A/A check, record the script twice and diff the two runs)"
@@ -299,7 +300,7 @@ _HW_KEYS_CYPHER = (
 )
 
 
-def _config_run(db: object, name: str) -> str:
+def _config_run(db: ProfileDB, name: str) -> str:
     """The run whose config speaks for `name`: itself, or a job's rank 0."""
     from magneton.diagnose.pipeline import is_job
 
@@ -316,13 +317,13 @@ def hardware(rows: list[tuple[str, str, str]], run: str) -> str:
     return mine.get("device.cpu", "")
 
 
-def setup_warning(db: object, a: str, b: str, result: DiffResult) -> str:
+def setup_warning(db: ProfileDB, a: str, b: str, result: DiffResult) -> str:
     """One line when the two sides ran on different hardware or were priced by
     different energy models (a difference that is the machine's or the model's, not the
     code's); "" when they match or nothing says."""
     ra, rb = _config_run(db, a), _config_run(db, b)
     try:
-        rows = [tuple(r) for r in db.query(_HW_KEYS_CYPHER, {"a": ra, "b": rb}).rows]  # type: ignore[attr-defined]
+        rows = [tuple(r) for r in db.query(_HW_KEYS_CYPHER, {"a": ra, "b": rb}).rows]
     except Exception:  # noqa: BLE001 - a warning must never stop the diff
         rows = []
     parts = []
