@@ -55,6 +55,8 @@ from .matching.equivalence import DEFAULT_TAU
 if TYPE_CHECKING:
     from magneton.graphdb.db import ProfileDB
 
+    from .cause.grouping import CauseGroup
+
 # progress(stage, result so far, done, total); stage "detected" (done = total = number of
 # findings) or "diagnosed" (after each diagnosed finding)
 Progress = Callable[[str, DiffResult, int, int], None]
@@ -119,10 +121,30 @@ def run_diff(
         if progress is not None:
             n = len(out.result.findings)
             progress("detected", out.result, n, n)
-        return out
-    return diff_run_pair(
-        db, a, b, threshold=threshold, tau=tau, diagnose=diagnose, rerun=rerun, progress=progress
-    )
+    else:
+        out = diff_run_pair(
+            db,
+            a,
+            b,
+            threshold=threshold,
+            tau=tau,
+            diagnose=diagnose,
+            rerun=rerun,
+            progress=progress,
+        )
+    cause_groups(out.result)
+    return out
+
+
+def cause_groups(result: DiffResult) -> list[CauseGroup]:
+    """The result's findings, one group per cause (diagnose/cause/grouping.py): what
+    `run_diff` set on `result.groups`, or grouped now for a result that did not come from
+    it (loaded from the DB, built by hand). Every consumer reads the same groups."""
+    if not result.groups and result.findings:
+        from .cause.grouping import group_by_cause
+
+        result.groups = group_by_cause(result.findings)
+    return result.groups
 
 
 def diff_jobs(

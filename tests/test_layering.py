@@ -7,6 +7,7 @@ Stages, lowest first; a module may import only its own stage and the stages belo
     graphdb                        the store (it stores the rule base: graphdb/rules.py)
     tracer                         recording; it writes runs into the store
     diagnose                       the diff; it re-runs programs through the tracer
+    magneton.render                presentation: results as text, tables and CSV
     magneton (the CLI), tui        the two front ends, side by side: neither imports the other
 
 Inside `diagnose/` the sub-packages are layered the same way (source → matching → fix →
@@ -48,8 +49,9 @@ RANK = {
     "graphdb": 2,
     "tracer": 3,
     "diagnose": 4,
-    "magneton": 5,
-    "tui": 5,
+    "render": 5,
+    "magneton": 6,
+    "tui": 6,
 }
 DIAGNOSE_RANK = {"source": 0, "matching": 1, "fix": 2, "cause": 3, "jobs": 4, "": 5}
 TRACER_CONTRACT = {
@@ -133,6 +135,8 @@ def stage_of(module: str) -> str:
     if module in SHARED:
         return "shared"
     parts = module.split(".")
+    if parts[:2] == ["magneton", "render"]:
+        return "render"  # a folder of magneton/, below both front ends
     return parts[1] if len(parts) > 1 and parts[1] in STAGE_FOLDERS else "magneton"
 
 

@@ -4,8 +4,8 @@ whole call, the spread line says why ("11.4 J/call … min 12.15 J" read as a bu
 
 from __future__ import annotations
 
-from magneton.commands.report import spread_line
 from magneton.graphdb.model import EnergySpread, Profile, RunInfo
+from magneton.render.report import spread_line
 
 
 def _profile(headline_j: float) -> Profile:

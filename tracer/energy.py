@@ -914,22 +914,3 @@ def summarize(profile: Profile) -> RunEnergySummary:
         note=profile.energy.note,
         extras={k: v for k, v in profile.config.items() if k.startswith("energy.")},
     )
-
-
-def method_line(profile: Profile) -> str:
-    """One line saying how the run's energy numbers were obtained."""
-    r = profile.run
-    src = r.power_source or "unknown source"
-    note = profile.energy.note
-    if r.energy_method == "estimated":
-        line = f"estimated by {src}"
-        if note:
-            line += f" — {note}"
-        return line
-    if r.energy_method == "measured":
-        return f"measured with {src} (side-thread sampling, trapezoid/counter integration)"
-    if r.energy_method == "replayed":
-        return f"replayed per operator with {src} (operator loops, paper §5.2)"
-    if r.energy_method == "solved":
-        return f"solved by least squares from {src} windows (per-type power)"
-    return f"{r.energy_method or 'unknown method'} ({src})"

@@ -9,8 +9,8 @@ runs `NAME/rank0 … NAME/rank<N-1>`. This module reads them back and answers:
   slowest rank), and the job's imbalance ratio (max/min busy time).
 
 Related modules: jobdiff.py compares two jobs rank by rank (`magneton diff JOB_A JOB_B`),
-collectives.py says which library call issued each collective, rank_view.py prints the
-report.
+collectives.py says which library call issued each collective, magneton/render/ranks.py
+prints the report.
 
 How each number is obtained, and the failure each choice prevents:
 
@@ -48,8 +48,6 @@ from magneton.graphdb.model import Profile
 from magneton.graphdb.store import DBArg, opened
 from magneton.graphdb.vocab import is_collective
 
-from .rank_view import print_rank_report
-
 if TYPE_CHECKING:
     from magneton.graphdb.db import ProfileDB, RunRow
 
@@ -58,7 +56,6 @@ __all__ = [
     "RankStats",
     "job_runs",
     "is_multirank",
-    "print_rank_report",
     "rank_report",
 ]
 
@@ -383,8 +380,6 @@ def _job_totals(rep: RankReport, profiles: dict[int, Profile]) -> None:
                 )
     missing = [s.rank for s in stats if s.status == "missing"]
     if missing:
-        from .rank_view import rank_ranges
-
         rep.notes.append(
             f"{len(missing)} of {world} ranks are not in the DB: {rank_ranges(missing)} "
             "(merge their shards, or import their traces)"
@@ -408,6 +403,17 @@ def _sensor_key(s: RankStats, p: Profile | None) -> tuple[str, str, str]:
                 counts[op.device] = counts.get(op.device, 0) + 1
         gpu = max(counts, key=counts.__getitem__) if counts else f"rank{s.rank}"
     return (s.host, s.power_source, gpu)
+
+
+def rank_ranges(ranks: list[int]) -> str:
+    """`2–127` or `0, 3–5`: sorted ranks as ranges."""
+    spans: list[list[int]] = []  # [first, last]
+    for r in sorted(ranks):
+        if spans and r == spans[-1][1] + 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in spans)
 
 
 def rank_report(db: DBArg, name: str) -> RankReport | None:

@@ -1,5 +1,7 @@
-"""`print_rank_report`: the multi-rank report of a job as two rich tables (the numbers
-come from ranks.py; this module only presents them)."""
+"""`print_rank_report`: the multi-rank report of a job (`magneton report JOB`) as a job
+line and two rich tables. The numbers come from diagnose/jobs/ranks.py; this module only
+presents them. Two narrow tables rather than one of 14 columns: both fit an 80-column
+terminal."""
 
 from __future__ import annotations
 
@@ -7,21 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
+from magneton.diagnose.jobs.ranks import rank_ranges
 from magneton.graphdb.wording import energy_wording
 
 if TYPE_CHECKING:
-    from .ranks import RankReport
-
-
-def rank_ranges(ranks: list[int]) -> str:
-    """`2–127` or `0, 3–5`: sorted ranks as ranges."""
-    spans: list[list[int]] = []  # [first, last]
-    for r in sorted(ranks):
-        if spans and r == spans[-1][1] + 1:
-            spans[-1][1] = r
-        else:
-            spans.append([r, r])
-    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in spans)
+    from magneton.diagnose.jobs.ranks import RankReport
 
 
 def print_rank_report(rep: RankReport, console: Any = None) -> None:
