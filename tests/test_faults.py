@@ -516,6 +516,7 @@ def _outcome(db: Path, trace: Path) -> list[tuple[int, str, str]]:
     return got
 
 
+@pytest.mark.slow  # one of the slowest end-to-end tests (pyproject.toml, markers)
 def test_damaged_pages_are_one_line_or_correct_data(tiny_db: Path, tmp_path: Path) -> None:
     """Random bytes in pages holding a run's rows (and in one other used page): every
     read command gives the data it gave before, or one line and a non-zero exit; none
