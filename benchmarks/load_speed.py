@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         "power_samples": sum(len(s.t_ns) for s in prof.power),
     }
     total_rows = sum(rows.values())
-    from magneton.graphdb.db import _profile_tables
+    from magneton.graphdb.codec import _profile_tables
     from magneton.graphdb.model import gc_paused
 
     # Python -> Arrow conversion alone (part of every save)

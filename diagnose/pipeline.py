@@ -44,12 +44,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from magneton.graphdb.model import DiffResult, MagnetonError, Profile, Region
+from magneton.graphdb.store import DBArg
 
 from .matching.detect import DEFAULT_THRESHOLD, check_threshold
 from .matching.equivalence import DEFAULT_TAU
+
+if TYPE_CHECKING:
+    from magneton.graphdb.db import ProfileDB
+
+    from .cause.grouping import CauseGroup
 
 # progress(stage, result so far, done, total); stage "detected" (done = total = number of
 # findings) or "diagnosed" (after each diagnosed finding)
@@ -74,14 +80,14 @@ class DiffOutcome:
     rerun_info: dict = field(default_factory=dict)  # the key-variable re-run's (keyvar.py)
 
 
-def is_job(db: Any, name: str) -> bool:
+def is_job(db: ProfileDB, name: str) -> bool:
     """True when `name` is not a run but a job recorded rank by rank."""
     from .jobs.ranks import is_multirank
 
     return not db.has_run(name) and is_multirank(db, name)
 
 
-def load_run(db: Any, name: str) -> Profile:
+def load_run(db: ProfileDB, name: str) -> Profile:
     """The profile of run `name`; MagnetonError when it is missing or failed."""
     db.require_run(name)
     p = db.load_profile(name)
@@ -92,7 +98,7 @@ def load_run(db: Any, name: str) -> Profile:
 
 
 def run_diff(
-    db: Any,
+    db: ProfileDB,
     a: str,
     b: str,
     *,
@@ -115,14 +121,34 @@ def run_diff(
         if progress is not None:
             n = len(out.result.findings)
             progress("detected", out.result, n, n)
-        return out
-    return diff_run_pair(
-        db, a, b, threshold=threshold, tau=tau, diagnose=diagnose, rerun=rerun, progress=progress
-    )
+    else:
+        out = diff_run_pair(
+            db,
+            a,
+            b,
+            threshold=threshold,
+            tau=tau,
+            diagnose=diagnose,
+            rerun=rerun,
+            progress=progress,
+        )
+    cause_groups(out.result)
+    return out
+
+
+def cause_groups(result: DiffResult) -> list[CauseGroup]:
+    """The result's findings, one group per cause (diagnose/cause/grouping.py): what
+    `run_diff` set on `result.groups`, or grouped now for a result that did not come from
+    it (loaded from the DB, built by hand). Every consumer reads the same groups."""
+    if not result.groups and result.findings:
+        from .cause.grouping import group_by_cause
+
+        result.groups = group_by_cause(result.findings)
+    return result.groups
 
 
 def diff_jobs(
-    db: Any, a: str, b: str, threshold: float = 0.10, *, match_values: bool = True
+    db: DBArg, a: str, b: str, threshold: float = 0.10, *, match_values: bool = True
 ) -> DiffResult:
     """Compare multi-rank jobs `a` and `b` rank by rank (diagnose/jobs/jobdiff.py), each
     rank pair's compute matched by value unless `match_values=False`; `db` is an open
@@ -133,14 +159,14 @@ def diff_jobs(
     return job_diff(db, a, b, threshold=threshold, diff_pair=pair).result
 
 
-def _undiagnosed_pair(db: Any, a: str, b: str, threshold: float, tau: float) -> DiffOutcome:
+def _undiagnosed_pair(db: ProfileDB, a: str, b: str, threshold: float, tau: float) -> DiffOutcome:
     """One rank pair of a job diff, undiagnosed: re-running one rank of a distributed
     script would block waiting for its peers."""
     return diff_run_pair(db, a, b, threshold=threshold, tau=tau, diagnose=False)
 
 
 def diff_run_pair(
-    db: Any,
+    db: ProfileDB,
     a: str,
     b: str,
     *,
@@ -205,7 +231,7 @@ def _start_pool(pa: Profile, pb: Profile, rerun: bool) -> Any:
 
 
 def _confirm_and_diagnose(
-    db: Any,
+    db: ProfileDB,
     out: DiffOutcome,
     m: Any,
     profiles: tuple[Profile, Profile],
@@ -251,7 +277,7 @@ def _confirm_and_diagnose(
     out.finding_of_region = {k: i for k, i in out.finding_of_region.items() if i in kept}
 
 
-def store_outcome(db: Any, out: DiffOutcome) -> None:
+def store_outcome(db: ProfileDB, out: DiffOutcome) -> None:
     """Write a diff into a writable DB, replacing any stored diff of the same pair: the
     region pairs and findings (graphdb/matches.py), and when it was diagnosed the rules
     and EXPLAINS rels (graphdb/rules.py). A job's rank-pair diffs are stored as ordinary
@@ -272,7 +298,9 @@ def store_outcome(db: Any, out: DiffOutcome) -> None:
         store_diagnosis(db, out.result, out.kb, findings=False)
 
 
-def diagnose_findings(db: Any, result: DiffResult, findings: list, *, rerun: bool = True) -> None:
+def diagnose_findings(
+    db: ProfileDB, result: DiffResult, findings: list, *, rerun: bool = True
+) -> None:
     """Diagnose some findings of a (stored, undiagnosed) single-run diff in place; pure
     like `run_diff` (store with `rootcause.store_diagnosis`)."""
     from .cause.rootcause import Diagnoser

@@ -71,7 +71,7 @@ def plain(v: Any) -> Any:
 
 def with_row_limit(cypher: str, limit: int) -> str:
     """`cypher` with `LIMIT limit+1` appended when its last clause sets no LIMIT."""
-    from .db import _words
+    from .guard import _words
 
     words = [w.upper() for w, prev, _ in _words(cypher) if prev not in (".", ":")]
     last_return = max((i for i, w in enumerate(words) if w == "RETURN"), default=-1)

@@ -4,7 +4,11 @@ The engine is LadybugDB, Kùzu's maintained continuation (graphdb/engine.py says
 is the one import site); a DB of the Kùzu 0.11 era is refused with the command that
 converts it (graphdb/migrate.py). `open_db` returns a `ProfileDB`; `save_profile` /
 `load_profile` are exact inverses (except `OpRecord.windows_ns`, an in-memory input of
-energy attribution that is not stored). Choices and the failures they prevent:
+energy attribution that is not stored). Three concerns live beside it: opening the file
+safely and naming each failure (graphdb/opening.py), the read-only query guard
+(graphdb/guard.py) and the Arrow codec of a run (graphdb/codec.py); this module composes
+them with the lock (graphdb/lock.py) and the damage checks (graphdb/integrity.py).
+Choices and the failures they prevent:
 
 - Bulk loads only: every table is written with one `COPY <table> FROM $rows` of an
   Arrow table typed by `schema.arrow_schema` (measured on Kùzu: an `UNWIND ... MATCH ...
@@ -30,8 +34,8 @@ energy attribution that is not stored). Choices and the failures they prevent:
   registry of open paths refuses a second writer, which no file lock can see.
 - `user_query` tokenizes the Cypher, skipping string literals, escaped names and
   comments, and refuses write clauses and `LOAD FROM` (host files) before running
-  anything; the read-only database is the real enforcement of the former. The CLI and
-  the TUI run user queries in a child process (graphdb/contained.py).
+  anything (graphdb/guard.py); the read-only database is the real enforcement of the
+  former. The CLI and the TUI run user queries in a child process (graphdb/contained.py).
 - Every engine `QueryResult` is closed before its DB (`_execute` keeps them): one left
   open at close segfaulted in `QueryResult.__del__` (Kùzu). `user_query` refuses
   several statements in one text.
@@ -40,7 +44,7 @@ energy attribution that is not stored). Choices and the failures they prevent:
   of memory or address space (`ulimit -v`), a commit cut in its checkpoint (`.shadow`,
   finished by `_finish_commit`, or set aside beside the DB when a full disk cut the
   shadow pages short), and a run whose numbers or references are implausible on load
-  (`_check_plausible`: damaged pages).
+  (`_check_plausible`: damaged pages); graphdb/opening.py words each.
 - Damage (graphdb/integrity.py): each Run stores a checksum of its rows, verified by
   every `load_profile`; a file that is not byte for byte what a writer's clean close left
   (`profile.lbug.sha256`) is read completely in a child process before the engine opens
@@ -50,14 +54,8 @@ energy attribution that is not stored). Choices and the failures they prevent:
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
-import operator
 import re
-import shutil
-import sys
-import threading
-import time
 import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
@@ -69,7 +67,21 @@ import pyarrow as pa
 
 from . import engine, integrity, lock
 from . import schema as S
-from .lock import DBLocked
+from .codec import (
+    _JSON_OP_COLUMNS,
+    _SMALL_ROWS,
+    _check_plausible,
+    _check_profile,
+    _copy_statement,
+    _create_statement,
+    _group,
+    _pattern,
+    _profile_tables,
+    _rows_table,
+    _run_row,
+    _run_table,
+)
+from .guard import _query_error, _refused, find_write_clause, query_params, statement_count
 from .model import (
     SCHEMA_VERSION,
     EnergySpread,
@@ -85,13 +97,22 @@ from .model import (
     TensorRecord,
     gc_paused,
     split_stored_config,
-    stored_config,
+)
+from .opening import (
+    DBNotWritable,
+    _first_line,
+    _not_writable,
+    _open_kuzu,
+    _register_open,
+    _release,
+    _unregister_open,
+    check_space,
+    ghost_message,
+    out_of_space_message,
 )
 
 DB_FILENAME = engine.DB_FILENAME
 APP = "magneton"
-# Operator properties holding JSON text (nested lists Kùzu would need fixed-depth types for).
-_JSON_OP_COLUMNS = ("input_shapes", "output_shapes")
 
 
 def db_file(path: str | Path) -> Path:
@@ -126,35 +147,6 @@ class QueryResult:
 # --------------------------------------------------------------------------------------
 # Opening
 # --------------------------------------------------------------------------------------
-
-# Resolved DB file → modes currently open in this process ("rw" / "ro").
-_OPEN: dict[Path, list[str]] = {}
-_OPEN_LOCK = threading.Lock()
-
-
-def _register_open(file: Path, mode: str) -> None:
-    with _OPEN_LOCK:
-        modes = _OPEN.setdefault(file, [])
-        if modes and (mode == "rw" or "rw" in modes):
-            raise MagnetonError(
-                f"the Magneton DB {file} is already open in this process "
-                f"({'for writing' if 'rw' in modes else 'read-only'}); close it first"
-            )
-        modes.append(mode)
-
-
-def _unregister_open(file: Path, mode: str) -> None:
-    with _OPEN_LOCK:
-        modes = _OPEN.get(file, [])
-        if mode in modes:
-            modes.remove(mode)
-        if not modes:
-            _OPEN.pop(file, None)
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def open_db(
@@ -210,23 +202,6 @@ def open_db(
     return pdb
 
 
-def _release(key: Path, mode: str, held: lock.DBFileLock) -> None:
-    held.release()
-    _unregister_open(key, mode)
-
-
-def ghost_message(run: str, file: Path) -> str:
-    """What every command says about a run left "loading" (one wording everywhere)."""
-    return (
-        f"run '{run}' is incomplete: its recording was killed (or ran out of disk) while writing it; "
-        f"`magneton rm --db {file.parent}` removes it (so does the next recording)"
-    )
-
-
-class DBNotWritable(MagnetonError):
-    """The DB file or its directory cannot be written (read-only mount, permissions)."""
-
-
 def open_db_prefer_write(path: str | Path) -> ProfileDB:
     """Open an existing DB for writing, or read-only when it cannot be written: for
     commands whose write is a cache (`diff` stores its result), which can still compute
@@ -237,298 +212,6 @@ def open_db_prefer_write(path: str | Path) -> ProfileDB:
         return open_db(path, read_only=True)
 
 
-def _open_kuzu(file: Path, read_only: bool) -> engine.Database:
-    try:
-        return _kuzu_database(file, read_only) if read_only else _kuzu_writable(file)
-    except RuntimeError as e:  # kuzu raises RuntimeError for everything
-        if read_only and "shadow" in str(e).lower():
-            return _finish_commit(file)
-        raise _open_error(file, e, read_only) from None
-
-
-def _kuzu_writable(file: Path) -> engine.Database:
-    """A writable open, which replays an unfinished commit; one that cannot be finished
-    is set aside first."""
-    try:
-        return _kuzu_database(file, read_only=False)
-    except RuntimeError as e:
-        if not _shadow_cut(e):
-            raise
-    _set_aside_unfinished(file)
-    return _kuzu_database(file, read_only=False)
-
-
-def _shadow_cut(e: BaseException) -> bool:
-    """The engine cannot finish a commit whose shadow file is shorter than its WAL says:
-    the disk filled while the checkpoint wrote it (reproduced on Kùzu in
-    tests/test_faults.py; the writer then spun and was killed). No later open can finish
-    that commit. Kùzu said "Reading past the end of the file"; LadybugDB says "Cannot
-    replay shadow file ...: file is too small" or "invalid shadow page count"."""
-    msg = str(e).lower()
-    cut = ("past the end of the file", "file is too small", "invalid shadow page count")
-    return "shadow" in msg and any(c in msg for c in cut)
-
-
-def _set_aside_unfinished(file: Path) -> None:
-    """Move the WAL and the cut shadow pages of a commit that cannot be finished into a
-    folder beside the DB (kept, never deleted), so the DB opens as of its last finished
-    commit. The commit was the write that ran out of disk; the runs before it stay, and
-    their checksums are still verified when loaded (graphdb/integrity.py)."""
-    aside = file.with_name(f"{file.name}.unfinished-{time.strftime('%Y%m%d-%H%M%S')}")
-    aside.mkdir(exist_ok=True)
-    for suffix in (".wal", ".shadow"):
-        part = file.with_name(file.name + suffix)
-        if part.exists():
-            part.rename(aside / part.name)
-    print(
-        f"magneton: the last commit to {file.parent} could not be finished (its shadow "
-        f"pages were cut short, by a full disk or a kill); it was set aside in {aside} "
-        "and the DB is as of the commit before it",
-        file=sys.stderr,
-    )
-
-
-def _kuzu_database(file: Path, read_only: bool) -> engine.Database:
-    return engine.open_database(file, read_only)
-
-
-def _finish_commit(file: Path) -> engine.Database:
-    """Open read-only a DB whose last commit was cut (kill -9 or a full disk during a
-    checkpoint leaves `profile.kuzu.shadow`). Kùzu replays the shadow pages only in a
-    writable open, so one is made and closed first; when that is impossible the user
-    is told the one command that finishes it, and never that the DB is corrupt."""
-    try:
-        _kuzu_writable(file).close()
-    except RuntimeError as e:
-        err = _open_error(file, e, read_only=False)
-        if isinstance(err, DBLocked):
-            raise err from None
-        raise MagnetonError(
-            f"the Magneton DB {file} has an unfinished commit ({file.name}.shadow, left by a "
-            f"writer that was killed or ran out of disk) and finishing it needs write "
-            f"access ({_first_line(e)}); run `magneton rm --db {file.parent}` where it can "
-            "write, then retry"
-        ) from None
-    return _kuzu_database(file, read_only=True)
-
-
-def _open_error(file: Path, e: BaseException, read_only: bool) -> MagnetonError:
-    """The one-line error for a failed engine open; "corrupt" only when nothing else fits
-    (a message that calls a healthy DB corrupt leads a user to delete good data)."""
-    msg = str(e).lower()
-    if "lock" in msg:
-        return DBLocked(lock.busy_message(file))
-    if "no space left" in msg:
-        return MagnetonError(out_of_space_message(file))
-    if "read-only file system" in msg or "permission denied" in msg:
-        return _not_writable(file, e)
-    if any(m in msg for m in _OUT_OF_MEMORY):
-        return MagnetonError(
-            f"not enough memory or address space to open the Magneton DB {file} "
-            f"({_first_line(e)}); the DB is intact. Raise the limit (ulimit -v) or free memory"
-        )
-    if "not a valid" in msg and "database" in msg:
-        return MagnetonError(
-            f"{file} is not a {engine.NAME} database (corrupt or another kind of file); "
-            "move it away or use another --db"
-        )
-    return MagnetonError(
-        f"cannot open the Magneton DB {file} (corrupt, or written by another {engine.NAME} "
-        f"version than {engine.VERSION}): {_first_line(e)}"
-    )
-
-
-# how the engine words a failed allocation or mapping (ulimit -v, a full memory cgroup)
-_OUT_OF_MEMORY = ("cannot allocate memory", "out of memory", "bad_alloc", "mmap", "buffer manager")
-
-
-def _not_writable(file: Path, e: BaseException) -> DBNotWritable:
-    return DBNotWritable(
-        f"the Magneton DB {file} is not writable ({_first_line(e)}); read-only commands "
-        "(runs, query, report) still work on it"
-    )
-
-
-# Free space a write needs beyond its rows: a new DB's uncompressed pages of every table
-# (~24 MB measured) plus Kùzu's WAL and shadow pages during the checkpoint. Below it,
-# Kùzu 0.11.3 aborted, segfaulted or spun in close when the disk filled mid-write.
-_SPACE_RESERVE_B = 64 * 1024 * 1024
-# Stored bytes per byte of Arrow input, with the WAL copy and the checkpoint's shadow pages.
-_SPACE_PER_ROW_BYTE = 8
-
-
-def check_space(file: Path, row_bytes: int = 0, rewrite: bool = False) -> None:
-    """Refuse, before writing anything, a write the disk cannot hold (see above)."""
-    where = file.parent if file.parent.exists() else Path(file.parent.anchor or "/")
-    try:
-        free = shutil.disk_usage(where).free
-    except OSError:
-        return
-    need = _SPACE_RESERVE_B + _SPACE_PER_ROW_BYTE * row_bytes
-    if rewrite and file.exists():
-        need += file.stat().st_size  # the fresh copy exists beside the old file
-    if free < need:
-        raise MagnetonError(out_of_space_message(file, need))
-
-
-def out_of_space_message(file: Path, need_b: int | None = None) -> str:
-    """One line naming the disk that is full, and what became of the DB."""
-    where = file.parent if file.parent.exists() else Path(file.parent.anchor or "/")
-    try:
-        free = f"{shutil.disk_usage(where).free / 1e6:.1f} MB free"
-    except OSError:
-        free = "free space unknown"
-    if need_b:
-        free += f", this write needs about {need_b / 1e6:.0f} MB"
-    return (
-        f"no space left on the disk holding {where.resolve()} ({free}); the DB "
-        f"{file.name} is as it was before this write. Free space there or use another --db"
-    )
-
-
-# --------------------------------------------------------------------------------------
-# Read-only query guard
-# --------------------------------------------------------------------------------------
-
-_WRITE_CLAUSES = {
-    "CREATE",
-    "MERGE",
-    "SET",
-    "DELETE",
-    "DETACH",
-    "REMOVE",
-    "COPY",
-    "DROP",
-    "ALTER",
-    "INSTALL",
-    "UNINSTALL",
-    "ATTACH",
-    "IMPORT",
-    "EXPORT",
-    "CHECKPOINT",
-    "COMMENT",
-}
-# CALL <procedure>: procedures whose name starts like this change the DB or files.
-_WRITE_PROCEDURE = re.compile(
-    r"^(create|drop|alter|delete|insert|update|set|import|export|install|load)_", re.I
-)
-_IDENT_START = re.compile(r"[A-Za-z_]")
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _scan(cypher: str) -> tuple[list[tuple[str, str, str]], set[str]]:
-    """Bare words of a Cypher text as (word, previous symbol, next symbol), and the
-    names of the $parameters it uses.
-
-    String literals, `escaped names`, numbers and comments are skipped, so a value
-    'CREATE', a property `settings` or a '$x' inside a string is never taken for a clause
-    or a parameter.
-    """
-    out: list[tuple[str, str, str]] = []
-    params: set[str] = set()
-    i, n = 0, len(cypher)
-    prev = ""
-    pending: list[int] = []  # indices in `out` still waiting for their next symbol
-    while i < n:
-        ch = cypher[i]
-        if ch.isspace():
-            i += 1
-            continue
-        if ch in "'\"":
-            j = i + 1
-            while j < n and cypher[j] != ch:
-                j += 2 if cypher[j] == "\\" else 1
-            i, sym = j + 1, "'"
-        elif ch == "`":
-            j = cypher.find("`", i + 1)
-            i, sym = (n if j < 0 else j + 1), "`"
-        elif cypher.startswith("//", i):
-            j = cypher.find("\n", i)
-            i = n if j < 0 else j + 1
-            continue
-        elif cypher.startswith("/*", i):
-            j = cypher.find("*/", i + 2)
-            i = n if j < 0 else j + 2
-            continue
-        elif ch == "$":
-            m = _IDENT.match(cypher, i + 1)
-            if m:
-                params.add(m.group(0))
-            i, sym = (m.end() if m else i + 1), "0"
-        elif ch.isdigit():
-            j = i + 1
-            while j < n and (cypher[j].isalnum() or cypher[j] in "_."):
-                j += 1
-            i, sym = j, "0"
-        elif _IDENT_START.match(ch):
-            m = _IDENT.match(cypher, i)
-            assert m is not None
-            word = m.group(0)
-            for k in pending:
-                out[k] = (out[k][0], out[k][1], "w")
-            pending = [len(out)]
-            out.append((word, prev, ""))
-            prev = "w"
-            i = m.end()
-            continue
-        else:
-            i, sym = i + 1, ch
-        for k in pending:
-            out[k] = (out[k][0], out[k][1], sym)
-        pending = []
-        prev = sym
-    return out, params
-
-
-def _words(cypher: str) -> list[tuple[str, str, str]]:
-    return _scan(cypher)[0]
-
-
-def query_params(cypher: str) -> set[str]:
-    """Names of the $parameters a Cypher text uses (outside strings and comments)."""
-    return _scan(cypher)[1]
-
-
-def statement_count(cypher: str) -> int:
-    """Statements in a Cypher text: `;`-separated parts holding a word (a trailing `;`,
-    or one inside a string or comment, starts none)."""
-    return sum(1 for k, (_, prev, _) in enumerate(_words(cypher)) if k == 0 or prev == ";")
-
-
-def find_write_clause(cypher: str) -> str | None:
-    """The first clause of `cypher` that `magneton query` refuses, or None: one that
-    would write (e.g. "DETACH DELETE"), or one that reaches outside the DB (`LOAD FROM`
-    reads any file the user can read: /etc/passwd came back as rows)."""
-    words = _words(cypher)
-    for k, (word, prev, nxt) in enumerate(words):
-        # `n.set`, `:Create` (a label), `{delete: 1}` (a map key) are names, not clauses
-        if prev in (".", ":") or nxt == ":":
-            continue
-        upper = word.upper()
-        following = words[k + 1][0] if k + 1 < len(words) else ""
-        if upper in _WRITE_CLAUSES:
-            if upper == "DETACH" and following.upper() == "DELETE":
-                return "DETACH DELETE"
-            return upper
-        if upper == "LOAD" and following.upper() in ("EXTENSION", "FROM"):
-            return f"LOAD {following.upper()}"
-        if upper == "CALL" and _WRITE_PROCEDURE.match(following):
-            return f"CALL {following}"
-    return None
-
-
-def _refused(clause: str) -> MagnetonError:
-    if clause == "LOAD FROM":
-        return MagnetonError(
-            "query refused: LOAD FROM reads files outside the DB, and `magneton query` reads "
-            "only the DB (use MATCH ... RETURN ...)"
-        )
-    return MagnetonError(
-        f"query refused: {clause} writes to the DB, and `magneton query` is read-only "
-        "(use MATCH ... RETURN ...)"
-    )
-
-
 # --------------------------------------------------------------------------------------
 # The DB
 # --------------------------------------------------------------------------------------
@@ -537,255 +220,6 @@ def _refused(clause: str) -> MagnetonError:
 def _used(cypher: str, params: dict) -> dict:
     """The parameters `cypher` refers to (Kùzu rejects unused ones)."""
     return {k: v for k, v in params.items() if re.search(rf"\${re.escape(k)}\b", cypher)}
-
-
-# node tables of at most this many rows are written by UNWIND/CREATE instead of COPY
-_SMALL_ROWS = 512
-
-
-def _uids(run: str, n: int) -> list[str]:
-    return [f"{run}/{i}" for i in range(n)]
-
-
-def _check_profile(p: Profile) -> None:
-    """Dense indices and in-range references, so a bad profile fails before any write
-    (a negative index would otherwise silently point at the last node)."""
-    sizes = {w: len(getattr(p, w)) for w in ("ops", "tensors", "modules", "frames", "kernels")}
-    for what in sizes:
-        idx = [it.idx for it in getattr(p, what)]
-        if idx != list(range(len(idx))):
-            i = next(i for i, x in enumerate(idx) if x != i)
-            raise ValueError(f"{what}[{i}].idx is {idx[i]}: indices must be dense 0..n-1")
-
-    def check(what: str, field_: str, lists: list[list[int]], target: str, lo: int = 0) -> None:
-        flat = [x for xs in lists for x in xs]
-        n = sizes[target]
-        if flat and (min(flat) < lo or max(flat) >= n):  # rare: find the culprit for the message
-            i = next(i for i, xs in enumerate(lists) if xs and (min(xs) < lo or max(xs) >= n))
-            raise ValueError(f"{what}[{i}].{field_} = {lists[i]} is out of range for {n} {target}")
-
-    ops = p.ops
-    check("ops", "inputs", [o.inputs for o in ops], "tensors")
-    check("ops", "outputs", [o.outputs for o in ops], "tensors")
-    check("ops", "frames", [o.frames for o in ops], "frames")
-    check("ops", "kernels", [o.kernels for o in ops], "kernels")
-    check("ops", "module_idx", [[o.module_idx] for o in ops], "modules", lo=-1)
-    check("tensors", "producer", [[t.producer] for t in p.tensors], "ops", lo=-1)
-    # outputs are not stored as rels but rebuilt from Tensor.producer/out_index
-    tensors = p.tensors
-    for o in ops:
-        for k, t in enumerate(o.outputs):
-            if tensors[t].producer != o.idx or tensors[t].out_index != k:
-                raise ValueError(
-                    f"ops[{o.idx}].outputs[{k}] = tensor {t}, whose producer/out_index is "
-                    f"{tensors[t].producer}/{tensors[t].out_index}, not {o.idx}/{k}"
-                )
-    made = sum(len(o.outputs) for o in ops)
-    if made != sum(t.producer >= 0 for t in tensors):
-        raise ValueError(f"{made} operator outputs, but a different number of produced tensors")
-    check("modules", "parent", [[m.parent] for m in p.modules], "modules", lo=-1)
-
-
-# Bounds no real recording reaches: per-call figures of one entry call.
-_MAX_TIME_S = 1e6
-_MAX_ENERGY_J = 1e9
-
-
-def _check_plausible(p: Profile) -> None:
-    """Numbers a recording can produce (finite, within bounds): the check
-    that turns a damaged page into one error line instead of a report of garbage."""
-    r = p.run
-    runs = [("run.time_s", r.time_s, _MAX_TIME_S), ("run.energy_j", r.energy_j, _MAX_ENERGY_J)]
-    for what, v, hi in runs:
-        if not abs(v) <= hi:  # also true for NaN
-            raise ValueError(f"{what} = {v:g} is implausible")
-    if p.ops:
-        t = np.fromiter((o.time_s for o in p.ops), np.float64, len(p.ops))
-        e = np.fromiter((o.energy_j for o in p.ops), np.float64, len(p.ops))
-        for what, arr, hi in (("time_s", t, _MAX_TIME_S), ("energy_j", e, _MAX_ENERGY_J)):
-            bad = np.flatnonzero(~(np.abs(arr) <= hi))  # NaN compares false
-            if len(bad):
-                i = int(bad[0])
-                raise ValueError(f"ops[{i}].{what} = {arr[i]:g} is implausible")
-
-
-def _group(n: int, owner: np.ndarray, pos: np.ndarray, value: np.ndarray) -> list[list[int]]:
-    """Per owner 0..n-1, its values ordered by pos (rel rows → OpRecord lists)."""
-    if len(owner) == 0:
-        return [[] for _ in range(n)]
-    order = np.lexsort((pos, owner))
-    vals = value[order].tolist()
-    ends = np.cumsum(np.bincount(owner, minlength=n)).tolist()
-    starts = [0, *ends[:-1]]
-    return [vals[a:b] for a, b in zip(starts, ends, strict=True)]
-
-
-def _profile_tables(p: Profile) -> list[tuple[S.Table, pa.Table]]:
-    """Every table of one run as COPY-ready Arrow, in load order (nodes, then rels)."""
-    out_tables: list[tuple[S.Table, pa.Table]] = []
-
-    def add(spec: S.Table, columns: dict[str, Any]) -> None:
-        out_tables.append((spec, pa.Table.from_pydict(columns, schema=S.arrow_schema(spec))))
-
-    run = p.run.name
-    ops, tensors = p.ops, p.tensors
-    op_uid = _uids(run, len(ops))
-    t_uid = _uids(run, len(tensors))
-    m_uid = _uids(run, len(p.modules))
-    f_uid = _uids(run, len(p.frames))
-    k_uid = _uids(run, len(p.kernels))
-
-    def node(spec: S.NodeTable, items: list, uids: list[str], **special: list) -> None:
-        names = [c.name for c in spec.columns[2:] if c.name not in special]
-        # one C-level attrgetter per item instead of a getattr per cell (3x faster)
-        cols: dict[str, list] = {"uid": uids, "run": [run] * len(uids)}
-        if items and names:
-            get = operator.attrgetter(*names)
-            rows = [get(it) for it in items]
-            columns = list(zip(*rows, strict=True)) if len(names) > 1 else [rows]
-            cols.update(zip(names, (list(c) for c in columns), strict=True))
-        else:
-            cols.update({n: [] for n in names})
-        cols.update(special)
-        add(spec, {c.name: cols[c.name] for c in spec.columns})
-
-    dumps = json.JSONEncoder(separators=(",", ":")).encode
-    node(
-        S.OPERATOR,
-        ops,
-        op_uid,
-        input_shapes=[dumps(o.input_shapes) for o in ops],
-        output_shapes=[dumps(o.output_shapes) for o in ops],
-    )
-    node(S.TENSOR, tensors, t_uid)
-    node(S.MODULE, p.modules, m_uid)
-    node(S.FRAME, p.frames, f_uid)
-    node(S.KERNEL, p.kernels, k_uid)
-    cfg = list(stored_config(p).items())  # typed metadata (dist, energy) as config rows
-    c_uid = _uids(run, len(cfg))
-    add(
-        S.CONFIG_ENTRY,
-        {
-            "uid": c_uid,
-            "run": [run] * len(cfg),
-            "idx": list(range(len(cfg))),
-            "key": [k for k, _ in cfg],
-            "value": [str(v) for _, v in cfg],
-        },
-    )
-    add(
-        S.POWER_SERIES,
-        {
-            "uid": _uids(run, len(p.power)),
-            "run": [run] * len(p.power),
-            "idx": list(range(len(p.power))),
-            "device": [s.device for s in p.power],
-            "source": [s.source for s in p.power],
-            "gap_start_ns": [[g[0] for g in s.gaps] for s in p.power],
-            "gap_end_ns": [[g[1] for g in s.gaps] for s in p.power],
-        },
-    )
-    sample: dict[str, list] = {c.name: [] for c in S.POWER_SAMPLE.columns}
-    for si, s in enumerate(p.power):
-        if len(s.t_ns) != len(s.watts):
-            raise ValueError(f"power series {si}: {len(s.t_ns)} times, {len(s.watts)} watts")
-        k = len(s.t_ns)
-        sample["uid"] += [f"{run}/{si}/{i}" for i in range(k)]
-        sample["run"] += [run] * k
-        sample["series"] += [si] * k
-        sample["idx"] += list(range(k))
-        sample["device"] += [s.device] * k
-        sample["source"] += [s.source] * k
-        sample["t_ns"] += list(s.t_ns)
-        sample["watts"] += list(s.watts)
-    add(S.POWER_SAMPLE, sample)
-
-    # ---- rels: flattened by numpy and keyed by Arrow `take` (C loops: a Python loop over
-    # 10k operators' inputs, frames and kernels cost ~0.15 s of every save) ----
-    def flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(owner index, position in the owner's list, value) of every list element."""
-        lens = np.fromiter((len(x) for x in lists), np.int64, len(lists))
-        vals = np.fromiter(itertools.chain.from_iterable(lists), np.int64, int(lens.sum()))
-        owner = np.repeat(np.arange(len(lists), dtype=np.int64), lens)
-        pos = np.arange(len(vals), dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
-        return owner, pos, vals
-
-    op_k, t_k, f_k, k_k, m_k = (
-        pa.array(u, pa.string()) for u in (op_uid, t_uid, f_uid, k_uid, m_uid)
-    )
-    owner, arg, t_in = flat([o.inputs for o in ops])
-    src = np.fromiter((t.producer for t in tensors), np.int64, len(tensors))[t_in]
-    made = src >= 0
-    add(
-        S.FLOWS,
-        {
-            "from": op_k.take(src[made]),
-            "to": op_k.take(owner[made]),
-            "tensor": t_in[made],
-            "arg": arg[made],
-        },
-    )
-    add(S.INPUT, {"from": t_k.take(t_in), "to": op_k.take(owner), "arg": arg})
-    owner, depth, fr = flat([o.frames for o in ops])
-    add(S.CALLED_FROM, {"from": op_k.take(owner), "to": f_k.take(fr), "depth": depth})
-    owner, order, kern = flat([o.kernels for o in ops])
-    add(S.LAUNCHED, {"from": op_k.take(owner), "to": k_k.take(kern), "launch_order": order})
-    mod = np.fromiter((o.module_idx for o in ops), np.int64, len(ops))
-    has = np.flatnonzero(mod >= 0)
-    add(S.IN_MODULE, {"from": op_k.take(has), "to": m_k.take(mod[has])})
-    parent = np.fromiter((m.parent for m in p.modules), np.int64, len(p.modules))
-    kids = np.flatnonzero(parent >= 0)
-    add(S.CHILD_OF, {"from": m_k.take(kids), "to": m_k.take(parent[kids])})
-    return out_tables
-
-
-def _run_row(run: RunInfo, status: str, op_count: int, checksum: str = "") -> dict[str, Any]:
-    """The Run node's properties of `run` (RunInfo plus its status, size and the
-    checksum of the rows written with it, graphdb/integrity.py)."""
-    row = {f.name: getattr(run, f.name) for f in fields(RunInfo)}
-    row["status"] = status
-    row["op_count"] = op_count
-    row["checksum"] = checksum
-    return row
-
-
-def _run_table(run: RunInfo, status: str, op_count: int, checksum: str = "") -> pa.Table:
-    row = _run_row(run, status, op_count, checksum)
-    target = S.arrow_schema(S.RUN)
-    return pa.Table.from_pydict({f.name: [row.get(f.name)] for f in target}, schema=target)
-
-
-def _copy_statement(table: str, data: pa.Table) -> tuple[str, dict]:
-    return f"COPY {table} FROM $rows", {"rows": data}
-
-
-def _create_statement(spec: S.Table, data: pa.Table) -> tuple[str, dict]:
-    """A few node rows by one `UNWIND ... CREATE`: 5-15 ms where a COPY costs 40-60 ms
-    however small (measured for frames, kernels, config entries, power series)."""
-    props = ", ".join(f"{c.name}: CAST(r.{c.name} AS {c.type})" for c in spec.columns)
-    return f"UNWIND $rows AS r CREATE (:{spec.name} {{{props}}})", {"rows": data.to_pylist()}
-
-
-def _rows_table(spec: S.Table, rows: list[dict] | pa.Table) -> pa.Table:
-    """`bulk_insert`'s rows as a COPY-ready Arrow table of `spec` (property order, its
-    types, missing properties null)."""
-    target = S.arrow_schema(spec)
-    if isinstance(rows, pa.Table):
-        cols = {}
-        for f in target:
-            if f.name in rows.column_names:
-                cols[f.name] = rows.column(f.name).cast(f.type)
-            else:
-                cols[f.name] = pa.nulls(rows.num_rows, f.type)
-        return pa.Table.from_pydict(cols, schema=target)
-    return pa.Table.from_pydict(
-        {f.name: [r.get(f.name) for r in rows] for f in target}, schema=target
-    )
-
-
-def _pattern(spec: S.Table) -> str:
-    """A MATCH pattern binding `x` to the rows of `spec` (a node, or a rel)."""
-    return f"(x:{spec.name})" if isinstance(spec, S.NodeTable) else f"()-[x:{spec.name}]->()"
 
 
 def write_fresh(file: Path, tables: Iterable[tuple[S.Table, pa.Table]]) -> None:
@@ -1262,7 +696,31 @@ class ProfileDB:
         row = dict(zip((c[2:] for c in res.get_column_names()), res.get_all()[0], strict=True))
         # tolerate a RunInfo field the schema lacks (tests flag that drift loudly)
         info = RunInfo(**{f.name: row[f.name] for f in fields(RunInfo) if f.name in row})
+        ops, tensors = self._load_ops_and_tensors(run)
+        fc = self._nodes(S.FRAME, run)
+        frames = [
+            FrameRecord(*r)
+            for r in zip(fc["idx"], fc["file"], fc["line"], fc["function"], strict=True)
+        ]
+        kc = self._nodes(S.KERNEL, run)
+        kernels = [KernelRecord(*r) for r in zip(kc["idx"], kc["name"], kc["device"], strict=True)]
+        cc = self._nodes(S.CONFIG_ENTRY, run)
+        rows = dict(zip(cc["key"], cc["value"], strict=True))
+        config, dist, energy = split_stored_config(rows)
+        return Profile(
+            run=info,
+            ops=ops,
+            tensors=tensors,
+            modules=self._load_modules(run),
+            frames=frames,
+            kernels=kernels,
+            config=config,
+            power=self._load_power(run),
+            dist=dist,
+            energy=energy,
+        )
 
+    def _load_ops_and_tensors(self, run: str) -> tuple[list[OpRecord], list[TensorRecord]]:
         oc = self._nodes(S.OPERATOR, run)
         n = len(oc["idx"])
         for c in _JSON_OP_COLUMNS:  # one parse for the whole column, not one per row
@@ -1323,13 +781,14 @@ class ProfileDB:
                 strict=True,
             )
         ]
-
         t_cols = list(tc)
         tensors = [
             TensorRecord(**dict(zip(t_cols, vals, strict=True)))
             for vals in zip(*tc.values(), strict=True)
         ]
+        return ops, tensors
 
+    def _load_modules(self, run: str) -> list[ModuleRecord]:
         mc = self._nodes(S.MODULE, run)
         parent = [-1] * len(mc["idx"])
         kids = self._arrow(
@@ -1338,21 +797,12 @@ class ProfileDB:
         )
         for c, par in zip(kids.column(0).to_pylist(), kids.column(1).to_pylist(), strict=True):
             parent[c] = par
-        modules = [
+        return [
             ModuleRecord(idx=i, name=nm, type=ty, parent=parent[i])
             for i, nm, ty in zip(mc["idx"], mc["name"], mc["type"], strict=True)
         ]
-        fc = self._nodes(S.FRAME, run)
-        frames_ = [
-            FrameRecord(*r)
-            for r in zip(fc["idx"], fc["file"], fc["line"], fc["function"], strict=True)
-        ]
-        kc = self._nodes(S.KERNEL, run)
-        kernels_ = [KernelRecord(*r) for r in zip(kc["idx"], kc["name"], kc["device"], strict=True)]
-        cc = self._nodes(S.CONFIG_ENTRY, run)
-        rows = dict(zip(cc["key"], cc["value"], strict=True))
-        config, dist, energy = split_stored_config(rows)
 
+    def _load_power(self, run: str) -> list[PowerSeries]:
         sc = self._nodes(S.POWER_SERIES, run)
         power = [
             PowerSeries(device=d, source=s, gaps=list(zip(gs, ge, strict=True)))
@@ -1368,19 +818,7 @@ class ProfileDB:
                 a, b = int(bounds[si]), int(bounds[si + 1])
                 s.t_ns = pc["t_ns"][a:b]
                 s.watts = pc["watts"][a:b]
-
-        return Profile(
-            run=info,
-            ops=ops,
-            tensors=tensors,
-            modules=modules,
-            frames=frames_,
-            kernels=kernels_,
-            config=config,
-            power=power,
-            dist=dist,
-            energy=energy,
-        )
+        return power
 
     # ---- queries ---------------------------------------------------------------------
 
@@ -1452,9 +890,3 @@ class ProfileDB:
         # unused parameters are dropped (the engine rejects them) so one set of `-p`
         # values serves a whole file of queries
         return {k: v for k, v in params.items() if k in wanted}
-
-
-def _query_error(e: RuntimeError) -> MagnetonError:
-    if "read-only" in str(e):
-        return _refused("the query")
-    return MagnetonError(f"query failed: {_first_line(e)}")

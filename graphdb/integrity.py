@@ -37,10 +37,14 @@ import subprocess
 import sys
 from dataclasses import fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from .model import MagnetonError, RunInfo
+
+if TYPE_CHECKING:
+    from .db import ProfileDB
 
 # The status is not covered: a load flips it from "loading" after the rows are written.
 _UNHASHED = ("status",)
@@ -242,7 +246,7 @@ def _per_run(S, spec) -> bool:  # noqa: N803 (the schema module, imported lazily
     return S.table(spec.src).per_run
 
 
-def _scan(db, spec, run: str) -> str:
+def _scan(db: ProfileDB, spec, run: str) -> str:
     """Read all rows of `spec` (of `run` when given); the error's first line, or ''."""
     from . import schema as S
 

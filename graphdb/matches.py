@@ -32,9 +32,12 @@ import dataclasses
 import datetime as _dt
 import hashlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .model import DiffResult, Finding, MagnetonError, Region, RunSummary, SavingInterval
+
+if TYPE_CHECKING:
+    from .db import ProfileDB
 
 # the key of `Diff.result_json` that holds the SHA-256 of the rest (`seal`)
 SEAL_KEY = "sha256"
@@ -86,12 +89,14 @@ def diff_uid(a: str, b: str) -> str:
     return f"{len(a)}:{a}|{b}"
 
 
-def _started(db: Any, run: str) -> str:
+def _started(db: ProfileDB, run: str) -> str:
     rows = db.query("MATCH (r:Run {name: $n}) RETURN r.started_at", {"n": run}).rows
     return rows[0][0] if rows else ""
 
 
-def delete_diff(db: Any, a: str, b: str, add: list[tuple[str, list[dict]]] | None = None) -> None:
+def delete_diff(
+    db: ProfileDB, a: str, b: str, add: list[tuple[str, list[dict]]] | None = None
+) -> None:
     """Remove the stored diff of (a, b), if any, with the EXPLAINS rels of its findings
     (they name findings by id, which a new diff of the pair reuses for others), then
     insert the rows of `add` (a new diff's), in one transaction (`delete_where`)."""
@@ -107,7 +112,7 @@ def delete_diff(db: Any, a: str, b: str, add: list[tuple[str, list[dict]]] | Non
 
 
 def store_diff(
-    db: Any,
+    db: ProfileDB,
     result: DiffResult,
     regions: list[tuple[str, Region, Region]],
     *,
@@ -265,7 +270,7 @@ def finding_from_record(d: dict) -> Finding:
 
 
 def load_diff(
-    db: Any, a: str, b: str
+    db: ProfileDB, a: str, b: str
 ) -> tuple[DiffResult, list[tuple[str, Region, Region]]] | None:
     """The stored diff of (a, b) and its region pairs, or None when there is none, it
     is stale (a run deleted or re-recorded since) or it predates checksums; a stored

@@ -352,6 +352,10 @@ class DiffResult:
     # processes running identical work measured apart, so not findings. `diff` says how
     # many in one line; --json lists them under "dismissed".
     dismissed: list[Finding] = field(default_factory=list)
+    # the findings one group per cause (diagnose/cause/grouping.py `CauseGroup`), set by
+    # diagnose/pipeline.py `run_diff`; what `diff` prints one row each for. Not part of
+    # to_json (`diff --json` adds them under "groups")
+    groups: list[Any] = field(default_factory=list)
 
     def dismiss_noise(self) -> None:
         """Move the findings diagnosed as noise from `findings` to `dismissed`."""

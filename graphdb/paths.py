@@ -23,8 +23,12 @@ zero-padded `depth|key` strings and sorting the list.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .vocab import DATA_MOVING_OPS, IGNORED_OPS  # noqa: F401  (DATA_MOVING_OPS: re-export)
+
+if TYPE_CHECKING:
+    from .db import ProfileDB
 
 _FRAME_KEY = (
     "CASE WHEN {f}.file = {r}.script THEN 'py:<script>:' + {f}.function "
@@ -95,7 +99,9 @@ def bookkeeping() -> list[str]:
     return sorted(IGNORED_OPS)
 
 
-def path_pairs(db, run_a: str, run_b: str, ops_a: list[int], ops_b: list[int]) -> list[PathPair]:
+def path_pairs(
+    db: ProfileDB, run_a: str, run_b: str, ops_a: list[int], ops_b: list[int]
+) -> list[PathPair]:
     """Every pair of kernel paths of the two regions with their common-prefix length.
 
     Each side's paths come from `KERNEL_PATHS_QUERY`; the pairwise prefix comparison is
@@ -131,7 +137,7 @@ WHERE o.run = $run AND o.idx IN $ops
 RETURN o.idx, l.launch_order, k.name"""
 
 
-def kernel_paths(db, run: str, ops: list[int]) -> dict[int, list[tuple[str, ...]]]:
+def kernel_paths(db: ProfileDB, run: str, ops: list[int]) -> dict[int, list[tuple[str, ...]]]:
     """op idx → its kernel paths (ops that launched nothing are absent): the same paths
     `KERNEL_PATHS_QUERY` describes, assembled here from three plain row queries.
 
@@ -146,8 +152,8 @@ def kernel_paths(db, run: str, ops: list[int]) -> dict[int, list[tuple[str, ...]
         return {}
     params = {"run": run, "ops": [int(i) for i in ops]}
     bk = set(bookkeeping())
-    script = db.query("MATCH (r:Run {name: $run}) RETURN r.script", {"run": run}).rows
-    script = script[0][0] if script else None
+    rows = db.query("MATCH (r:Run {name: $run}) RETURN r.script", {"run": run}).rows
+    script = rows[0][0] if rows else None
     chains: dict[int, list[str]] = {}
     for idx, name, call_paths in db.query(_OPS_QUERY, params).rows:
         if name not in bk:

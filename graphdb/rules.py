@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from magneton.graphdb.model import DiffResult
 from magneton.knowledge.base import KnowledgeBase
+
+if TYPE_CHECKING:
+    from magneton.graphdb.db import ProfileDB
 
 _TABLES = ("Rule", "Knob", "RulePattern", "KnowledgeVersion")
 
@@ -38,12 +41,12 @@ def knowledge_hash(kb: KnowledgeBase) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def stored_hash(db: Any) -> str | None:
+def stored_hash(db: ProfileDB) -> str | None:
     rows = db.query("MATCH (v:KnowledgeVersion {key: 'rules'}) RETURN v.hash").rows
     return rows[0][0] if rows else None
 
 
-def store_knowledge(db: Any, kb: KnowledgeBase) -> bool:
+def store_knowledge(db: ProfileDB, kb: KnowledgeBase) -> bool:
     """Write the rules into the DB unless this exact rule set is already there.
     Returns True when something was written."""
     if getattr(db, "read_only", True):
@@ -124,7 +127,7 @@ def store_knowledge(db: Any, kb: KnowledgeBase) -> bool:
     return True
 
 
-def link_explanations(db: Any, result: DiffResult) -> int:
+def link_explanations(db: ProfileDB, result: DiffResult) -> int:
     """EXPLAINS rels from each finding's rule to its operators; returns the number made."""
     if getattr(db, "read_only", True):
         return 0
@@ -165,7 +168,7 @@ ORDER BY operators DESC
 matches fragments element-wise, see knowledge/match.py)."""
 
 
-def save_diagnosis(db: Any, result: DiffResult) -> bool:
+def save_diagnosis(db: ProfileDB, result: DiffResult) -> bool:
     """Write the diagnosis fields of `result`'s findings into the stored diff of the same
     run pair (`Diff.result_json` and each `DiffFinding.json`), so `magneton export-patch`
     and reports reuse it instead of re-running both scripts. Findings are matched by id

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -27,3 +28,35 @@ def copy_db(src: Path, dst: Path) -> Path:
     """A private, writable copy of a shared (closed) DB directory."""
     shutil.copytree(src, dst)
     return dst
+
+
+def load_module(path: Path, name: str):
+    """Import the file `path` as module `name` (a user's script, outside sys.path)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def record_scripts(db, proj: Path, tag: str) -> tuple:
+    """Record proj/a.py and proj/b.py as a user's scripts (setup() outside the measured
+    call, main() inside) into runs "a" and "b", in this process: no warm-up, one timed
+    call, the model's energy (the tests pin the diagnosis, not the numbers)."""
+    from magneton.tracer.record import RecordOptions, record_callable
+
+    opts = RecordOptions(warmup=0, repeat=1, power="model", call_paths=True)
+    profiles = {}
+    for side in ("a", "b"):
+        mod = load_module(proj / f"{side}.py", f"magneton_test_{tag}_{side}")
+        profiles[side] = record_callable(
+            mod.main,
+            mod.setup(),
+            run=side,
+            db=db,
+            options=opts,
+            script=str(proj / f"{side}.py"),
+            entry="main",
+            setup="setup",
+        )
+    return profiles["a"], profiles["b"]

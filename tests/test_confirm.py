@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from builders import priced_ops, profile
 
 from magneton.cli import main as cli
 from magneton.diagnose.matching.confirm import (
@@ -33,11 +34,9 @@ from magneton.diagnose.matching.confirm import (
 from magneton.diagnose.matching.detect import confident, saving_interval
 from magneton.graphdb.model import (
     Finding,
-    OpRecord,
     Profile,
     Region,
     RunEnergy,
-    RunInfo,
     SavingInterval,
 )
 
@@ -108,13 +107,14 @@ def _finding() -> Finding:
 
 
 def _profile(**config: str) -> Profile:
-    p = Profile(
-        run=RunInfo(name="r", script=__file__, energy_method="estimated", timing="separate"),
-        ops=[OpRecord(idx=0, name="aten::mul", energy_j=1.0)],
-        config=dict(config),
+    return profile(
+        script=__file__,
+        energy_method="estimated",
+        timing="separate",
+        ops=priced_ops([1.0]),
+        config=config,
+        energy=RunEnergy(model={"p_static_w": 90.0, "e_flop_pj": {}, "e_byte_pj": 0.0}),
     )
-    p.energy = RunEnergy(model={"p_static_w": 90.0, "e_flop_pj": {}, "e_byte_pj": 0.0})
-    return p
 
 
 def test_no_rerun_keeps_the_findings_labelled_unconfirmed():

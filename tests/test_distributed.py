@@ -26,6 +26,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from builders import profile
 
 from magneton.cli import main as cli_main
 from magneton.diagnose.jobs.collectives import JOIN_API, collective_cause
@@ -310,6 +311,7 @@ def _cli(*args: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+@pytest.mark.slow  # one of the slowest end-to-end tests (pyproject.toml, markers)
 def test_job_names_work_in_diff_gate_and_export_patch(jobs):
     """Jobs go through the one diff pipeline: `diff` (and its CI gate) and `export-patch`
     take job names as they take run names."""
@@ -370,11 +372,20 @@ def test_tui_opens_a_job_diff_and_its_finding(jobs):
 
 
 def _profile() -> Profile:
-    run = RunInfo(name="j/rank1", rank=1, world_size=2, status="ok", energy_j=1.5)
     op = OpRecord(idx=0, name="c10d::allreduce_", windows_ns=[(10, 20), (30, 45)], outputs=[0])
     t = TensorRecord(idx=0, producer=0, stats=[float("nan"), 1.0], shape=[2])
     ps = PowerSeries(device="model", source="model", t_ns=[1, 2], watts=[3.0, 4.0], gaps=[(1, 2)])
-    return Profile(run=run, ops=[op], tensors=[t], config={"k": "v"}, power=[ps])
+    return profile(
+        "j/rank1",
+        rank=1,
+        world_size=2,
+        status="ok",
+        energy_j=1.5,
+        ops=[op],
+        tensors=[t],
+        config={"k": "v"},
+        power=[ps],
+    )
 
 
 def test_shard_round_trip_keeps_in_memory_windows(tmp_path):

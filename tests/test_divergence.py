@@ -6,7 +6,6 @@ finding is built by hand so the test pins the diagnosis, not the matcher's regio
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 import textwrap
@@ -14,11 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from builders import diff_result, whole_run_finding
+from recordings import load_module, record_scripts
 
 from magneton.diagnose.cause.divergence import find_divergence
 from magneton.diagnose.cause.rootcause import diagnose_result
 from magneton.graphdb import open_db
-from magneton.graphdb.model import DiffResult, Finding, Region, RunSummary
+from magneton.graphdb.model import Finding
 from magneton.graphdb.paths import DIVERGENCE_QUERY, bookkeeping
 from magneton.tracer.record import RecordOptions, record_callable
 
@@ -62,19 +63,12 @@ def maybe_copy(x, copy):
 """
 
 
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):
     d = tmp_path_factory.mktemp("proj")
     p = d / "work.py"
     p.write_text(WORK)
-    return p, _load(p, "magneton_test_work")
+    return p, load_module(p, "magneton_test_work")
 
 
 OPTS = RecordOptions(warmup=0, repeat=1, power="model", call_paths=True)
@@ -82,28 +76,6 @@ OPTS = RecordOptions(warmup=0, repeat=1, power="model", call_paths=True)
 
 def _record(db, run, fn, args, script):
     return record_callable(fn, args, run=run, db=db, options=OPTS, script=str(script), entry="main")
-
-
-def _finding(pa, pb, wasteful="a") -> Finding:
-    return Finding(
-        id=1,
-        wasteful=wasteful,
-        verdict="waste",
-        region_a=Region(ops=[o.idx for o in pa.ops]),
-        region_b=Region(ops=[o.idx for o in pb.ops]),
-        saving_j=1.0,
-        saving_share=0.5,
-        output_rel_diff=0.0,
-        ops_a=[o.name for o in pa.ops],
-        ops_b=[o.name for o in pb.ops],
-    )
-
-
-def _result(pa, pb, f) -> DiffResult:
-    def s(p):
-        return RunSummary(p.run.name, p.run.energy_j, p.run.time_s, p.run.power_source)
-
-    return DiffResult(a=s(pa), b=s(pb), findings=[f], matched_pairs=1)
 
 
 def test_native_divergence_at_convolution_and_its_knob(work, tmp_path):
@@ -117,7 +89,7 @@ def test_native_divergence_at_convolution_and_its_knob(work, tmp_path):
         finally:
             torch.backends.mkldnn.enabled = old
         pb = _record(db, "b", mod.conv, (x, w), path)
-        f = _finding(pa, pb)
+        f = whole_run_finding(pa, pb)
         d = find_divergence(db, f, "a", "b", pa, pb)
         assert d.level == "dispatch"
         assert d.a.to_json() == {"kind": "op", "name": "aten::thnn_conv2d"}
@@ -136,7 +108,7 @@ def test_native_divergence_at_convolution_and_its_knob(work, tmp_path):
             },
         ).rows
         assert rows and rows[0][4] == len(d.common_prefix)
-        diagnose_result(db, _result(pa, pb, f), rerun=False)
+        diagnose_result(db, diff_result(pa, pb, f), rerun=False)
     rc = f.root_cause.to_json()
     assert rc["kind"] == "global-flag"
     assert rc["variable"] == "torch.backends.mkldnn.enabled"
@@ -153,7 +125,7 @@ def test_python_divergence_through_a_call_target(work, tmp_path):
     with open_db(tmp_path / "db") as db:
         pa = _record(db, "a", mod.dispatch, (mod.Act(mod.act_slow), x), path)
         pb = _record(db, "b", mod.dispatch, (mod.Act(mod.act_fast), x), path)
-        d = find_divergence(db, _finding(pa, pb), "a", "b", pa, pb)
+        d = find_divergence(db, whole_run_finding(pa, pb), "a", "b", pa, pb)
     assert d.level == "python"
     assert d.a.function == "act_slow" and d.b.function == "act_fast"
     assert d.site_a.function == "__call__" and d.site_a.code == "return self.fn(x)"
@@ -166,11 +138,11 @@ def test_identical_paths_compare_kernel_arguments(work, tmp_path):
         pa = _record(db, "a", mod.gelu, (x,), path)
         pb = _record(db, "b", mod.gelu, (x.t(),), path)  # same code, non-contiguous input
         pc = _record(db, "c", mod.gelu, (x,), path)
-        d = find_divergence(db, _finding(pa, pb), "a", "b", pa, pb)
+        d = find_divergence(db, whole_run_finding(pa, pb), "a", "b", pa, pb)
         assert d.level == "kernel" and d.a.kind == "args"
         assert d.a.diff["input_contiguous"] == [True]
         assert d.b.diff["input_contiguous"] == [False]
-        same = find_divergence(db, _finding(pa, pc), "a", "c", pa, pc)
+        same = find_divergence(db, whole_run_finding(pa, pc), "a", "c", pa, pc)
         assert same.level == "kernel" and same.a.diff == {} and same.identical_paths >= 1
 
 
@@ -180,10 +152,10 @@ def test_extra_copy_is_redundant_and_copies_are_not_ignored(work, tmp_path):
     with open_db(tmp_path / "db") as db:
         pa = _record(db, "a", mod.maybe_copy, (x.t(), True), path)
         pb = _record(db, "b", mod.maybe_copy, (x.t(), False), path)
-        f = _finding(pa, pb)
+        f = whole_run_finding(pa, pb)
         d = find_divergence(db, f, "a", "b", pa, pb)
         assert d.b.to_json() == {"kind": "none"}  # a copies, b has nothing in its place
-        diagnose_result(db, _result(pa, pb, f), rerun=False)
+        diagnose_result(db, diff_result(pa, pb, f), rerun=False)
     assert f.category == "redundant"
     assert f.root_cause.rule.id == "redundant-copy"
 
@@ -241,25 +213,6 @@ def main(block, x):
 """
 
 
-def _record_scripts(db, proj: Path, tag: str) -> tuple:
-    """Record proj/a.py and proj/b.py as a user's scripts (setup() outside the measured
-    call, main() inside) into runs "a" and "b"."""
-    profiles = {}
-    for side in ("a", "b"):
-        mod = _load(proj / f"{side}.py", f"magneton_test_{tag}_{side}")
-        profiles[side] = record_callable(
-            mod.main,
-            mod.setup(),
-            run=side,
-            db=db,
-            options=OPTS,
-            script=str(proj / f"{side}.py"),
-            entry="main",
-            setup="setup",
-        )
-    return profiles["a"], profiles["b"]
-
-
 def _install_lib(tmp_path: Path, monkeypatch, name: str, source: str) -> None:
     """A library "installed" outside the project: importable from anywhere (the re-runs
     inherit PYTHONPATH) but not part of the user's code."""
@@ -278,9 +231,9 @@ def test_rerun_finds_the_config_value_and_patches_it(tmp_path, monkeypatch):
     (proj / "a.py").write_text(textwrap.dedent(SCRIPT.format(act="slow")))
     (proj / "b.py").write_text(textwrap.dedent(SCRIPT.format(act="fast")))
     with open_db(tmp_path / "db") as db:
-        pa, pb = _record_scripts(db, proj, "act")
-        f = _finding(pa, pb)
-        diagnose_result(db, _result(pa, pb, f), rerun=True)
+        pa, pb = record_scripts(db, proj, "act")
+        f = whole_run_finding(pa, pb)
+        diagnose_result(db, diff_result(pa, pb, f), rerun=True)
     rc = f.root_cause.to_json()
     assert f.divergence.level == "python"
     kv = rc["key_variable"]
@@ -373,10 +326,10 @@ def test_optimizer_flag_behind_a_forwarding_decorator_is_found_and_patched(tmp_p
     for side, flag in (("a", "False"), ("b", "True")):
         (proj / f"{side}.py").write_text(textwrap.dedent(OPTSCRIPT.format(foreach=flag)))
     with open_db(tmp_path / "db") as db:
-        pa, pb = _record_scripts(db, proj, "opt")
+        pa, pb = record_scripts(db, proj, "opt")
         assert {o.name for o in pb.ops} == {"aten::_foreach_mul_"}
-        f = _finding(pa, pb)
-        diagnose_result(db, _result(pa, pb, f), rerun=True)
+        f = whole_run_finding(pa, pb)
+        diagnose_result(db, diff_result(pa, pb, f), rerun=True)
     rc = f.root_cause.to_json()
     kv = rc["key_variable"]
     # the branch that differs is the `elif foreach:`, not the `if fused:` whose span holds it
@@ -419,17 +372,17 @@ def test_same_kernels_on_another_dtype_trace_to_the_dtype_the_user_set(tmp_path)
     for side, dtype in (("a", "float64"), ("b", "float32")):
         (proj / f"{side}.py").write_text(DTYPE_SCRIPT.format(dtype=dtype))
     with open_db(tmp_path / "db") as db:
-        pa, pb = _record_scripts(db, proj, "dtype")
-        f = _finding(pa, pb)  # the whole computation
+        pa, pb = record_scripts(db, proj, "dtype")
+        f = whole_run_finding(pa, pb)  # the whole computation
 
         def only(name: str) -> Finding:
-            g = _finding(pa, pb)
+            g = whole_run_finding(pa, pb)
             g.region_a.ops = [o.idx for o in pa.ops if o.name == name]
             g.region_b.ops = [o.idx for o in pb.ops if o.name == name]
             return g
 
         conv = only("aten::_to_copy")
-        result = _result(pa, pb, f)
+        result = diff_result(pa, pb, f)
         result.findings.append(conv)
         diagnose_result(db, result, rerun=False)
     # the conversions differ only in their dtype= argument (the matmul in its inputs' dtype)

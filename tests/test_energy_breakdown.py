@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from builders import profile
 
 from magneton.diagnose.breakdown import module_tree, operator_table, top_rows
-from magneton.graphdb.model import KernelRecord, ModuleRecord, OpRecord, Profile, RunInfo
+from magneton.graphdb.model import KernelRecord, ModuleRecord, OpRecord, Profile
 
 
 def _profile(modules: list[tuple[str, str]], ops: list[tuple[str, str, float]]) -> Profile:
@@ -26,8 +27,8 @@ def _profile(modules: list[tuple[str, str]], ops: list[tuple[str, str, float]]) 
             )
         )
         t += 1_500_000
-    run = RunInfo(name="x", energy_j=sum(e for _, _, e in ops), time_s=len(ops) * 1.5e-3)
-    return Profile(run=run, ops=recs, modules=mods)
+    energy_j = sum(e for _, _, e in ops)
+    return profile("x", ops=recs, modules=mods, energy_j=energy_j, time_s=len(ops) * 1.5e-3)
 
 
 def gpt2_like(n_blocks: int = 12) -> Profile:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 import torch
-from test_energy_sources import RaplKernel, make_rapl_tree  # tests/ is on sys.path (rootdir mode)
+from fakes import RaplKernel, make_rapl_tree  # tests/ is on sys.path (rootdir mode)
 
 from magneton.graphdb.model import MagnetonError
 from magneton.tracer.energy import EnergySession

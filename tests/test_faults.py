@@ -351,7 +351,7 @@ _UNFINISHED_COMMIT = """
     # (Kùzu then segfaults or spins in close: a spinning writer is killed, as a user would)
     timeout -s KILL 25 $python - "$D/db" <<'PY' 2>/dev/null
 import sys
-import magneton.graphdb.db as dbm
+import magneton.graphdb.opening as dbm
 from magneton.tracer.record import RecordOptions, record_script
 dbm._SPACE_RESERVE_B = dbm._SPACE_PER_ROW_BYTE = 0
 record_script("tests/workloads/tiny.py", db=sys.argv[1], run="a", options=RecordOptions(repeat=1))
@@ -516,6 +516,7 @@ def _outcome(db: Path, trace: Path) -> list[tuple[int, str, str]]:
     return got
 
 
+@pytest.mark.slow  # one of the slowest end-to-end tests (pyproject.toml, markers)
 def test_damaged_pages_are_one_line_or_correct_data(tiny_db: Path, tmp_path: Path) -> None:
     """Random bytes in pages holding a run's rows (and in one other used page): every
     read command gives the data it gave before, or one line and a non-zero exit; none

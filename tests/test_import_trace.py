@@ -102,6 +102,7 @@ def test_estimated_energy_is_labelled_and_priced_on_gpu_activities():
             assert a100.p_static_w - 1e-6 <= op.energy_j / op.time_s <= a100.tdp_w + 1e-6
 
 
+@pytest.mark.slow  # one of the slowest end-to-end tests (pyproject.toml, markers)
 @needs_hta
 def test_control_vs_test_diff_names_largest_kernel_differences(tmp_path):
     db = tmp_path / "db"

@@ -7,6 +7,7 @@ Stages, lowest first; a module may import only its own stage and the stages belo
     graphdb                        the store (it stores the rule base: graphdb/rules.py)
     tracer                         recording; it writes runs into the store
     diagnose                       the diff; it re-runs programs through the tracer
+    magneton.render                presentation: results as text, tables and CSV
     magneton (the CLI), tui        the two front ends, side by side: neither imports the other
 
 Inside `diagnose/` the sub-packages are layered the same way (source → matching → fix →
@@ -48,8 +49,9 @@ RANK = {
     "graphdb": 2,
     "tracer": 3,
     "diagnose": 4,
-    "magneton": 5,
-    "tui": 5,
+    "render": 5,
+    "magneton": 6,
+    "tui": 6,
 }
 DIAGNOSE_RANK = {"source": 0, "matching": 1, "fix": 2, "cause": 3, "jobs": 4, "": 5}
 TRACER_CONTRACT = {
@@ -133,6 +135,8 @@ def stage_of(module: str) -> str:
     if module in SHARED:
         return "shared"
     parts = module.split(".")
+    if parts[:2] == ["magneton", "render"]:
+        return "render"  # a folder of magneton/, below both front ends
     return parts[1] if len(parts) > 1 and parts[1] in STAGE_FOLDERS else "magneton"
 
 
@@ -208,3 +212,35 @@ def test_the_checks_can_fail(tmp_path):
     assert any(v.startswith("magneton.tracer.x:2 imports magneton.diagnose.pipeline") for v in bad)
     assert any(v.startswith("magneton.tui.t:1 imports magneton.commands.export_patch") for v in bad)
     assert {"magneton.knowledge.a", "magneton.knowledge.b"} in cycles(edges)
+
+
+ENGINE_PACKAGES = {"ladybug", "kuzu"}
+
+
+def engine_imports(mods: dict[str, Path]) -> list[str]:
+    """Modules other than graphdb/engine.py that import the graph engine's package."""
+    out = []
+    for name, path in mods.items():
+        if name == "magneton.graphdb.engine":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                roots = {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                roots = {(node.module or "").split(".")[0]}
+            else:
+                continue
+            if roots & ENGINE_PACKAGES:
+                out.append(f"{name}:{node.lineno}")
+    return out
+
+
+def test_only_graphdb_engine_imports_the_engine(tmp_path):
+    """graphdb/engine.py is the one import site of the engine (it picks LadybugDB or, for
+    `magneton migrate`, Kùzu: the two cannot share a process); the rest of graphdb/ goes
+    through it. A copy with one stray import shows the check can fail."""
+    assert engine_imports(modules()) == []
+    for folder in STAGE_FOLDERS.values():
+        (tmp_path / folder).mkdir()
+    (tmp_path / "graphdb" / "codec.py").write_text("def f():\n    import ladybug\n")
+    assert engine_imports(modules(tmp_path)) == ["magneton.graphdb.codec:2"]

@@ -71,6 +71,7 @@ def hf_db(tmp_path_factory) -> Path:
     return db
 
 
+@pytest.mark.slow  # one of the slowest end-to-end tests (pyproject.toml, markers)
 def test_training_steps_are_recorded_like_main_calls(hf_db):
     runs = {r["name"]: r for r in json.loads(magneton("runs", "--db", str(hf_db), "--json").stdout)}
     assert runs["eager"]["status"] == "ok" and runs["sdpa"]["status"] == "ok"
@@ -141,6 +142,7 @@ def test_stored_command_line_reruns_the_same_window(hf_db, capsys):
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # one of the slowest end-to-end tests (pyproject.toml, markers)
 def test_window_block_records_only_the_block(tmp_path):
     db = tmp_path / "db"
     script = str(PROGRAMS / "window_decode.py")

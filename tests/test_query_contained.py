@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_graphdb import synthetic_profile
+from builders import synthetic_profile
 
 from magneton.graphdb import open_db, paths
 from magneton.graphdb.contained import stream_query, with_row_limit

@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from test_graphdb import synthetic_profile
+from builders import synthetic_profile
 
 from magneton.cli import main as cli_main
 from magneton.graphdb import open_db

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import textwrap
 
+from builders import diff_result, profile, whole_run_finding
+from recordings import record_scripts
+
 from magneton.diagnose.source.index import source_index
 from magneton.diagnose.source.setupflow import call_slice, setup_difference, setup_slice
 from magneton.graphdb.model import FrameRecord, OpRecord, Profile, RunInfo, TensorRecord
@@ -41,7 +44,7 @@ def _write(tmp_path, side: str, **kw) -> str:
 
 
 def _profile(script: str, tensors: list[TensorRecord] | None = None) -> Profile:
-    return Profile(run=RunInfo(name="x", script=script), tensors=tensors or [])
+    return profile("x", script=script, tensors=tensors or [])
 
 
 PARAM = {"kind": "param", "name": "0.weight", "tensor": 0, "op": None, "hops": 0}
@@ -167,8 +170,6 @@ def test_grad_mode_is_read_from_the_recorded_operators_and_fixed_with_a_decorato
     side without a setter gets the efficient side's as a decorator on its entry."""
     import subprocess
 
-    from test_divergence import _finding, _record_scripts, _result
-
     from magneton.diagnose.cause.rootcause import diagnose_result
     from magneton.diagnose.source.argflow import observed_config
     from magneton.graphdb import open_db
@@ -178,12 +179,12 @@ def test_grad_mode_is_read_from_the_recorded_operators_and_fixed_with_a_decorato
     (proj / "a.py").write_text(NO_GRAD.format(decorator=""))
     (proj / "b.py").write_text(NO_GRAD.format(decorator="@torch.inference_mode()\n"))
     with open_db(tmp_path / "db") as db:
-        pa, pb = _record_scripts(db, proj, "grad")
+        pa, pb = record_scripts(db, proj, "grad")
         assert pa.config["torch.is_grad_enabled"] == pb.config["torch.is_grad_enabled"]
         assert observed_config(pa)["torch.is_grad_enabled"] == "True"
         assert observed_config(pb)["torch.is_grad_enabled"] == "False"
-        f = _finding(pa, pb)
-        diagnose_result(db, _result(pa, pb, f), rerun=False)
+        f = whole_run_finding(pa, pb)
+        diagnose_result(db, diff_result(pa, pb, f), rerun=False)
     rc = f.root_cause.to_json()
     assert rc["variable"] == "torch.is_grad_enabled", rc
     assert rc["values"] == {"a": "True", "b": "False"}

@@ -4,12 +4,14 @@ whole call, the spread line says why ("11.4 J/call … min 12.15 J" read as a bu
 
 from __future__ import annotations
 
-from magneton.commands.report import spread_line
-from magneton.graphdb.model import EnergySpread, Profile, RunInfo
+from builders import profile
+
+from magneton.graphdb.model import EnergySpread, Profile
+from magneton.render.report import spread_line
 
 
 def _profile(headline_j: float) -> Profile:
-    p = Profile(run=RunInfo(name="r", script="/w/r.py", energy_j=headline_j))
+    p = profile(script="/w/r.py", energy_j=headline_j)
     p.energy.spread = EnergySpread(
         iterations=30, mean_j=12.4, std_j=0.15, cv=0.012, min_j=12.15, max_j=12.72
     )

@@ -9,18 +9,24 @@ tests/test_tui_tmux.py reuses the same recording (see `gelu_db`).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
-import shutil
-import subprocess
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from rich.console import Console
+from tui_support import (
+    app_for,
+    cells,
+    flat,
+    git,
+    recorded_gelu,
+    run_app,
+    text_of,
+    wait_for,
+)
 
 from magneton.graphdb import open_db
 from magneton.graphdb.model import (
@@ -44,98 +50,14 @@ from magneton.tui.screens import (
 )
 from magneton.tui.widgets import divergence_view, element_text
 
-ROOT = Path(__file__).resolve().parents[1]
-CASE = ROOT / "examples" / "cases" / "gelu_backend"
-SIZE = (80, 24)
-
-
 # --------------------------------------------------------------------------------------
-# Fixtures
+# Fixtures (the recording and the helpers: tests/tui_support.py)
 # --------------------------------------------------------------------------------------
-
-
-def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True)
-
-
-def _record(script: Path, db: Path, run: str) -> None:
-    """Record through the Python API (`record_script`, what `magneton record` calls), in
-    this process: a subprocess per side would import torch and transformers again, and
-    neither script sets a global flag that could leak into the other's recording.
-
-    FLOPs and bytes only: the default model adds static power x measured time, and
-    wall-time noise on a shared 2-core CI box can out-rank the GELU finding. Energy then
-    does not depend on time, so the timing pass runs its 2 calls and stops (no adaptive
-    iterations until the time is stable)."""
-    from magneton.tracer.record import RecordOptions, record_script
-
-    opts = RecordOptions(warmup=1, repeat=2, power="model:work-only", adaptive=False)
-    record_script(script, db=str(db), run=run, options=opts)
-
-
-def recorded_gelu(base: Path) -> tuple[Path, Path]:
-    """(case dir, db dir) under `base`, recorded on first use and reused after.
-
-    Both TUI test files call this with the session's base temp dir, so the pair is
-    recorded once per pytest session (a marker file says the recording completed).
-    """
-    case, db, done = base / "gelu_case", base / "gelu_db", base / "gelu_recorded"
-    if not done.exists():
-        shutil.rmtree(case, ignore_errors=True)
-        shutil.rmtree(db, ignore_errors=True)
-        shutil.copytree(CASE, case, ignore=shutil.ignore_patterns("__pycache__"))
-        _git(case, "init", "-q")
-        _git(case, "-c", "user.email=t@example.com", "-c", "user.name=t", "add", ".")
-        _git(case, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "case")
-        _record(case / "a.py", db, "a")
-        _record(case / "b.py", db, "b")
-        done.write_text("ok")
-    return case, db
 
 
 @pytest.fixture(scope="session")
 def gelu_db(tmp_path_factory) -> tuple[Path, Path]:
     return recorded_gelu(tmp_path_factory.getbasetemp())
-
-
-def run_app(app: MagnetonApp, scenario: Callable[..., Awaitable[None]]) -> None:
-    async def go() -> None:
-        async with app.run_test(size=SIZE, notifications=True) as pilot:
-            await scenario(pilot)
-
-    asyncio.run(go())
-
-
-async def wait_for(pilot, cond: Callable[[], bool], timeout: float = 60.0, what: str = "") -> None:
-    """Let the app run until `cond()` holds; fail after `timeout` seconds."""
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        await pilot.pause(0.1)
-
-
-def text_of(widget) -> str:
-    """The plain text a Static shows, rendered at the app's width."""
-    console = Console(width=SIZE[0], record=True, color_system=None, file=open(os.devnull, "w"))
-    console.print(widget.content)
-    return console.export_text()
-
-
-def flat(text: str) -> str:
-    """Text with line wraps and runs of spaces collapsed (wrapping depends on width)."""
-    return " ".join(text.split())
-
-
-def cells(table) -> list[list[str]]:
-    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
-
-
-def _app(db: Path, *runs: str, diagnose: bool = False) -> MagnetonApp:
-    """The app as `magneton-tui --db DB RUNS` starts it (`--no-diagnose` unless asked:
-    only one test pays for the diagnosis, which re-runs both scripts)."""
-    store = Store(db)
-    return MagnetonApp(store, store.check(), *runs, diagnose=diagnose)
 
 
 # --------------------------------------------------------------------------------------
@@ -149,7 +71,7 @@ def test_pick_runs_findings_diagnosis_detail_and_patch_export(gelu_db) -> None:
     case, db = gelu_db
     patch_file = case / "magneton-fix-1.patch"
     patch_file.unlink(missing_ok=True)
-    app = _app(db, diagnose=True)
+    app = app_for(db, diagnose=True)
     events: list[tuple[str, str]] = []
 
     async def scenario(pilot) -> None:
@@ -225,13 +147,13 @@ def test_pick_runs_findings_diagnosis_detail_and_patch_export(gelu_db) -> None:
 
     run_app(app, scenario)
     assert patch_file.exists()
-    _git(case, "apply", "--check", str(patch_file))
+    git(case, "apply", "--check", str(patch_file))
     assert 'activation_function="gelu_new"' in (case / "a.py").read_text()  # never applied
 
 
 def test_energy_view_operator_table_and_folded_module_tree(gelu_db) -> None:
     _, db = gelu_db
-    app = _app(db)
+    app = app_for(db)
 
     async def scenario(pilot) -> None:
         await pilot.press("v")  # highlighted run: a
@@ -263,7 +185,7 @@ def test_energy_view_operator_table_and_folded_module_tree(gelu_db) -> None:
 
 
 def _console_query(db: Path, text: str, check: Callable[[QueryScreen], None]) -> None:
-    app = _app(db)
+    app = app_for(db)
 
     async def scenario(pilot) -> None:
         await pilot.press("c")
@@ -331,7 +253,7 @@ def test_cypher_console_refuses_writes(gelu_db) -> None:
 def test_empty_db_says_how_to_record(tmp_path) -> None:
     with open_db(tmp_path / "db"):
         pass  # a Magneton DB with the schema and no runs
-    app = _app(tmp_path / "db")
+    app = app_for(tmp_path / "db")
 
     async def scenario(pilot) -> None:
         help_text = str(app.screen.query_one("#runs-help").content)
@@ -349,7 +271,7 @@ def test_empty_db_says_how_to_record(tmp_path) -> None:
 
 def test_missing_run_name_opens_picker_with_notice(gelu_db) -> None:
     _, db = gelu_db
-    app = _app(db, "a", "nope")
+    app = app_for(db, "a", "nope")
 
     async def scenario(pilot) -> None:
         screen = app.screen
@@ -472,7 +394,7 @@ def test_apply_check_in_a_repo_subfolder_is_real(tmp_path) -> None:
     sub = tmp_path / "repo" / "case"
     sub.mkdir(parents=True)
     (sub / "a.py").write_text("x = 1\n")
-    _git(tmp_path / "repo", "init", "-q")
+    git(tmp_path / "repo", "init", "-q")
     patch = tmp_path / "fix.patch"
     patch.write_text(
         "diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
@@ -604,7 +526,7 @@ def test_diagnosis_crash_keeps_the_findings(gelu_db) -> None:
     import signal
 
     _, db = gelu_db
-    app = _app(db, "a", "b", diagnose=True)
+    app = app_for(db, "a", "b", diagnose=True)
 
     async def scenario(pilot) -> None:
         screen = app.screen

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_tui import SIZE, _app, cells, flat, recorded_gelu, run_app, text_of, wait_for
 from textual.containers import VerticalScroll
 from textual.widgets import Footer
+from tui_support import SIZE, app_for, cells, flat, recorded_gelu, run_app, text_of, wait_for
 
 from magneton.graphdb.model import DiffResult, Finding, Region, RunSummary
 from magneton.tui.app import MagnetonApp
@@ -35,9 +35,10 @@ def footer_fits(screen) -> None:
     assert max(k.region.right for k in keys) <= SIZE[0], [str(k.region) for k in keys]
 
 
+@pytest.mark.slow  # one of the slowest end-to-end tests (pyproject.toml, markers)
 def test_walk_findings_cause_patch_at_80x24(gelu_db) -> None:
     _, db = gelu_db
-    app = _app(db, "a", "b", diagnose=True)
+    app = app_for(db, "a", "b", diagnose=True)
 
     async def scenario(pilot) -> None:
         screen = app.screen

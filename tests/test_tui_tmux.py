@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_tui import recorded_gelu
+from tui_support import recorded_gelu
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 

@@ -219,8 +219,8 @@ def test_one_bad_shard_keeps_the_good_ones_out_too(shard_doc, tmp_path):
 
 
 def test_bounds_are_those_the_db_checks_on_load():
-    """What merge admits, a later load must not call damaged (graphdb/db.py
+    """What merge admits, a later load must not call damaged (graphdb/codec.py
     `_check_plausible`)."""
-    from magneton.graphdb import db
+    from magneton.graphdb import codec
 
-    assert BOUNDS["_j"] <= db._MAX_ENERGY_J and BOUNDS["_s"] <= db._MAX_TIME_S
+    assert BOUNDS["_j"] <= codec._MAX_ENERGY_J and BOUNDS["_s"] <= codec._MAX_TIME_S

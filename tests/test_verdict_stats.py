@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from builders import priced_ops, profile
 
 from magneton.diagnose.matching.detect import (
     confident,
@@ -50,10 +51,7 @@ def test_too_few_iterations_give_no_interval():
 
 
 def _profile(op_j: list[float], rows: list[list[float]]) -> Profile:
-    ops = [OpRecord(idx=i, name="aten::mul", energy_j=e) for i, e in enumerate(op_j)]
-    p = Profile(run=RunInfo(name="r", energy_j=sum(op_j)), ops=ops)
-    p.energy = RunEnergy(op_samples_j=rows)
-    return p
+    return profile(ops=priced_ops(op_j), energy_j=sum(op_j), energy=RunEnergy(op_samples_j=rows))
 
 
 def test_region_samples_keep_the_noise_and_take_the_level_from_the_ops():

@@ -526,9 +526,28 @@ class StructureCapture(RecorderMode):
             seen_ids.add(id(t))
             rec = TensorRecord(idx=-1, producer=idx, out_index=len(outputs))
             outputs.append(self._register(t, rec, side))
+        if mutated:  # in-place ops only: the per-op path stays as short as it was
+            self._register_written_views(mutated, flat_out, idx, outputs, seen_ids, side)
+        op.outputs = outputs
+        out_t = [self.result.tensors[i] for i in outputs]
+        op.output_shapes = [list(r.shape) for r in out_t]
+        op.output_dtypes = [r.dtype for r in out_t]
+        return out
+
+    def _register_written_views(
+        self,
+        mutated: list[torch.Tensor],
+        flat_out: list,
+        idx: int,
+        outputs: list[int],
+        seen_ids: set[int],
+        side: bool,
+    ) -> None:
+        """Every live view of a storage op `idx` wrote becomes a new version produced by it
+        (appended to `outputs`), so later consumers of the view depend on the write."""
         for t in list(mutated) + [t for t in flat_out if isinstance(t, torch.Tensor)]:
             sk = _storage_key(t)
-            if sk is None or not (mutated and any(_storage_key(m) == sk for m in mutated)):
+            if sk is None or not any(_storage_key(m) == sk for m in mutated):
                 continue
             keys = self._by_storage.get(sk, [])
             for key in list(keys):
@@ -546,11 +565,6 @@ class StructureCapture(RecorderMode):
                 seen_ids.add(id(other))
                 rec = TensorRecord(idx=-1, producer=idx, out_index=len(outputs), is_view=True)
                 outputs.append(self._register(other, rec, side))
-        op.outputs = outputs
-        out_t = [self.result.tensors[i] for i in outputs]
-        op.output_shapes = [list(r.shape) for r in out_t]
-        op.output_dtypes = [r.dtype for r in out_t]
-        return out
 
 
 def _kwarg_device(kwargs: dict) -> str:

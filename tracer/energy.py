@@ -138,10 +138,7 @@ def attribute_traces(
         raise ValueError(f"reduce must be 'mean' or 'min', not {reduce!r}")
     n = len(ops)
     iters, wins = op_windows(ops)
-    energy = np.zeros(n)
-    own = np.zeros(n)
-    charged = np.zeros(n)
-    own_s = np.zeros(n)
+    acc = np.zeros((4, n))  # per op: energy, own energy, charged s, own s
     span_total = 0.0
     # per iteration (energy, own, charged, own_s); NaN where an op has no window
     per_iter: list[np.ndarray] = []
@@ -151,27 +148,11 @@ def attribute_traces(
         idx = np.array([i for i in range(n) if len(wins[i]) > k], dtype=int)
         if len(idx) == 0:
             continue
-        before = np.stack([energy, own, charged, own_s])
+        before = acc.copy()
         s = np.array([wins[i][k][0] for i in idx], dtype=np.int64)
         e = np.array([wins[i][k][1] for i in idx], dtype=np.int64)
-        span_total += (e.max() - s.min()) / 1e9
-        # time accounting is trace-independent: use the tiling of all ops
-        pcs = tile(idx, s, e)
-        dur = (pcs.b - pcs.a) / 1e9 * pcs.weight
-        np.add.at(charged, pcs.op, dur)
-        np.add.at(own_s, pcs.op[pcs.own], dur[pcs.own])
-        for tr in traces:
-            f = _series_family(tr.device)
-            sel = np.ones(len(idx), bool)
-            if f and (f in set(fam[idx]) or f.split(":")[0] in op_fams):
-                sel = fam[idx] == f
-                if not sel.any():
-                    continue
-            p = pcs if sel.all() else tile(idx[sel], s[sel], e[sel])
-            ej = tr.energy_j(p.a, p.b) * p.weight
-            np.add.at(energy, p.op, ej)
-            np.add.at(own, p.op[p.own], ej[p.own])
-        step = np.stack([energy, own, charged, own_s]) - before
+        span_total += _charge_iteration(acc, idx, s, e, traces, fam, op_fams)
+        step = acc - before
         absent = np.ones(n, bool)
         absent[idx] = False
         step[:, absent] = np.nan
@@ -182,29 +163,8 @@ def attribute_traces(
         cube_e = np.stack(per_iter)[:, 0]  # (iterations, ops)
         samples = np.where(np.isnan(cube_e), 0.0, cube_e + extra)
     if reduce == "min" and per_iter:
-        # each op's cheapest iteration, judged by its charged energy; its time goes with it
-        cube = np.stack(per_iter)  # (iterations, 4, ops)
-        e_k = np.where(np.isnan(cube[:, 0]), np.inf, cube[:, 0])
-        best = np.argmin(e_k, axis=0)
-        pick = cube[best, :, np.arange(n)].T  # (4, ops)
-        pick = np.nan_to_num(pick, nan=0.0)
-        energy, own, charged, own_s = pick
-        counted = np.array([1.0 if w else 0.0 for w in wins])
-        if extra_own_j is not None:
-            energy = energy + extra_own_j * counted
-            own = own + extra_own_j * counted
-        return Attribution(
-            energy_j=energy,
-            own_j=own,
-            charged_s=charged,
-            own_s=own_s,
-            run_energy_j=float(energy.sum()),
-            # the picks tile a synthetic iteration: keeps energy − P_static·span equal to
-            # the priced work, as with "mean"
-            span_s=float(charged.sum()),
-            iterations=iters,
-            samples_j=samples,
-        )
+        return _cheapest_iterations(per_iter, wins, iters, extra_own_j, samples)
+    energy, own, charged, own_s = acc
     if extra_own_j is not None:
         counted = np.array([len(w) for w in wins], dtype=float)
         energy += extra_own_j * counted
@@ -222,6 +182,71 @@ def attribute_traces(
         own_s=own_s,
         run_energy_j=float(energy.sum()),
         span_s=span_total,
+        iterations=iters,
+        samples_j=samples,
+    )
+
+
+def _charge_iteration(
+    acc: np.ndarray,
+    idx: np.ndarray,
+    s: np.ndarray,
+    e: np.ndarray,
+    traces: list[Trace],
+    fam: np.ndarray,
+    op_fams: set[str],
+) -> float:
+    """Add one iteration's charges to `acc` (energy, own, charged s, own s per op) for the
+    ops `idx` with windows [s, e) in ns; returns the iteration's span in seconds."""
+    energy, own, charged, own_s = acc
+    # time accounting is trace-independent: use the tiling of all ops
+    pcs = tile(idx, s, e)
+    dur = (pcs.b - pcs.a) / 1e9 * pcs.weight
+    np.add.at(charged, pcs.op, dur)
+    np.add.at(own_s, pcs.op[pcs.own], dur[pcs.own])
+    for tr in traces:
+        f = _series_family(tr.device)
+        sel = np.ones(len(idx), bool)
+        if f and (f in set(fam[idx]) or f.split(":")[0] in op_fams):
+            sel = fam[idx] == f
+            if not sel.any():
+                continue
+        p = pcs if sel.all() else tile(idx[sel], s[sel], e[sel])
+        ej = tr.energy_j(p.a, p.b) * p.weight
+        np.add.at(energy, p.op, ej)
+        np.add.at(own, p.op[p.own], ej[p.own])
+    return float((e.max() - s.min()) / 1e9)
+
+
+def _cheapest_iterations(
+    per_iter: list[np.ndarray],
+    wins: list[list[tuple[int, int]]],
+    iters: int,
+    extra_own_j: np.ndarray | None,
+    samples: np.ndarray,
+) -> Attribution:
+    """reduce="min": each op's cheapest iteration, judged by its charged energy; its time
+    goes with it."""
+    n = len(wins)
+    cube = np.stack(per_iter)  # (iterations, 4, ops)
+    e_k = np.where(np.isnan(cube[:, 0]), np.inf, cube[:, 0])
+    best = np.argmin(e_k, axis=0)
+    pick = cube[best, :, np.arange(n)].T  # (4, ops)
+    pick = np.nan_to_num(pick, nan=0.0)
+    energy, own, charged, own_s = pick
+    counted = np.array([1.0 if w else 0.0 for w in wins])
+    if extra_own_j is not None:
+        energy = energy + extra_own_j * counted
+        own = own + extra_own_j * counted
+    return Attribution(
+        energy_j=energy,
+        own_j=own,
+        charged_s=charged,
+        own_s=own_s,
+        run_energy_j=float(energy.sum()),
+        # the picks tile a synthetic iteration: keeps energy − P_static·span equal to
+        # the priced work, as with "mean"
+        span_s=float(charged.sum()),
         iterations=iters,
         samples_j=samples,
     )
@@ -889,22 +914,3 @@ def summarize(profile: Profile) -> RunEnergySummary:
         note=profile.energy.note,
         extras={k: v for k, v in profile.config.items() if k.startswith("energy.")},
     )
-
-
-def method_line(profile: Profile) -> str:
-    """One line saying how the run's energy numbers were obtained."""
-    r = profile.run
-    src = r.power_source or "unknown source"
-    note = profile.energy.note
-    if r.energy_method == "estimated":
-        line = f"estimated by {src}"
-        if note:
-            line += f" — {note}"
-        return line
-    if r.energy_method == "measured":
-        return f"measured with {src} (side-thread sampling, trapezoid/counter integration)"
-    if r.energy_method == "replayed":
-        return f"replayed per operator with {src} (operator loops, paper §5.2)"
-    if r.energy_method == "solved":
-        return f"solved by least squares from {src} windows (per-type power)"
-    return f"{r.energy_method or 'unknown method'} ({src})"

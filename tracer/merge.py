@@ -14,13 +14,16 @@ copied from other nodes. Choices, and the failure each prevents:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from magneton.graphdb.model import MagnetonError
+from magneton.graphdb.store import DBArg, opened
 from magneton.tracer.record import defer_sigint
 from magneton.tracer.shards import Shard, rank_run_name
+
+if TYPE_CHECKING:
+    from magneton.graphdb.db import ProfileDB
 
 
 @dataclass
@@ -37,7 +40,7 @@ class MergedRun:
 
 
 def merge_shards(
-    db: Any,
+    db: DBArg,
     shards: list[Shard],
     *,
     replace: bool = False,
@@ -97,22 +100,12 @@ def merge_shards(
     return out
 
 
-@contextlib.contextmanager
-def opened_db(db: Any) -> Iterator[Any]:
-    """An open ProfileDB as is, or a path opened (and closed) for the block."""
-    if hasattr(db, "save_profile"):
-        yield db
-        return
-    from magneton.graphdb import open_db
-
-    handle = open_db(db)
-    try:
-        yield handle
-    finally:
-        handle.close()
+def opened_db(db: DBArg) -> contextlib.AbstractContextManager[ProfileDB]:
+    """An open ProfileDB as is, or a path opened for writing (and closed) for the block."""
+    return opened(db)
 
 
-def _existing_ranks(handle: Any, job: str) -> list[int]:
+def _existing_ranks(handle: ProfileDB, job: str) -> list[int]:
     prefix = f"{job}/rank"
     ranks = []
     for row in handle.list_runs():

@@ -47,9 +47,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from magneton.graphdb.model import MagnetonError, Profile, RunInfo
+
+if TYPE_CHECKING:
+    from magneton.graphdb.store import DBArg
 
 # The one recorder active in this process (a program is recorded once per process).
 _ACTIVE: _Controller | None = None
@@ -564,7 +567,24 @@ def _run(spec: ProgramSpec) -> None:
             raise MagnetonError(f"the program exited with status {e.code}", exit_code=1) from None
 
 
-def record_program(spec: ProgramSpec, *, db: Any, run: str, options: Any = None) -> Profile:
+def _program_run_info(spec: ProgramSpec, run: str) -> RunInfo:
+    """The run's identity, marked failed until the window is recorded and saved."""
+    from magneton.tracer.config import sha256_file
+
+    return RunInfo(
+        name=run,
+        script=spec.script,
+        script_sha256=sha256_file(spec.script),
+        entry="__main__",
+        started_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        warmup=spec.schedule.warmup,
+        repeat=max(1, spec.schedule.active - 1),
+        host=socket.gethostname(),
+        status="failed",
+    )
+
+
+def record_program(spec: ProgramSpec, *, db: DBArg, run: str, options: Any = None) -> Profile:
     """What `magneton record ... -- python ...` does. Raises MagnetonError (one line) on
     any failure, after marking the run failed in the DB."""
     from magneton.tracer.record import (
@@ -587,20 +607,7 @@ def record_program(spec: ProgramSpec, *, db: Any, run: str, options: Any = None)
         raise MagnetonError("--replay needs a re-callable entry; it is not available for programs")
     if _ACTIVE is not None:
         raise MagnetonError("a program is already being recorded in this process")
-    info = RunInfo(
-        name=run,
-        script=spec.script,
-        script_sha256="",
-        entry="__main__",
-        started_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        warmup=spec.schedule.warmup,
-        repeat=max(1, spec.schedule.active - 1),
-        host=socket.gethostname(),
-        status="failed",
-    )
-    from magneton.tracer.config import sha256_file
-
-    info.script_sha256 = sha256_file(spec.script)
+    info = _program_run_info(spec, run)
     # opened briefly, as `record_script` does: fails before the program runs, and other
     # commands can read the DB while it does
     with _opened(db) as handle:

@@ -35,11 +35,12 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from magneton.graphdb.model import MagnetonError, Profile, RunInfo
+from magneton.graphdb.store import DBArg, opened
 from magneton.graphdb.wording import UNRECORDED_THREAD_OPS, unrecorded_threads_warning
 from magneton.tracer import allocator
 from magneton.tracer.capture import (
@@ -56,7 +57,11 @@ from magneton.tracer.preload import OMP_POLICY_TOO_LATE
 from magneton.tracer.signals import InterruptedAfterSave as _InterruptedAfterSave
 from magneton.tracer.signals import Terminated, defer_sigint
 from magneton.tracer.signals import interruptible as _interruptible
-from magneton.tracer.timing import MAX_ITERATIONS, timed_iterations
+from magneton.tracer.timing import MAX_ITERATIONS, TimingPass, timed_iterations
+
+if TYPE_CHECKING:
+    from magneton.graphdb.db import ProfileDB
+    from magneton.tracer.energy import EnergySession
 
 
 @dataclass
@@ -371,7 +376,7 @@ def record_callable(
     kwargs: dict | None = None,
     *,
     run: str,
-    db: Any = None,
+    db: DBArg | None = None,
     options: RecordOptions | None = None,
     script: str = "",
     entry: str = "",
@@ -391,6 +396,43 @@ def record_callable(
     def call():
         return fn(*args, **kwargs)
 
+    info = _callable_run_info(fn, run, script, entry, setup, opts)
+    session = EnergySession.create(
+        opts.power, interval_s=opts.interval_s, device=_device_hint(args)
+    )
+    phases.phase("idle power baseline")
+    session.measure_idle()
+    phases.phase("warmup (untraced)", opts.warmup)
+    for _ in range(opts.warmup):
+        call()
+        phases.step()
+
+    phases.phase("structure pass (dataflow, values, call paths)")
+    profile = _structure_profile(fn, args, kwargs, call, info, opts, script, globals_)
+    info.device = "cuda" if any(op.device.startswith("cuda") for op in profile.ops) else "cpu"
+    tp = _timing_pass(call, session, opts, phases, sync=info.device == "cuda")
+    phases.phase("attributing energy")
+    iterations, walls = tp.iterations, tp.walls_s
+    session.timing = tp
+    info.repeat = len(walls)  # the timing pass chose how many (tracer/timing.py)
+    info.timing = "separate" if _merge_timing(profile, iterations) else "combined"
+    info.time_s = sum(walls) / len(walls)
+    session.attribute(profile)
+    if opts.replay:
+        from magneton.tracer.replay import replay_ops
+
+        replay_ops(call, profile, session, progress=opts.progress)
+    info.status = "ok"
+    if db is not None:
+        phases.phase("writing to the DB")
+        save(profile, db, replace=opts.replace)
+    return profile
+
+
+def _callable_run_info(
+    fn: Callable, run: str, script: str, entry: str, setup: str, opts: RecordOptions
+) -> RunInfo:
+    """The run's identity before anything is measured (the rank from torchrun's env)."""
     info = RunInfo(
         name=run,
         script=script,
@@ -406,18 +448,20 @@ def record_callable(
     if rank is not None and rank.isdigit():
         info.rank = int(rank)
         info.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    return info
 
-    session = EnergySession.create(
-        opts.power, interval_s=opts.interval_s, device=_device_hint(args)
-    )
-    phases.phase("idle power baseline")
-    session.measure_idle()
-    phases.phase("warmup (untraced)", opts.warmup)
-    for _ in range(opts.warmup):
-        call()
-        phases.step()
 
-    phases.phase("structure pass (dataflow, values, call paths)")
+def _structure_profile(
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    call: Callable[[], Any],
+    info: RunInfo,
+    opts: RecordOptions,
+    script: str,
+    globals_: dict | None,
+) -> Profile:
+    """The structure pass (dataflow, values, call paths) as a Profile without timings."""
     roots, sources = _roots_and_sources(fn, args, kwargs, globals_)
     capture = StructureCapture(ModuleTracker(roots), sources=sources, stop_code=_entry_code(fn))
     elsewhere = [0]
@@ -436,13 +480,21 @@ def record_callable(
         config=snapshot(script),
     )
     note_unrecorded_threads(profile, unrecorded)
-    info.device = "cuda" if any(op.device.startswith("cuda") for op in profile.ops) else "cpu"
+    return profile
 
-    sync = info.device == "cuda"
+
+def _timing_pass(
+    call: Callable[[], Any],
+    session: EnergySession,
+    opts: RecordOptions,
+    phases: Phases,
+    sync: bool,
+) -> TimingPass:
+    """The timed iterations, with the power sampler on only while they run."""
     session.start()
     try:
         phases.phase("timing pass (power sampler on)", opts.repeat)
-        tp = timed_iterations(
+        return timed_iterations(
             call,
             opts.repeat,
             sync,
@@ -452,22 +504,6 @@ def record_callable(
         )
     finally:
         session.stop()
-    phases.phase("attributing energy")
-    iterations, walls = tp.iterations, tp.walls_s
-    session.timing = tp
-    info.repeat = len(walls)  # the timing pass chose how many (tracer/timing.py)
-    info.timing = "separate" if _merge_timing(profile, iterations) else "combined"
-    info.time_s = sum(walls) / len(walls)
-    session.attribute(profile)
-    if opts.replay:
-        from magneton.tracer.replay import replay_ops
-
-        replay_ops(call, profile, session, progress=opts.progress)
-    info.status = "ok"
-    if db is not None:
-        phases.phase("writing to the DB")
-        save(profile, db, replace=opts.replace)
-    return profile
 
 
 def _device_hint(args: tuple) -> str:
@@ -510,24 +546,14 @@ def _no_exit() -> Iterator[None]:
         os._exit = real
 
 
-@contextlib.contextmanager
-def _opened(db: Any) -> Iterator[Any]:
+def _opened(db: DBArg) -> contextlib.AbstractContextManager[ProfileDB]:
     """The DB to save into: a handle as given, or a path opened for writing, which waits
     while another process holds the DB (graphdb/lock.py: the recording is never thrown
     away because another command was reading or saving a second earlier)."""
-    from magneton.graphdb.db import open_db
-
-    if hasattr(db, "save_profile"):
-        yield db
-        return
-    handle = open_db(db)
-    try:
-        yield handle
-    finally:
-        handle.close()
+    return opened(db)
 
 
-def save(profile: Profile, db: Any, replace: bool = False) -> None:
+def save(profile: Profile, db: DBArg, replace: bool = False) -> None:
     with defer_sigint(), _opened(db) as handle:
         handle.save_profile(profile, replace=replace)
 
@@ -558,7 +584,7 @@ def _exit_reason(
 def record_script(
     script: str | Path,
     *,
-    db: Any,
+    db: DBArg,
     run: str,
     entry: str = "main",
     setup: str = "setup",
@@ -575,14 +601,7 @@ def record_script(
     script = str(Path(script).resolve())
     if not os.path.isfile(script):
         raise MagnetonError(f"no such script: {script}")
-    with _opened(db) as handle:  # a writable open: fails now, not after the workload
-        if handle.has_run(run) and not opts.replace:
-            raise MagnetonError(
-                f"run '{run}' already exists in the DB; pick another --run name or pass --replace"
-            )
-        from magneton.graphdb.db import check_space
-
-        check_space(handle.file, rewrite=opts.replace and handle.has_run(run))
+    _check_can_store(db, run, opts.replace)
     info = RunInfo(
         name=run,
         script=script,
@@ -597,13 +616,7 @@ def record_script(
         with _interruptible(), _no_exit(), Phases(opts.progress) as phases:
             phases.phase(f"importing {os.path.basename(script)}")
             allocator.pin()  # before the script allocates (tracer/allocator.py)
-            module = load_script(script)
-            entry_fn = getattr(module, entry, None)
-            if not callable(entry_fn):
-                raise MagnetonError(f"{script} has no function '{entry}' (use --entry NAME)")
-            setup_fn = getattr(module, setup, None) if setup else None
-            if setup and setup_fn is None and setup != "setup":
-                raise MagnetonError(f"{script} has no function '{setup}' (use --setup NAME)")
+            module, entry_fn, setup_fn = _load_entry(script, entry, setup)
             phases.phase(f"{setup}() (not measured)")
             args = _as_args(setup_fn()) if callable(setup_fn) else ()
             return record_callable(
@@ -641,8 +654,33 @@ def record_script(
         sys.argv = old_argv
 
 
+def _check_can_store(db: DBArg, run: str, replace: bool) -> None:
+    """A writable open before the workload runs: a taken name, a read-only or full DB
+    fails now, not after the workload."""
+    with _opened(db) as handle:
+        if handle.has_run(run) and not replace:
+            raise MagnetonError(
+                f"run '{run}' already exists in the DB; pick another --run name or pass --replace"
+            )
+        from magneton.graphdb.db import check_space
+
+        check_space(handle.file, rewrite=replace and handle.has_run(run))
+
+
+def _load_entry(script: str, entry: str, setup: str) -> tuple[Any, Callable, Any]:
+    """Import the script: (its module, its entry function, its setup function or None)."""
+    module = load_script(script)
+    entry_fn = getattr(module, entry, None)
+    if not callable(entry_fn):
+        raise MagnetonError(f"{script} has no function '{entry}' (use --entry NAME)")
+    setup_fn = getattr(module, setup, None) if setup else None
+    if setup and setup_fn is None and setup != "setup":
+        raise MagnetonError(f"{script} has no function '{setup}' (use --setup NAME)")
+    return module, entry_fn, setup_fn
+
+
 def _workload_raised(
-    e: Exception, script: str, info: RunInfo, db: Any, replace: bool
+    e: Exception, script: str, info: RunInfo, db: DBArg, replace: bool
 ) -> MagnetonError:
     """The one-line error for a workload that raised, after marking its run failed."""
     if os.environ.get("MAGNETON_DEBUG"):
@@ -656,7 +694,7 @@ def _workload_raised(
     )
 
 
-def _record_failure(info: RunInfo, db: Any, replace: bool) -> str:
+def _record_failure(info: RunInfo, db: DBArg, replace: bool) -> str:
     """Store a failed Run node for `info` unless a run of that name exists (a failed
     replace keeps the earlier, complete run; a failure never clobbers a run); returns
     what happened, for the user's message."""
@@ -679,7 +717,7 @@ def _record_failure(info: RunInfo, db: Any, replace: bool) -> str:
 
 @contextlib.contextmanager
 def record_block(
-    run: str, db: Any = None, *, power: str = "auto", call_paths: bool = True
+    run: str, db: DBArg | None = None, *, power: str = "auto", call_paths: bool = True
 ) -> Iterator[Profile]:
     """Record the operators of a `with` block (one pass: a block cannot be re-run).
 

@@ -482,78 +482,23 @@ def _measure(
     if p.restore is not None:
         p.restore()
     ref = _snapshot(p.call())
-    # calibrate the loop count so one trial spans min_window_s
-    n = 1
-    while True:
-        t0, t1, _, _, _ = _timed_loop(p, n)
-        if (t1 - t0) / 1e9 >= 0.02 or n >= MAX_LOOP_CALLS:
-            break
-        n *= 2
-    per_call = max((t1 - t0) / 1e9 / n, 1e-9)
-    n = int(min(MAX_LOOP_CALLS, max(1, math.ceil(cfg.min_window_s / per_call))))
+    n = _calibrated_loop_calls(p, cfg)
     res.loop_calls = n
     idle = 0.0 if math.isnan(session.idle_w) else session.idle_w
-    model = session.kind == "model"
     powers: list[float] = []
     per_call_j: list[float] = []
     busy_s: list[float] = []
     last_out = None
     for attempt in range(cfg.trials + cfg.max_retries):
-        if cfg.cooldown_s > 0:
-            time.sleep(cfg.cooldown_s)
-        if not model:
-            _run_for(p, cfg.warmup_s, n)
-        t0, t1, op_ns, rs_ns, last_out = _timed_loop(p, n)
-        # keep the load on past the window: both window edges then see the same sensor
-        # lag and polling conditions, so the counter interpolation at t1 is not skewed
-        _run_for(p, cfg.tail_s, n)
-        window_s = (t1 - t0) / 1e9
-        busy = op_ns / 1e9
-        if busy <= 0:
-            raise MagnetonError("replay loop measured no busy time")
-        if model:
-            m = session.model
-            e_op = n * (m.p_static_w * busy / n + m.dynamic_j(op))
-        else:
-            e = session.steady_power_w(t0, t1) * window_s
-            restore_j = 0.0
-            if p.restore is not None:
-                # the restores' own energy: a restore-only loop of the same length
-                _run_for(p, cfg.warmup_s, n, with_op=False)
-                r0, r1, _, r_ns, _ = _timed_loop(p, n, with_op=False)
-                _run_for(p, cfg.tail_s, n, with_op=False)
-                e_r = session.steady_power_w(r0, r1) * (r1 - r0) / 1e9
-                r_busy = r_ns / 1e9
-                if r_busy > 0:
-                    p_restore = (e_r - idle * ((r1 - r0) / 1e9 - r_busy)) / r_busy
-                    restore_j = p_restore * rs_ns / 1e9
-            gap_s = max(0.0, window_s - busy - rs_ns / 1e9)
-            e_op = e - restore_j - idle * gap_s
+        e_op, busy, last_out = _one_trial(p, op, session, cfg, n, idle)
         powers.append(e_op / busy)
         per_call_j.append(e_op / n)
         busy_s.append(busy / n)
         res.trials_run = attempt + 1
-        if len(powers) >= cfg.trials:
-            last = powers[-cfg.trials :]
-            mean = statistics.fmean(last)
-            std = statistics.stdev(last) if len(last) > 1 else 0.0
-            rel = std / mean if mean > 0 else math.inf
-            if rel < cfg.std_threshold:
-                res.stable = True
-                break
-    k = min(cfg.trials, len(powers))
-    last_p = powers[-k:]
-    if res.stable:
-        res.power_w = statistics.fmean(last_p)
-        res.j_per_call = statistics.fmean(per_call_j[-k:])
-        res.busy_s_per_call = statistics.fmean(busy_s[-k:])
-    else:
-        res.power_w = statistics.median(last_p)
-        res.j_per_call = statistics.median(per_call_j[-k:])
-        res.busy_s_per_call = statistics.median(busy_s[-k:])
-    mean = statistics.fmean(last_p)
-    res.std_pct = 100.0 * (statistics.stdev(last_p) / mean if len(last_p) > 1 and mean else 0.0)
-    res.j_per_call_above_idle = res.j_per_call - idle * res.busy_s_per_call
+        if _last_trials_agree(powers, cfg):
+            res.stable = True
+            break
+    _settle(res, powers, per_call_j, busy_s, idle, cfg)
     if p.random:
         res.output_checked = False
     else:
@@ -564,3 +509,87 @@ def _measure(
             res.skipped = "output changed between replays (hidden state); replay discarded"
             return
         res.output_checked = True
+
+
+def _calibrated_loop_calls(p: _Prepared, cfg: _LoopConfig) -> int:
+    """How many calls one trial makes so that it spans cfg.min_window_s."""
+    n = 1
+    while True:
+        t0, t1, _, _, _ = _timed_loop(p, n)
+        if (t1 - t0) / 1e9 >= 0.02 or n >= MAX_LOOP_CALLS:
+            break
+        n *= 2
+    per_call = max((t1 - t0) / 1e9 / n, 1e-9)
+    return int(min(MAX_LOOP_CALLS, max(1, math.ceil(cfg.min_window_s / per_call))))
+
+
+def _one_trial(
+    p: _Prepared, op: OpRecord, session: EnergySession, cfg: _LoopConfig, n: int, idle: float
+) -> tuple[float, float, Any]:
+    """One trial of n calls: (the op's energy in J, its busy seconds, the last output)."""
+    model = session.kind == "model"
+    if cfg.cooldown_s > 0:
+        time.sleep(cfg.cooldown_s)
+    if not model:
+        _run_for(p, cfg.warmup_s, n)
+    t0, t1, op_ns, rs_ns, last_out = _timed_loop(p, n)
+    # keep the load on past the window: both window edges then see the same sensor
+    # lag and polling conditions, so the counter interpolation at t1 is not skewed
+    _run_for(p, cfg.tail_s, n)
+    window_s = (t1 - t0) / 1e9
+    busy = op_ns / 1e9
+    if busy <= 0:
+        raise MagnetonError("replay loop measured no busy time")
+    if model:
+        m = session.model
+        return n * (m.p_static_w * busy / n + m.dynamic_j(op)), busy, last_out
+    e = session.steady_power_w(t0, t1) * window_s
+    restore_j = _restore_energy_j(p, session, cfg, n, idle, rs_ns) if p.restore is not None else 0.0
+    gap_s = max(0.0, window_s - busy - rs_ns / 1e9)
+    return e - restore_j - idle * gap_s, busy, last_out
+
+
+def _restore_energy_j(
+    p: _Prepared, session: EnergySession, cfg: _LoopConfig, n: int, idle: float, rs_ns: int
+) -> float:
+    """The restores' own energy in a trial: priced by a restore-only loop of the same length."""
+    _run_for(p, cfg.warmup_s, n, with_op=False)
+    r0, r1, _, r_ns, _ = _timed_loop(p, n, with_op=False)
+    _run_for(p, cfg.tail_s, n, with_op=False)
+    e_r = session.steady_power_w(r0, r1) * (r1 - r0) / 1e9
+    r_busy = r_ns / 1e9
+    if r_busy <= 0:
+        return 0.0
+    p_restore = (e_r - idle * ((r1 - r0) / 1e9 - r_busy)) / r_busy
+    return p_restore * rs_ns / 1e9
+
+
+def _last_trials_agree(powers: list[float], cfg: _LoopConfig) -> bool:
+    """Whether the last cfg.trials powers lie within cfg.std_threshold of their mean."""
+    if len(powers) < cfg.trials:
+        return False
+    last = powers[-cfg.trials :]
+    mean = statistics.fmean(last)
+    std = statistics.stdev(last) if len(last) > 1 else 0.0
+    rel = std / mean if mean > 0 else math.inf
+    return rel < cfg.std_threshold
+
+
+def _settle(
+    res: ReplayResult,
+    powers: list[float],
+    per_call_j: list[float],
+    busy_s: list[float],
+    idle: float,
+    cfg: _LoopConfig,
+) -> None:
+    """The result from the last trials: their mean when stable, else their median."""
+    k = min(cfg.trials, len(powers))
+    last_p = powers[-k:]
+    avg = statistics.fmean if res.stable else statistics.median
+    res.power_w = avg(last_p)
+    res.j_per_call = avg(per_call_j[-k:])
+    res.busy_s_per_call = avg(busy_s[-k:])
+    mean = statistics.fmean(last_p)
+    res.std_pct = 100.0 * (statistics.stdev(last_p) / mean if len(last_p) > 1 and mean else 0.0)
+    res.j_per_call_above_idle = res.j_per_call - idle * res.busy_s_per_call

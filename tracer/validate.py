@@ -6,7 +6,7 @@ the DB: `"ts": "abc"`, NaN or a `tid` given as an object crashed `import-trace` 
 traceback; a negative `dur` was stored as an `ok` run of -20 J whose report printed a
 negative share; a shard with rank `"zero"` crashed `merge`, and one with NaN or 1e300 J
 merged as `ok`, after which every load called the run damaged (the DB's plausibility
-check on load, graphdb/db.py `_check_plausible`, is stricter than the old writers were).
+check on load, graphdb/codec.py `_check_plausible`, is stricter than the old writers were).
 
 One rule for both, so the checks cannot drift apart:
 
@@ -36,7 +36,7 @@ from typing import Any
 from magneton.graphdb.model import MagnetonError
 
 # Largest plausible magnitude per unit suffix; the `_j` and `_s` bounds are those of the
-# DB's load check (graphdb/db.py `_MAX_ENERGY_J`, `_MAX_TIME_S`; a test in
+# DB's load check (graphdb/codec.py `_MAX_ENERGY_J`, `_MAX_TIME_S`; a test in
 # tests/test_values_from_outside.py keeps them in step): per-call figures of one call.
 BOUNDS = {"_j": 1e9, "_s": 1e6, "_w": 1e7, "watts": 1e7}
 _INT64 = 2**63 - 1

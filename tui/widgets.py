@@ -115,7 +115,7 @@ def _clip_cell(text: str, width: int = SIDE_CELL_MAX) -> str:
 def side_summary(f: Finding, side: str) -> str:
     """A side's operators, or for interpreter time the Python frames that ran it."""
     if f.kind == "interpreter":
-        from magneton.diagnose.matching.interpreter import place_text
+        from magneton.render.diff import place_text
 
         return place_text(f, side)
     return ops_summary(f.ops_a if side == "a" else f.ops_b)

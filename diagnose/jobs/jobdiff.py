@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from magneton.graphdb.model import (
     CollectiveInfo,
@@ -51,6 +51,10 @@ from .collectives import (
     unmatched_collectives,
 )
 from .ranks import RankReport, RankStats, RankTimeline, _handle, _load_job, _report, timeline
+
+if TYPE_CHECKING:
+    from magneton.graphdb.db import ProfileDB
+    from magneton.graphdb.store import DBArg
 
 
 def _region(p: Profile, ops: list[int]) -> Region:
@@ -365,7 +369,7 @@ class JobDiff:
 
 
 def job_diff(
-    db: Any,
+    db: DBArg,
     a: str,
     b: str,
     threshold: float = 0.10,
@@ -475,7 +479,13 @@ def _finish(
 
 
 def _value_part(
-    diff_pair: DiffPair, h: Any, run_a: str, run_b: str, rank: int, threshold: float, tau: float
+    diff_pair: DiffPair,
+    h: ProfileDB,
+    run_a: str,
+    run_b: str,
+    rank: int,
+    threshold: float,
+    tau: float,
 ) -> PairDiff:
     """The single-run diff of one rank pair (value matching of the compute), undiagnosed:
     re-running one rank of a distributed script would block waiting for its peers."""

@@ -9,8 +9,8 @@ runs `NAME/rank0 … NAME/rank<N-1>`. This module reads them back and answers:
   slowest rank), and the job's imbalance ratio (max/min busy time).
 
 Related modules: jobdiff.py compares two jobs rank by rank (`magneton diff JOB_A JOB_B`),
-collectives.py says which library call issued each collective, rank_view.py prints the
-report.
+collectives.py says which library call issued each collective, magneton/render/ranks.py
+prints the report.
 
 How each number is obtained, and the failure each choice prevents:
 
@@ -41,21 +41,21 @@ How each number is obtained, and the failure each choice prevents:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from magneton.graphdb.model import Profile
+from magneton.graphdb.store import DBArg, opened
 from magneton.graphdb.vocab import is_collective
 
-from .rank_view import print_rank_report
+if TYPE_CHECKING:
+    from magneton.graphdb.db import ProfileDB, RunRow
 
 __all__ = [
     "RankReport",
     "RankStats",
     "job_runs",
     "is_multirank",
-    "print_rank_report",
     "rank_report",
 ]
 
@@ -65,24 +65,15 @@ __all__ = [
 # --------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _handle(db: Any) -> Iterator[Any]:
-    if hasattr(db, "load_profile"):
-        yield db
-        return
-    from magneton.graphdb import open_db
-
-    h = open_db(db, read_only=True)
-    try:
-        yield h
-    finally:
-        h.close()
+def _handle(db: DBArg) -> contextlib.AbstractContextManager[ProfileDB]:
+    """An open DB as is, or a DB directory opened read-only for the block."""
+    return opened(db, read_only=True)
 
 
-def job_runs(db: Any, name: str) -> dict[int, Any]:
+def job_runs(db: DBArg, name: str) -> dict[int, RunRow]:
     """rank -> RunRow of the runs `name/rank<r>` in the DB (empty when none)."""
     prefix = f"{name}/rank"
-    out: dict[int, Any] = {}
+    out: dict[int, RunRow] = {}
     with _handle(db) as h:
         for row in h.list_runs():
             tail = row.name[len(prefix) :] if row.name.startswith(prefix) else ""
@@ -91,7 +82,7 @@ def job_runs(db: Any, name: str) -> dict[int, Any]:
     return dict(sorted(out.items()))
 
 
-def is_multirank(db: Any, name: str) -> bool:
+def is_multirank(db: DBArg, name: str) -> bool:
     """True when `name` is a job recorded rank by rank (runs `name/rank<r>` exist)."""
     return bool(job_runs(db, name))
 
@@ -269,7 +260,7 @@ class RankReport:
         return asdict(self)
 
 
-def _load_job(h: Any, name: str) -> tuple[dict[int, Any], dict[int, Profile]]:
+def _load_job(h: ProfileDB, name: str) -> tuple[dict[int, RunRow], dict[int, Profile]]:
     rows = job_runs(h, name)
     profiles = {r: h.load_profile(row.name) for r, row in rows.items() if row.status == "ok"}
     return rows, profiles
@@ -389,8 +380,6 @@ def _job_totals(rep: RankReport, profiles: dict[int, Profile]) -> None:
                 )
     missing = [s.rank for s in stats if s.status == "missing"]
     if missing:
-        from .rank_view import rank_ranges
-
         rep.notes.append(
             f"{len(missing)} of {world} ranks are not in the DB: {rank_ranges(missing)} "
             "(merge their shards, or import their traces)"
@@ -416,7 +405,18 @@ def _sensor_key(s: RankStats, p: Profile | None) -> tuple[str, str, str]:
     return (s.host, s.power_source, gpu)
 
 
-def rank_report(db: Any, name: str) -> RankReport | None:
+def rank_ranges(ranks: list[int]) -> str:
+    """`2–127` or `0, 3–5`: sorted ranks as ranges."""
+    spans: list[list[int]] = []  # [first, last]
+    for r in sorted(ranks):
+        if spans and r == spans[-1][1] + 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in spans)
+
+
+def rank_report(db: DBArg, name: str) -> RankReport | None:
     """The multi-rank report of job `name`, or None when `name` has no `name/rank<r>` runs
     (a single-process run: use the ordinary report)."""
     with _handle(db) as h:

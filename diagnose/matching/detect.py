@@ -51,6 +51,7 @@ Rules, and the failure each prevents:
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 import numpy as np
 from scipy import special  # t/normal quantiles; scipy.stats costs 0.6 s more to import
@@ -320,44 +321,13 @@ def detect(
     threshold: float = DEFAULT_THRESHOLD,
 ) -> list[Finding]:
     """Findings for the flagged region pairs, ranked by energy saved (ids from 1)."""
-    fa = dict(match.anchors)
-    fb = {b: a for a, b in match.anchors}
-    for side, t, partner in match.identity:
-        (fa if side == "a" else fb)[t] = partner
-    sig_a: dict[int, Signature] = {}
-    sig_b: dict[int, Signature] = {}
-
-    def sa_(t: int) -> Signature:
-        if t not in sig_a:
-            sig_a[t] = signature(pa.tensors[t])
-        return sig_a[t]
-
-    def sb_(t: int) -> Signature:
-        if t not in sig_b:
-            sig_b[t] = signature(pb.tensors[t])
-        return sig_b[t]
-
-    def out_diff(rp: RegionPair) -> float:
-        worst = 0.0
-        pairs = [(t, fa[t]) for t in rp.a.outputs if t in fa]
-        pairs += [(fb[t], t) for t in rp.b.outputs if t in fb]
-        for a, b in dict.fromkeys(pairs):
-            worst = max(worst, output_rel_diff(sa_(a), sb_(b)))
-        return worst
-
-    folded: dict[tuple, list[RegionPair]] = defaultdict(list)
-    for rp in match.pairs:
-        key = (
-            tuple(pa.ops[o].name for o in rp.a.ops),
-            tuple(pb.ops[o].name for o in rp.b.ops),
-        )
-        folded[key].append(rp)
-
+    out_diff = _output_diff(pa, pb, match)
+    folded = _fold_by_op_names(pa, pb, match.pairs)
     e_run_a, e_run_b = run_energy_j(pa), run_energy_j(pb)
     samp_a, samp_b = run_samples(pa), run_samples(pb)
     between_sd = between_runs_log_sd(pa, pb, match.pairs)
     findings: list[Finding] = []
-    for group in folded.values():
+    for group in folded:
         ra = _union(pa, [rp.a for rp in group])
         rb = _union(pb, [rp.b for rp in group])
         ea, eb = ra.energy_j, rb.energy_j
@@ -398,6 +368,50 @@ def detect(
         )
         findings.append(f)
     return ranked(findings)
+
+
+def _output_diff(pa: Profile, pb: Profile, match: MatchResult) -> Callable[[RegionPair], float]:
+    """The worst relative difference between a region pair's matched outputs (signatures
+    computed once per tensor, shared by every pair)."""
+    fa = dict(match.anchors)
+    fb = {b: a for a, b in match.anchors}
+    for side, t, partner in match.identity:
+        (fa if side == "a" else fb)[t] = partner
+    sig_a: dict[int, Signature] = {}
+    sig_b: dict[int, Signature] = {}
+
+    def sa_(t: int) -> Signature:
+        if t not in sig_a:
+            sig_a[t] = signature(pa.tensors[t])
+        return sig_a[t]
+
+    def sb_(t: int) -> Signature:
+        if t not in sig_b:
+            sig_b[t] = signature(pb.tensors[t])
+        return sig_b[t]
+
+    def out_diff(rp: RegionPair) -> float:
+        worst = 0.0
+        pairs = [(t, fa[t]) for t in rp.a.outputs if t in fa]
+        pairs += [(fb[t], t) for t in rp.b.outputs if t in fb]
+        for a, b in dict.fromkeys(pairs):
+            worst = max(worst, output_rel_diff(sa_(a), sb_(b)))
+        return worst
+
+    return out_diff
+
+
+def _fold_by_op_names(pa: Profile, pb: Profile, pairs: list[RegionPair]) -> list[list[RegionPair]]:
+    """Region pairs with the same operator names on both sides, as one group each (in
+    first-seen order): one finding for a pattern repeated in every layer."""
+    folded: dict[tuple, list[RegionPair]] = defaultdict(list)
+    for rp in pairs:
+        key = (
+            tuple(pa.ops[o].name for o in rp.a.ops),
+            tuple(pb.ops[o].name for o in rp.b.ops),
+        )
+        folded[key].append(rp)
+    return list(folded.values())
 
 
 def verdict_of(t_wasteful_s: float, t_efficient_s: float, places: int, out_diff: float) -> str:

@@ -340,18 +340,3 @@ def _finding(
             f"make the Python at {where_w} do less (compare it with {where_e})"
         ),
     )
-
-
-def describe_interpreter(f: Finding) -> list[str]:
-    """Human lines for an interpreter finding (`magneton diff`)."""
-    rc = f.root_cause
-    lines = ["interpreter time: " + (rc.note if rc is not None and rc.note else "differs")]
-    if f.fix is not None and f.fix.summary:
-        lines.append("fix: " + f.fix.summary)
-    return lines
-
-
-def place_text(f: Finding, side: str) -> str:
-    """One side of an interpreter finding in a table cell: `python: a.py:12 f, …`."""
-    frames = f.frames_a if side == "a" else f.frames_b
-    return "python: " + (", ".join(frames) if frames else "(none)")

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from magneton.graphdb.model import Profile, Region, gc_paused
+from magneton.graphdb.model import OpRecord, Profile, Region, TensorRecord, gc_paused
 from magneton.graphdb.vocab import FREE_OPS
 
 from .equivalence import DEFAULT_TAU, TensorIndex, match_tensors, tolerance
@@ -156,17 +156,7 @@ def build_graph(p: Profile) -> RunGraph:
             if node_of[t] != op.idx:
                 _add_node(topo, preds, node_of[t], [op.idx])
 
-    # Final outputs: unconsumed data tensors whose producer has no consumed output.
-    final: list[int] = []
-    for op in ops:
-        outs = op.outputs
-        if len(outs) == 1:
-            if data_ops[op.idx] and not consumers[outs[0]]:
-                final.append(outs[0])
-        elif data_ops[op.idx] and outs and all(not consumers[t] for t in outs):
-            final.extend(outs)
-    if not final:
-        final = [t for t in range(n_t) if data_tensors[t] and not consumers[t]]
+    final = _final_outputs(ops, consumers, data_ops, data_tensors)
     if final:
         _add_node(topo, preds, SINK, list(dict.fromkeys(node_of[t] for t in final)))
     idom = _immediate_dominators(topo, preds)
@@ -176,11 +166,6 @@ def build_graph(p: Profile) -> RunGraph:
             children[d].append(v)
     tensor_at = {node_of[t]: t for t in range(n_t) if data_tensors[t]}
 
-    prods, outs = [t.producer for t in tensors], [t.out_index for t in tensors]
-    keyed = sorted(zip(prods, outs, range(n_t), strict=True))
-    order = [0] * n_t
-    for r, (_, _, t) in enumerate(keyed):
-        order[t] = r
     return RunGraph(
         profile=p,
         n_ops=n_ops,
@@ -191,13 +176,45 @@ def build_graph(p: Profile) -> RunGraph:
         roots=roots,
         fallback_roots=fallback,
         idom=idom,
-        order=order,
+        order=_tensor_order(tensors),
         nodes=1 + len(preds),
         node_of=node_of,
         tensor_at=tensor_at,
         children=children,
         final_set=frozenset(final),
     )
+
+
+def _final_outputs(
+    ops: list[OpRecord],
+    consumers: list[list[int]],
+    data_ops: list[bool],
+    data_tensors: list[bool],
+) -> list[int]:
+    """Final outputs: unconsumed data tensors whose producer has no consumed output (any
+    unconsumed data tensor when no producer qualifies)."""
+    final: list[int] = []
+    for op in ops:
+        outs = op.outputs
+        if len(outs) == 1:
+            if data_ops[op.idx] and not consumers[outs[0]]:
+                final.append(outs[0])
+        elif data_ops[op.idx] and outs and all(not consumers[t] for t in outs):
+            final.extend(outs)
+    if not final:
+        final = [t for t in range(len(data_tensors)) if data_tensors[t] and not consumers[t]]
+    return final
+
+
+def _tensor_order(tensors: list[TensorRecord]) -> list[int]:
+    """Each tensor's rank by (producer, out_index, idx)."""
+    n_t = len(tensors)
+    prods, outs = [t.producer for t in tensors], [t.out_index for t in tensors]
+    keyed = sorted(zip(prods, outs, range(n_t), strict=True))
+    order = [0] * n_t
+    for r, (_, _, t) in enumerate(keyed):
+        order[t] = r
+    return order
 
 
 def _add_node(topo: list[int], preds: dict[int, list[int]], v: int, into: list[int]) -> None:

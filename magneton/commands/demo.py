@@ -90,17 +90,17 @@ def run(args: argparse.Namespace) -> int:
             return rc
     # the diff runs here rather than through the CLI so the hint below can name a
     # finding worth patching (finding 1 is the largest difference, which may be noise)
-    from magneton.commands.diff import diff_progress, print_diagnosis, print_result
-    from magneton.diagnose.cause.grouping import group_by_cause
+    from magneton.commands.diff import diff_progress
     from magneton.diagnose.pipeline import run_diff, store_outcome
     from magneton.graphdb import open_db
+    from magneton.render.diff import print_diagnosis, print_result
 
     console.rule(f"[bold]magneton diff --db {escape(db)} a b")
     with open_db(db, create=False) as pdb, diff_progress() as progress:
         out = run_diff(pdb, "a", "b", progress=progress)
         store_outcome(pdb, out)
     result = out.result
-    groups = group_by_cause(result.findings)
+    groups = result.groups
     print_result(result, groups)
     print_diagnosis(result, groups)
     act = [g.lead for g in groups if g.lead.verdict != "noise"]

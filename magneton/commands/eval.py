@@ -39,8 +39,12 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from magneton.graphdb.model import Finding, MagnetonError, RootCause
+
+if TYPE_CHECKING:
+    from magneton.graphdb.db import ProfileDB
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -184,7 +188,7 @@ def record(target: list[str], db: str, run: str, args: list[str]) -> None:
         raise MagnetonError(f"recording {run} failed: {msg}")
 
 
-def relevant_finding(result, db, region_ops: list[str]):
+def relevant_finding(result, db: ProfileDB, region_ops: list[str]):
     """The finding whose regions contain one of `region_ops` (largest saving first)."""
     from magneton.diagnose.cause.rootcause import side_facts
 

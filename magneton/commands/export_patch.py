@@ -35,9 +35,13 @@ import contextlib
 import os
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 from magneton.diagnose.fix.apply import _git_toplevel, git_apply_command
 from magneton.graphdb.model import Fix, MagnetonError
+
+if TYPE_CHECKING:
+    from magneton.graphdb.db import ProfileDB
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _recorded_sources(db, a: str, b: str) -> tuple[list[str], set[str]]:
+def _recorded_sources(db: ProfileDB, a: str, b: str) -> tuple[list[str], set[str]]:
     """The scripts that runs (or jobs) A and B recorded, and every file their recordings
     read (the scripts and the files of their recorded Python frames), as real paths."""
     names = [
@@ -84,7 +88,7 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def confine(db, a: str, b: str, fix: Fix) -> str:
+def confine(db: ProfileDB, a: str, b: str, fix: Fix) -> str:
     """The file `--apply` may change for `fix` (a real path), or MagnetonError saying why
     the patch is refused (module docstring)."""
     scripts, read = _recorded_sources(db, a, b)
@@ -127,7 +131,7 @@ def _patch_touches(patch_file: str, cwd: str) -> list[str]:
     return [line for line in res.stdout.splitlines() if line.strip()]
 
 
-def find_finding(db, a: str, b: str, fid: int, rerun: bool):
+def find_finding(db: ProfileDB, a: str, b: str, fid: int, rerun: bool):
     from magneton.diagnose.cause.rootcause import store_diagnosis
     from magneton.diagnose.pipeline import diagnose_findings, is_job, run_diff, store_outcome
     from magneton.graphdb.matches import load_diff

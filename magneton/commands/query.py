@@ -2,7 +2,7 @@
 profile DB.
 
 The DB is opened read-only and write clauses (and `LOAD FROM`, which reads other files)
-are refused before running (see graphdb/db.py), so a query can never change recorded
+are refused before running (see graphdb/guard.py), so a query can never change recorded
 runs. The query runs in a child process that streams its rows (graphdb/contained.py): an
 engine crash is one line and exit 1, a huge result is cut at `--limit` rows (said on
 stderr), and `--json`/`--csv` print rows as they arrive. The schema and example queries

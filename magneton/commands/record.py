@@ -115,7 +115,7 @@ def _print_spread(profile) -> None:
     """The run's repeatability (± CV over timed iterations), and what to do when unstable."""
     from rich.console import Console
 
-    from magneton.commands.report import spread_line
+    from magneton.render.report import spread_line
 
     line = spread_line(profile)
     if line:

@@ -1,5 +1,7 @@
-"""`print_rank_report`: the multi-rank report of a job as two rich tables (the numbers
-come from ranks.py; this module only presents them)."""
+"""`print_rank_report`: the multi-rank report of a job (`magneton report JOB`) as a job
+line and two rich tables. The numbers come from diagnose/jobs/ranks.py; this module only
+presents them. Two narrow tables rather than one of 14 columns: both fit an 80-column
+terminal."""
 
 from __future__ import annotations
 
@@ -7,28 +9,38 @@ from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
+from magneton.diagnose.jobs.ranks import rank_ranges
 from magneton.graphdb.wording import energy_wording
 
 if TYPE_CHECKING:
-    from .ranks import RankReport
-
-
-def rank_ranges(ranks: list[int]) -> str:
-    """`2–127` or `0, 3–5`: sorted ranks as ranges."""
-    spans: list[list[int]] = []  # [first, last]
-    for r in sorted(ranks):
-        if spans and r == spans[-1][1] + 1:
-            spans[-1][1] = r
-        else:
-            spans.append([r, r])
-    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in spans)
+    from magneton.diagnose.jobs.ranks import RankReport
 
 
 def print_rank_report(rep: RankReport, console: Any = None) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     console = console or Console()
+    _print_job_line(rep, console)
+
+    t, c = _rank_tables(rep)
+    console.print(t)
+    console.print(
+        "busy = own work (CPU time on CPU ranks); blocked = time the rank used no CPU (wall - "
+        "CPU time, measured); tail = idle until the slowest rank finished, priced at the "
+        "idle baseline (estimated)"
+    )
+    console.print(c)
+    console.print(
+        "ms/J = the collective operators' windows and energy; waited = time in work.wait() "
+        "of collectives waited on at once (measured); busy-wait = CPU time burned in it, the "
+        "rest blocked; peer wait = part of it until the last peer arrived (estimated)"
+    )
+    for n in rep.notes:
+        console.print(f"note: {escape(n)}")
+
+
+def _print_job_line(rep: RankReport, console: Any) -> None:
+    """The job's totals, and its imbalance when the ranks' busy times are known."""
     how = (
         energy_wording(", ".join(rep.energy_methods), ", ".join(rep.power_sources))
         if rep.energy_methods
@@ -47,8 +59,14 @@ def print_rank_report(rep: RankReport, console: Any = None) -> None:
             f"{work}; most work: rank {rep.busiest_rank}; peer wait: {rep.wait_method}"
         )
 
-    def ms(x: float | None) -> str:
-        return "" if x is None else f"{x * 1e3:.1f}"
+
+def _ms(x: float | None) -> str:
+    return "" if x is None else f"{x * 1e3:.1f}"
+
+
+def _rank_tables(rep: RankReport) -> tuple[Any, Any]:
+    """(time and energy per rank, collectives per rank) as rich tables."""
+    from rich.table import Table
 
     # two narrow tables rather than one of 14 columns: both fit an 80-column terminal
     t = Table(title=f"ranks of '{escape(rep.name)}': time and energy per entry call")
@@ -75,34 +93,21 @@ def print_rank_report(rep: RankReport, console: Any = None) -> None:
         t.add_row(
             str(s.rank),
             "ok",
-            ms(s.time_s),
+            _ms(s.time_s),
             f"{s.energy_j:.3g}",
-            ms(s.busy_s),
-            ms(s.blocked_s),
-            ms(s.idle_tail_s),
+            _ms(s.busy_s),
+            _ms(s.blocked_s),
+            _ms(s.idle_tail_s),
             f"{s.idle_tail_energy_j:.3g}",
         )
         c.add_row(
             str(s.rank),
             str(s.collective_count),
-            ms(s.collective_time_s),
+            _ms(s.collective_time_s),
             f"{s.collective_energy_j:.3g}",
-            ms(s.wait_s),
-            ms(s.busy_wait_s),
-            ms(s.peer_wait_s),
+            _ms(s.wait_s),
+            _ms(s.busy_wait_s),
+            _ms(s.peer_wait_s),
         )
     flush_missing()
-    console.print(t)
-    console.print(
-        "busy = own work (CPU time on CPU ranks); blocked = time the rank used no CPU (wall - "
-        "CPU time, measured); tail = idle until the slowest rank finished, priced at the "
-        "idle baseline (estimated)"
-    )
-    console.print(c)
-    console.print(
-        "ms/J = the collective operators' windows and energy; waited = time in work.wait() "
-        "of collectives waited on at once (measured); busy-wait = CPU time burned in it, the "
-        "rest blocked; peer wait = part of it until the last peer arrived (estimated)"
-    )
-    for n in rep.notes:
-        console.print(f"note: {escape(n)}")
+    return t, c
