@@ -352,6 +352,11 @@ def _matmul_work(c: _Call) -> WorkCount | None:
     ins, base = c.ins, c.base
     if base in ("mm", "matmul", "bmm", "dot", "vdot", "mv", "inner") and len(ins) >= 2:
         return WorkCount(_matmul_flops(ins[0], ins[1], c.out0), c.nbytes, True)
+    if base == "dot_general" and len(ins) >= 2:
+        # JAX's contraction (tracer/frameworks/jax_program.py writes the contracted size)
+        m = re.search(r"contract_size=(\d+)", c.scalar_args)
+        k = int(m.group(1)) if m else 1
+        return WorkCount(2.0 * c.n_out * k, c.nbytes, True)
     if base in ("addmm", "baddbmm", "addbmm", "addmv", "addr") and len(ins) >= 3:
         flops = _matmul_flops(ins[1], ins[2], c.out0) + c.n_out  # + beta·self
         return WorkCount(flops, c.nbytes, True)

@@ -564,6 +564,11 @@ def record_script(
     script = str(Path(script).resolve())
     if not os.path.isfile(script):
         raise MagnetonError(f"no such script: {script}")
+    from magneton.tracer.frameworks import detect_framework, require
+
+    framework = detect_framework(script)
+    if framework != "torch":
+        require(framework)  # before anything is opened: one line naming the extra
     with _opened(db) as handle:  # a writable open: fails now, not after the workload
         if handle.has_run(run) and not opts.replace:
             raise MagnetonError(
@@ -595,6 +600,10 @@ def record_script(
                 raise MagnetonError(f"{script} has no function '{setup}' (use --setup NAME)")
             phases.phase(f"{setup}() (not measured)")
             args = _as_args(setup_fn()) if callable(setup_fn) else ()
+            if framework != "torch":
+                return _record_framework(
+                    framework, entry_fn, args, run, db, opts, script, entry, setup_fn, phases
+                )
             return record_callable(
                 entry_fn,
                 args,
@@ -628,6 +637,34 @@ def record_script(
         raise _workload_raised(e, script, info, db, opts.replace) from None
     finally:
         sys.argv = old_argv
+
+
+def _record_framework(
+    framework: str,
+    entry_fn: Callable,
+    args: tuple,
+    run: str,
+    db: Any,
+    opts: RecordOptions,
+    script: str,
+    entry: str,
+    setup_fn: Any,
+    phases: Phases,
+) -> Profile:
+    """Record a JAX or TensorFlow entry (tracer/frameworks/) in place of the PyTorch path."""
+    from magneton.tracer.frameworks.base import program_for, record_traced
+
+    program = program_for(framework, entry_fn, args)
+    return record_traced(
+        program,
+        run=run,
+        db=db,
+        options=opts,
+        script=script,
+        entry=entry,
+        setup=getattr(setup_fn, "__name__", "") if callable(setup_fn) else "",
+        phases=phases,
+    )
 
 
 def _workload_raised(

@@ -141,6 +141,12 @@ def _json(profile, rows, tree, by, flatten_tree) -> dict:
         out[key] = [x.to_json() for x in rows]
     if profile.energy.model is not None:
         out["model"] = profile.energy.model
+    if "fused.energy_j" in profile.config:  # a JAX/TensorFlow run (tracer/frameworks)
+        cfg = profile.config
+        out["framework"] = cfg.get("framework", "")
+        out["fused"] = {
+            k.removeprefix("fused."): cfg[k] for k in sorted(cfg) if k.startswith("fused.")
+        }
     gaps = sum(len(s.gaps) for s in profile.power)
     if gaps:
         out["sensor_gaps"] = gaps
@@ -286,6 +292,11 @@ def _print(profile, rows, tree, args) -> None:
                 "between iterations)"
             )
     console.print(f"energy: {method_line(profile)}")
+    from magneton.tracer.frameworks.base import fused_line
+
+    fused = fused_line(profile)  # a JAX/TensorFlow run: its fused cost (tracer/frameworks)
+    if fused:
+        console.print(fused)
     line = spread_line(profile)
     if line:
         console.print(line)
