@@ -652,19 +652,23 @@ def _record_framework(
     phases: Phases,
 ) -> Profile:
     """Record a JAX or TensorFlow entry (tracer/frameworks/) in place of the PyTorch path."""
-    from magneton.tracer.frameworks.base import program_for, record_traced
+    from magneton.tracer.frameworks import program_for
+    from magneton.tracer.frameworks.base import record_traced
 
     program = program_for(framework, entry_fn, args)
-    return record_traced(
+    profile = record_traced(
         program,
         run=run,
-        db=db,
         options=opts,
         script=script,
         entry=entry,
         setup=getattr(setup_fn, "__name__", "") if callable(setup_fn) else "",
         phases=phases,
     )
+    if db is not None:
+        phases.phase("writing to the DB")
+        save(profile, db, replace=opts.replace)
+    return profile
 
 
 def _workload_raised(

@@ -75,7 +75,7 @@ def _prepare(spec: dict) -> tuple[Any, bool, bool]:
 
     framework = detect_framework(script)
     if framework != "torch":
-        from magneton.tracer.frameworks.base import program_for
+        from magneton.tracer.frameworks import program_for
 
         program = program_for(framework, entry_fn, args)
         for _ in range(int(spec.get("warmup", 1)) + 1):

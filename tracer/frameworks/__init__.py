@@ -10,6 +10,23 @@ own `ModuleNotFoundError` reported as a failure of the workload.
 
 from __future__ import annotations
 
-from .base import FRAMEWORKS, detect_framework, require
+from collections.abc import Callable
 
-__all__ = ["FRAMEWORKS", "detect_framework", "require"]
+from magneton.graphdb.model import MagnetonError
+
+from .base import FRAMEWORKS, TracedProgram, detect_framework, require
+
+__all__ = ["FRAMEWORKS", "TracedProgram", "detect_framework", "program_for", "require"]
+
+
+def program_for(framework: str, fn: Callable, args: tuple) -> TracedProgram:
+    """The `TracedProgram` of FRAMEWORK ("jax" or "tf") for `fn(*args)`."""
+    if framework == "jax":
+        from .jax_program import JaxProgram
+
+        return JaxProgram(fn, args)
+    if framework == "tf":
+        from .tf_program import TfProgram
+
+        return TfProgram(fn, args)
+    raise MagnetonError(f"no recorder for framework {framework!r}")

@@ -66,7 +66,7 @@ _NAMES = {"jax": "JAX", "tf": "TensorFlow"}
 
 
 def detect_framework(script: str | Path) -> str:
-    """"torch", "jax" or "tf": the framework SCRIPT's top-level imports name.
+    """ "torch", "jax" or "tf": the framework SCRIPT's top-level imports name.
 
     Only the imports are read (no code runs). A script that imports torch is a PyTorch
     program whatever else it imports (it may use NumPy-producing helpers of another
@@ -301,6 +301,19 @@ def _until_stable(
             gc.enable()
 
 
+def _end_to_end(cpu: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """CPU windows laid end to end. Between two replayed operators the CPU runs the
+    replay's own walker, not the program: priced as interpreter time (tracer/energy.py
+    charges CPU time between operators to the next one's Python) it became a finding of
+    "Python in main" that the program does not have."""
+    out: list[tuple[int, int]] = []
+    t = cpu[0][0] if cpu else 0
+    for a, b in cpu:
+        out.append((t, t + (b - a)))
+        t += b - a
+    return out
+
+
 def _replay_pass(
     program: TracedProgram, floor: int, cap: int, cpu_clock: bool, step: Callable[[], None]
 ) -> ReplayPass:
@@ -313,7 +326,7 @@ def _replay_pass(
         wins = program.replay()
         w1, c1 = time.perf_counter_ns(), time.process_time_ns()
         rp.iterations.append([(n, a, b) for n, a, b, _, _ in wins])
-        rp.cpu_windows.append([(ca, cb) for _, _, _, ca, cb in wins])
+        rp.cpu_windows.append(_end_to_end([(ca, cb) for _, _, _, ca, cb in wins]))
         step()
         wall = (w1 - w0) / 1e9
         return wall, (c1 - c0) / 1e9 if cpu_clock else wall
@@ -324,9 +337,13 @@ def _replay_pass(
     return rp
 
 
-def _fused_timing(program: TracedProgram, session: Any, profile: Profile, floor: int) -> FusedTiming:
-    """Time the program as it runs (see module docstring for how it is priced)."""
+def _fused_timing(
+    program: TracedProgram, session: Any, profile: Profile, floor: int
+) -> FusedTiming:
+    """Time the program as it runs (see module docstring for how it is priced): the
+    timing pass's stop rule, within a second (a fused call is short)."""
     from magneton.tracer.power.model import dominant_dtype
+    from magneton.tracer.timing import MAX_ITERATIONS
 
     def once() -> tuple[float, float]:
         w0, c0 = time.perf_counter_ns(), time.process_time_ns()
@@ -338,7 +355,7 @@ def _fused_timing(program: TracedProgram, session: Any, profile: Profile, floor:
         session.start()
     a_ns = time.perf_counter_ns()
     try:
-        walls, cpus, reason = _until_stable(once, max(3, floor), 50, 2.0)
+        walls, cpus, reason = _until_stable(once, max(3, floor), MAX_ITERATIONS, 1.0)
     finally:
         b_ns = time.perf_counter_ns()
         if live:
@@ -376,7 +393,6 @@ def record_traced(
     program: TracedProgram,
     *,
     run: str,
-    db: Any,
     options: Any,
     script: str,
     entry: str,
@@ -384,10 +400,9 @@ def record_traced(
     phases: Any,
 ) -> Profile:
     """Record PROGRAM as run RUN (the sequence of `record.record_callable`, with the unfused
-    replay as its timing pass and the fused program timed after it)."""
+    replay as its timing pass and the fused program timed after it); the caller saves it."""
     from magneton.tracer.config import sha256_file
     from magneton.tracer.energy import EnergySession
-    from magneton.tracer.record import save
     from magneton.tracer.timing import MAX_ITERATIONS
 
     opts = options
@@ -441,7 +456,7 @@ def record_traced(
     finally:
         session.stop()
     phases.phase("attributing energy")
-    session.timing = rp
+    session.timing = rp  # type: ignore[assignment]  # a TimingPass's fields, by duck typing
     info.repeat = len(rp.walls_s)
     info.timing = "separate" if _merge(profile, rp) else "combined"
     info.time_s = sum(rp.walls_s) / len(rp.walls_s)
@@ -469,23 +484,7 @@ def record_traced(
         cfg["overhead.structure_over_fused"] = repr(structure_s / fused.wall_s)
         cfg["overhead.replay_over_fused"] = repr(info.time_s / fused.wall_s)
     info.status = "ok"
-    if db is not None:
-        phases.phase("writing to the DB")
-        save(profile, db, replace=opts.replace)
     return profile
-
-
-def program_for(framework: str, fn: Callable, args: tuple) -> TracedProgram:
-    """The `TracedProgram` of FRAMEWORK ("jax" or "tf") for `fn(*args)`."""
-    if framework == "jax":
-        from .jax_program import JaxProgram
-
-        return JaxProgram(fn, args)
-    if framework == "tf":
-        from .tf_program import TfProgram
-
-        return TfProgram(fn, args)
-    raise MagnetonError(f"no recorder for framework {framework!r}")
 
 
 def fused_line(profile: Profile) -> str:

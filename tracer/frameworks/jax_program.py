@@ -206,9 +206,7 @@ class _Walker:
         if not n_y:
             return carry
         if length == 0:
-            return carry + [
-                jnp.zeros(v.aval.shape, v.aval.dtype) for v in eqn.outvars[ncarry:]
-            ]
+            return carry + [jnp.zeros(v.aval.shape, v.aval.dtype) for v in eqn.outvars[ncarry:]]
         flat = [y for it in ys for y in it]
         step = _Step(
             name="scan_stack",
@@ -228,12 +226,13 @@ class _Walker:
             cj, bj = p["cond_jaxpr"], p["body_jaxpr"]
             cn, bn = p["cond_nconsts"], p["body_nconsts"]
             cc, bc, carry = invals[:cn], invals[cn : cn + bn], invals[cn + bn :]
+            cond_fn, body_fn = jcore.jaxpr_as_fun(cj), jcore.jaxpr_as_fun(bj)
             trips = 0
             while trips <= MAX_WHILE_TRIPS:
-                (pred,) = jcore.eval_jaxpr(cj.jaxpr, cj.consts, *cc, *carry)
+                (pred,) = cond_fn(*cc, *carry)
                 if not bool(pred):
                     break
-                carry = jcore.eval_jaxpr(bj.jaxpr, bj.consts, *bc, *carry)
+                carry = list(body_fn(*bc, *carry))
                 trips += 1
             self.trips[key] = trips <= MAX_WHILE_TRIPS
         return self.trips[key]
@@ -262,6 +261,8 @@ def _api_name(file: str, function: str) -> str:
     if "/jax/_src/" not in norm:
         mod = os.path.splitext(os.path.basename(norm))[0]
         return f"{mod}.{function}"
+    if function.startswith("_operator_"):  # array_methods' `x @ y`: jax.Array.__matmul__
+        function = f"__{function.removeprefix('_operator_')}__"
     rel = norm.split("/jax/_src/", 1)[1].removesuffix(".py").split("/")
     if rel[0] == "numpy":
         prefix = "jax.Array" if rel[-1] == "array_methods" else "jnp"
@@ -353,9 +354,9 @@ class JaxProgram(TracedProgram):
                 return got[1]
             return register(arr, TensorRecord(idx=-1, kind="constant"))
 
-        for name, leaf in zip(self.names, self.leaves, strict=True):
-            if id(leaf) not in live:
-                register(leaf, TensorRecord(idx=-1, kind="input", name=name))
+        for name, arg in zip(self.names, self.leaves, strict=True):
+            if id(arg) not in live:
+                register(arg, TensorRecord(idx=-1, kind="input", name=name))
         for c in self.closed.consts:
             if hasattr(c, "shape") and id(c) not in live:
                 register(c, TensorRecord(idx=-1, kind="constant"))
@@ -420,7 +421,8 @@ class JaxProgram(TracedProgram):
             if fn.startswith(self._self_dirs):
                 break  # the recorder's own frames: everything above is not the program's
             if fn.startswith(self._jax_dir) or "/jaxlib/" in fn:
-                if not user and not fn.endswith(_WRAPPERS):
+                wrapper = fn.endswith(_WRAPPERS) or f.function_name.startswith("_forward_")
+                if not user and not wrapper:
                     lib.append(f)
                 continue
             user.append(f)
