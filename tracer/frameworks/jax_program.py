@@ -293,7 +293,8 @@ class JaxProgram(TracedProgram):
         try:
             self.closed = jax.make_jaxpr(self._flat_fn)(*self.leaves)
         except Exception as e:  # a program JAX cannot trace: say so in one line
-            raise MagnetonError(f"cannot trace the entry with jax.make_jaxpr: {e}") from e
+            msg = " ".join(str(e).split())[:300]
+            raise MagnetonError(f"cannot trace the entry with jax.make_jaxpr: {msg}") from e
         self.trips: dict[int, bool] = {}
         code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
         self.entry_code = (code.co_filename, code.co_name) if code is not None else None

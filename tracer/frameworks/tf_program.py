@@ -71,7 +71,8 @@ class TfProgram(TracedProgram):
         try:
             self.cf = self.fn.get_concrete_function(*args, **self.kwargs)
         except Exception as e:  # a program TensorFlow cannot trace: one line
-            raise MagnetonError(f"cannot trace the entry with tf.function: {e}") from e
+            msg = " ".join(str(e).split())[:300]
+            raise MagnetonError(f"cannot trace the entry with tf.function: {msg}") from e
         self.graph = self.cf.graph
         flat = tf.nest.flatten((args, self.kwargs), expand_composites=False)
         feeds = [a.handle if isinstance(a, tf.Variable) else a for a in flat]

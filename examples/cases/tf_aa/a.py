@@ -12,7 +12,7 @@ B, D, H = 64, 128, 256
 def setup():
     rng = np.random.default_rng(0)
     x = tf.constant(rng.standard_normal((B, D), dtype=np.float32))
-    w = tf.Variable(rng.standard_normal((D, H), dtype=np.float32) / np.sqrt(D))
+    w = tf.Variable((rng.standard_normal((D, H)) / np.sqrt(D)).astype(np.float32))
     b = tf.constant(np.zeros(H, np.float32))
     return x, w, b
 
