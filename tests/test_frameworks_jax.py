@@ -219,3 +219,24 @@ def test_framework_is_detected_from_the_imports(tmp_path):
         f = tmp_path / f"s{i}.py"
         f.write_text(src)
         assert detect_framework(f) == want, src
+
+
+def test_tui_energy_view_shows_the_jax_run(db):
+    """The TUI reads a JAX run like any other: its operator table and its modules."""
+    from test_tui import _app, cells, run_app, wait_for
+
+    from magneton.tui.energy_screen import EnergyScreen
+
+    app = _app(db)
+
+    async def scenario(pilot) -> None:
+        await pilot.press("v")  # the highlighted run
+        screen = app.screen
+        assert isinstance(screen, EnergyScreen)
+        table = screen.query_one("#op-table")
+        await wait_for(pilot, lambda: table.row_count > 0, 30, "the operator table")
+        assert any(r[0].startswith("jax::") for r in cells(table))
+        await pilot.press("m")
+        await wait_for(pilot, lambda: "main" in [r[0] for r in cells(table)], 30, "by module")
+
+    run_app(app, scenario)

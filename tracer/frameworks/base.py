@@ -66,13 +66,12 @@ _NAMES = {"jax": "JAX", "tf": "TensorFlow"}
 
 
 def detect_framework(script: str | Path) -> str:
-    """ "torch", "jax" or "tf": the framework SCRIPT's top-level imports name.
+    """'torch', 'jax' or 'tf': the framework SCRIPT's imports name (anywhere in it).
 
     Only the imports are read (no code runs). A script that imports torch is a PyTorch
     program whatever else it imports (it may use NumPy-producing helpers of another
     framework); one that imports JAX or TensorFlow and not torch is recorded by that
-    framework's recorder. A script that imports both JAX and TensorFlow and not torch is
-    refused by the caller's recorder choice, JAX first (its names are checked first)."""
+    framework's recorder (JAX where it imports both: its names are checked first)."""
     try:
         tree = ast.parse(Path(script).read_text(encoding="utf-8", errors="replace"))
     except (OSError, SyntaxError):
