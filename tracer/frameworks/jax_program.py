@@ -81,9 +81,12 @@ class _Step:
     literal: list[bool]  # per input: a literal (scalar argument), not a tensor
     params: str
     source_info: Any
+    # the frames of the equations this one is nested in (innermost first): a jaxpr traced
+    # by an inner `jit` records only the frames below that jit's function
+    outer: tuple = ()
 
 
-def _eqn_step(eqn: Any, literal_cls: type) -> _Step:
+def _eqn_step(eqn: Any, literal_cls: type, outer: tuple = ()) -> _Step:
     prim = eqn.primitive
     bind_params = prim.get_bind_params(eqn.params)
     ctx = getattr(eqn, "ctx", None)
@@ -102,6 +105,7 @@ def _eqn_step(eqn: Any, literal_cls: type) -> _Step:
         literal=[isinstance(v, literal_cls) for v in eqn.invars],
         params=_params_text(eqn),
         source_info=eqn.source_info,
+        outer=outer,
     )
 
 
@@ -136,7 +140,7 @@ class _Walker:
     def run(self, closed: Any, args: list) -> list:
         return self._eval(closed.jaxpr, list(closed.consts), args, ())
 
-    def _eval(self, jaxpr: Any, consts: list, args: list, path: tuple) -> list:
+    def _eval(self, jaxpr: Any, consts: list, args: list, path: tuple, outer: tuple = ()) -> list:
         env: dict[Any, Any] = {}
         for v, c in zip(jaxpr.constvars, consts, strict=True):
             env[v] = c
@@ -149,34 +153,37 @@ class _Walker:
         for eqn in jaxpr.eqns:
             invals = [read(v) for v in eqn.invars]
             here = path + tuple(s for s in str(eqn.source_info.name_stack).split("/") if s)
-            outs = self._eqn(eqn, invals, here)
+            outs = self._eqn(eqn, invals, here, outer)
             for v, o in zip(eqn.outvars, outs, strict=True):
                 env[v] = o
         return [read(v) for v in jaxpr.outvars]
 
-    def _eqn(self, eqn: Any, invals: list, path: tuple) -> list:
+    def _eqn(self, eqn: Any, invals: list, path: tuple, outer: tuple) -> list:
         name = eqn.primitive.name
         p = eqn.params
+        tb = getattr(eqn.source_info, "traceback", None)
+        inner = tuple(getattr(tb, "frames", ()) or ()) + outer  # for nested equations
         if name in _INLINED or name in _CUSTOM:
             sub = p.get("jaxpr") if "jaxpr" in p else p.get("call_jaxpr")
             if sub is not None and hasattr(sub, "consts"):
                 label = p.get("name") or _func_name(sub) or name
                 self.kinds.setdefault(path_name(path + (str(label),)), name)
-                return self._eval(sub.jaxpr, list(sub.consts), invals, path + (str(label),))
+                sub_path = path + (str(label),)
+                return self._eval(sub.jaxpr, list(sub.consts), invals, sub_path, inner)
             if sub is not None and hasattr(sub, "eqns"):
-                return self._eval(sub, [], invals, path + (name,))
+                return self._eval(sub, [], invals, path + (name,), inner)
         if name == "cond":
             branches = p["branches"]
             index = int(np.clip(int(np.asarray(invals[0])), 0, len(branches) - 1))
             br = branches[index]
-            return self._eval(br.jaxpr, list(br.consts), invals[1:], path + ("cond",))
+            return self._eval(br.jaxpr, list(br.consts), invals[1:], path + ("cond",), inner)
         if name == "scan" and p["length"] * len(p["jaxpr"].jaxpr.eqns) <= MAX_UNROLLED_EQNS:
-            return self._scan(eqn, invals, path)
+            return self._scan(eqn, invals, path, inner)
         if name == "while" and self._while_unrolled(eqn, invals):
-            return self._while(eqn, invals, path)
-        return self.leaf(_eqn_step(eqn, self.literal_cls), invals, path)
+            return self._while(eqn, invals, path, inner)
+        return self.leaf(_eqn_step(eqn, self.literal_cls, outer), invals, path)
 
-    def _scan(self, eqn: Any, invals: list, path: tuple) -> list:
+    def _scan(self, eqn: Any, invals: list, path: tuple, outer: tuple) -> list:
         p = eqn.params
         nc, ncarry, length = p["num_consts"], p["num_carry"], p["length"]
         body = p["jaxpr"]
@@ -195,9 +202,10 @@ class _Walker:
                     literal=[False] * len(xs),
                     params=f"index={i}",
                     source_info=eqn.source_info,
+                    outer=outer[len(_frames_of(eqn)) :],
                 )
                 x_i = self.leaf(step, list(xs), here)
-            out = self._eval(body.jaxpr, list(body.consts), consts + carry + x_i, here)
+            out = self._eval(body.jaxpr, list(body.consts), consts + carry + x_i, here, outer)
             carry, y = out[:ncarry], out[ncarry:]
             ys.append(y)
         if p["reverse"]:
@@ -214,6 +222,7 @@ class _Walker:
             literal=[False] * len(flat),
             params=f"length={length}",
             source_info=eqn.source_info,
+            outer=outer[len(_frames_of(eqn)) :],
         )
         return carry + self.leaf(step, flat, here)
 
@@ -237,16 +246,23 @@ class _Walker:
             self.trips[key] = trips <= MAX_WHILE_TRIPS
         return self.trips[key]
 
-    def _while(self, eqn: Any, invals: list, path: tuple) -> list:
+    def _while(self, eqn: Any, invals: list, path: tuple, outer: tuple) -> list:
         p = eqn.params
         cj, bj = p["cond_jaxpr"], p["body_jaxpr"]
         cn, bn = p["cond_nconsts"], p["body_nconsts"]
         cc, bc, carry = invals[:cn], invals[cn : cn + bn], invals[cn + bn :]
         while True:
-            (pred,) = self._eval(cj.jaxpr, list(cj.consts), cc + carry, path + ("while_cond",))
+            here = path + ("while_cond",)
+            (pred,) = self._eval(cj.jaxpr, list(cj.consts), cc + carry, here, outer)
             if not bool(np.asarray(pred)):
                 return carry
-            carry = self._eval(bj.jaxpr, list(bj.consts), bc + carry, path + ("while_body",))
+            here = path + ("while_body",)
+            carry = self._eval(bj.jaxpr, list(bj.consts), bc + carry, here, outer)
+
+
+def _frames_of(eqn: Any) -> tuple:
+    tb = getattr(eqn.source_info, "traceback", None)
+    return tuple(getattr(tb, "frames", ()) or ())
 
 
 def _func_name(closed: Any) -> str:
@@ -368,7 +384,7 @@ class JaxProgram(TracedProgram):
             scalars = [v for v, lit in zip(invals, step.literal, strict=True) if lit]
             inputs = [lookup(v) for v in tensors]
             arrays = [np.asarray(v) for v in tensors]
-            frame_ids, api, chain = self._frames(step.source_info, frames)
+            frame_ids, api, chain = self._frames(step.source_info, step.outer, frames)
             scalar_text = ", ".join(f"literal={np.asarray(s).item()!r}" for s in scalars)
             module = path_name(path)
             for k in range(1, len(path) + 1):
@@ -411,10 +427,12 @@ class JaxProgram(TracedProgram):
         st.modules = module_records(st.ops, kinds)
         return st
 
-    def _frames(self, source_info: Any, table: FrameTable) -> tuple[list[int], str, list[str]]:
+    def _frames(
+        self, source_info: Any, outer: tuple, table: FrameTable
+    ) -> tuple[list[int], str, list[str]]:
         """(frame ids entry first, the API the user called, the library chain under it)."""
         tb = getattr(source_info, "traceback", None)
-        raw = list(getattr(tb, "frames", []) or [])  # innermost first
+        raw = list(getattr(tb, "frames", []) or []) + list(outer)  # innermost first
         user: list[Any] = []
         lib: list[Any] = []
         for f in raw:
