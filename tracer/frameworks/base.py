@@ -400,7 +400,7 @@ def record_traced(
 ) -> Profile:
     """Record PROGRAM as run RUN (the sequence of `record.record_callable`, with the unfused
     replay as its timing pass and the fused program timed after it); the caller saves it."""
-    from magneton.tracer.config import sha256_file
+    from magneton.tracer.config import sha256_file, snapshot
     from magneton.tracer.energy import EnergySession
     from magneton.tracer.timing import MAX_ITERATIONS
 
@@ -439,7 +439,10 @@ def record_traced(
         modules=st.modules,
         frames=st.frames,
         kernels=st.kernels,
-        config={},
+        # the same settings snapshot a PyTorch run has (env, device, script hash, torch's
+        # flags as this process has them): a diff against a PyTorch run compares settings
+        # both sides have, and re-runs get the recorded environment
+        config=snapshot(script),
     )
     cpu_clock = session.prices_cpu_time(sync=False)
     session.start()
@@ -466,7 +469,6 @@ def record_traced(
     cfg = profile.config
     cfg.update(program.config())
     cfg["framework"] = program.framework
-    cfg["script.sha256"] = info.script_sha256
     cfg["energy.windows"] = "replayed, unfused (one operator at a time, each waited for)"
     cfg["fused.calls"] = str(fused.calls)
     cfg["fused.time_s"] = repr(fused.wall_s)
