@@ -226,8 +226,63 @@ def _numel(shape: list[int] | tuple[int, ...]) -> int:
     return math.prod(int(s) for s in shape) if shape else 1
 
 
+# JAX primitives and TensorFlow op types (tracer/frameworks/) priced as their aten
+# counterpart; names not listed are looked up as they are (`jax::exp`, `jax::tanh`)
+_FRAMEWORK_BASES = {
+    "reduce_sum": "sum",
+    "reduce_max": "amax",
+    "reduce_min": "amin",
+    "reduce_prod": "prod",
+    "integer_pow": "pow",
+    "logistic": "sigmoid",
+    "select_n": "where",
+    "convert_element_type": "_to_copy",
+    "concatenate": "cat",
+    "scan_stack": "stack",
+    "AddV2": "add",
+    "Add": "add",
+    "BiasAdd": "add",
+    "Sub": "sub",
+    "Mul": "mul",
+    "RealDiv": "div",
+    "Neg": "neg",
+    "Relu": "relu",
+    "Tanh": "tanh",
+    "Exp": "exp",
+    "Log": "log",
+    "Sqrt": "sqrt",
+    "Rsqrt": "rsqrt",
+    "Sigmoid": "sigmoid",
+    "Erf": "erf",
+    "Maximum": "maximum",
+    "Minimum": "minimum",
+    "Square": "square",
+    "Sum": "sum",
+    "Mean": "mean",
+    "Max": "amax",
+    "Min": "amin",
+    "Prod": "prod",
+    "Softmax": "_softmax",
+    "LogSoftmax": "_log_softmax",
+    "Equal": "eq",
+    "NotEqual": "ne",
+    "Greater": "gt",
+    "GreaterEqual": "ge",
+    "Less": "lt",
+    "LessEqual": "le",
+    "SelectV2": "where",
+    "Cast": "_to_copy",
+    "ConcatV2": "cat",
+    "BatchMatMulV2": "matmul",
+    "BatchMatMulV3": "matmul",
+}
+
+
 def _base(name: str) -> str:
     """`aten::add_` -> `add`; `aten::_softmax` stays `_softmax` (distinct op)."""
+    if name.startswith(("jax::", "tf::")):
+        raw = name.split("::", 1)[1]
+        return _FRAMEWORK_BASES.get(raw, raw)
     base = name.split("::", 1)[-1].split(".", 1)[0]
     if base.endswith("_") and not base.endswith("__") and base not in ("_", "set_"):
         base = base[:-1]
@@ -352,6 +407,15 @@ def _matmul_work(c: _Call) -> WorkCount | None:
     ins, base = c.ins, c.base
     if base in ("mm", "matmul", "bmm", "dot", "vdot", "mv", "inner") and len(ins) >= 2:
         return WorkCount(_matmul_flops(ins[0], ins[1], c.out0), c.nbytes, True)
+    if base == "MatMul" and len(ins) >= 2:  # TensorFlow's, transposes as attributes
+        a = ins[0]
+        k = a[-2] if "transpose_a=True" in c.scalar_args and len(a) >= 2 else a[-1] if a else 0
+        return WorkCount(2.0 * c.n_out * k, c.nbytes, True)
+    if base == "dot_general" and len(ins) >= 2:
+        # JAX's contraction (tracer/frameworks/jax_program.py writes the contracted size)
+        m = re.search(r"contract_size=(\d+)", c.scalar_args)
+        k = int(m.group(1)) if m else 1
+        return WorkCount(2.0 * c.n_out * k, c.nbytes, True)
     if base in ("addmm", "baddbmm", "addbmm", "addmv", "addr") and len(ins) >= 3:
         flops = _matmul_flops(ins[1], ins[2], c.out0) + c.n_out  # + beta·self
         return WorkCount(flops, c.nbytes, True)

@@ -601,6 +601,11 @@ def record_script(
     script = str(Path(script).resolve())
     if not os.path.isfile(script):
         raise MagnetonError(f"no such script: {script}")
+    from magneton.tracer.frameworks import detect_framework, require
+
+    framework = detect_framework(script)
+    if framework != "torch":
+        require(framework)  # before anything is opened: one line naming the extra
     _check_can_store(db, run, opts.replace)
     info = RunInfo(
         name=run,
@@ -619,6 +624,10 @@ def record_script(
             module, entry_fn, setup_fn = _load_entry(script, entry, setup)
             phases.phase(f"{setup}() (not measured)")
             args = _as_args(setup_fn()) if callable(setup_fn) else ()
+            if framework != "torch":
+                return _record_framework(
+                    framework, entry_fn, args, run, db, opts, script, entry, setup_fn, phases
+                )
             return record_callable(
                 entry_fn,
                 args,
@@ -677,6 +686,38 @@ def _load_entry(script: str, entry: str, setup: str) -> tuple[Any, Callable, Any
     if setup and setup_fn is None and setup != "setup":
         raise MagnetonError(f"{script} has no function '{setup}' (use --setup NAME)")
     return module, entry_fn, setup_fn
+
+
+def _record_framework(
+    framework: str,
+    entry_fn: Callable,
+    args: tuple,
+    run: str,
+    db: Any,
+    opts: RecordOptions,
+    script: str,
+    entry: str,
+    setup_fn: Any,
+    phases: Phases,
+) -> Profile:
+    """Record a JAX or TensorFlow entry (tracer/frameworks/) in place of the PyTorch path."""
+    from magneton.tracer.frameworks import program_for
+    from magneton.tracer.frameworks.base import record_traced
+
+    program = program_for(framework, entry_fn, args)
+    profile = record_traced(
+        program,
+        run=run,
+        options=opts,
+        script=script,
+        entry=entry,
+        setup=getattr(setup_fn, "__name__", "") if callable(setup_fn) else "",
+        phases=phases,
+    )
+    if db is not None:
+        phases.phase("writing to the DB")
+        save(profile, db, replace=opts.replace)
+    return profile
 
 
 def _workload_raised(

@@ -54,7 +54,9 @@ def _send(out: IO[str], msg: dict) -> None:
 
 
 def _prepare(spec: dict) -> tuple[Any, bool, bool]:
-    """Load the side as the recorder does; returns (call, sync, cpu_clock)."""
+    """Load the side as the recorder does; returns (call, sync, cpu_clock). For a JAX or
+    TensorFlow script `call` is the program's unfused replay (tracer/frameworks/), whose
+    windows are what its recording priced."""
     os.environ.update(spec.get("env", {}))
     from magneton.tracer.allocator import pin
 
@@ -69,6 +71,18 @@ def _prepare(spec: dict) -> tuple[Any, bool, bool]:
     setup_fn = getattr(module, setup_name, None) if setup_name else None
     args = _as_args(setup_fn()) if callable(setup_fn) else ()
 
+    from magneton.tracer.frameworks import detect_framework
+
+    framework = detect_framework(script)
+    if framework != "torch":
+        from magneton.tracer.frameworks import program_for
+
+        program = program_for(framework, entry_fn, args)
+        for _ in range(int(spec.get("warmup", 1)) + 1):
+            program.call()
+        program.replay()  # the recording's structure pass walked the graph once too
+        return program, False, bool(spec.get("cpu_clock"))
+
     def call() -> Any:
         return entry_fn(*args)
 
@@ -79,7 +93,16 @@ def _prepare(spec: dict) -> tuple[Any, bool, bool]:
 
 
 def _round(call: Any, sync: bool, cpu_clock: bool) -> dict:
+    from magneton.tracer.frameworks.base import TracedProgram
     from magneton.tracer.timing import timed_iterations
+
+    if isinstance(call, TracedProgram):  # one unfused replay, as the recording's
+        wins = call.replay()
+        return {
+            "names": [w[0] for w in wins],
+            "wall": [[w[1], w[2]] for w in wins],
+            "cpu": [[w[3], w[4]] for w in wins] if cpu_clock else None,
+        }
 
     tp = timed_iterations(call, 1, sync, cpu_clock=cpu_clock, max_iterations=1)
     events = tp.iterations[0]

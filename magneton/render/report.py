@@ -47,6 +47,12 @@ def report_json(profile, rows, tree, by, flatten_tree) -> dict:
         out[key] = [x.to_json() for x in rows]
     if profile.energy.model is not None:
         out["model"] = profile.energy.model
+    if "fused.energy_j" in profile.config:  # a JAX/TensorFlow run (tracer/frameworks)
+        cfg = profile.config
+        out["framework"] = cfg.get("framework", "")
+        out["fused"] = {
+            k.removeprefix("fused."): cfg[k] for k in sorted(cfg) if k.startswith("fused.")
+        }
     gaps = sum(len(s.gaps) for s in profile.power)
     if gaps:
         out["sensor_gaps"] = gaps
@@ -191,6 +197,11 @@ def print_report(profile, rows, tree, by: str, max_depth: int) -> None:
                 "between iterations)"
             )
     console.print(f"energy: {method_line(profile)}")
+    from magneton.tracer.frameworks.base import fused_line
+
+    fused = fused_line(profile)  # a JAX/TensorFlow run: its fused cost (tracer/frameworks)
+    if fused:
+        console.print(fused)
     line = spread_line(profile)
     if line:
         console.print(line)

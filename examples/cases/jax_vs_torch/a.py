@@ -1,0 +1,1 @@
+../jax_stft/a.py

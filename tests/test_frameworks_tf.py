@@ -1,0 +1,104 @@
+"""TensorFlow programs end to end through the CLI (record, report, diff), on the
+TensorFlow cases of examples/cases: tf_count_nonzero (`tf.math.count_nonzero`'s int64 copy
+of the whole mask vs an int32 count) and its A/A control tf_aa (nothing flagged).
+
+Recordings are made once for the module, one process each as a user runs them (each
+imports TensorFlow, the larger share of this file's time).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from magneton.graphdb import open_db
+
+# found, not imported: this process never runs TensorFlow (6 s and ~0.5 GB to import)
+if importlib.util.find_spec("tensorflow") is None:
+    pytest.skip("tensorflow is not installed (magneton[tf])", allow_module_level=True)
+
+CASES = Path(__file__).resolve().parents[1] / "examples" / "cases"
+
+
+def ok(*args: str) -> str:
+    env = dict(os.environ, KINETO_LOG_LEVEL="5", TF_CPP_MIN_LOG_LEVEL="2")
+    res = subprocess.run(
+        [sys.executable, "-m", "magneton", *args], capture_output=True, text=True, env=env
+    )
+    assert res.returncode == 0, f"magneton {' '.join(args)} failed:\n{res.stderr[-2000:]}"
+    return res.stdout
+
+
+RUNS = {
+    "cnz": ("tf_count_nonzero/a.py", []),
+    "sum32": ("tf_count_nonzero/b.py", []),
+    "aa_a": ("tf_aa/a.py", ["--power", "model:work-only"]),
+    "aa_b": ("tf_aa/b.py", ["--power", "model:work-only"]),
+}
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("tf") / "db"
+    for run, (script, extra) in RUNS.items():
+        out = ok("record", str(CASES / script), "--db", str(path), "--run", run, "-q", *extra)
+        assert f"recorded run '{run}'" in out
+    return path
+
+
+def test_graph_ops_with_name_scopes_values_and_user_lines(db):
+    with open_db(db, read_only=True) as h:
+        p = h.load_profile("cnz")
+        aa = h.load_profile("aa_a")
+    assert p.config["framework"] == "tf"
+    names = [op.name for op in p.ops]
+    assert names[:3] == ["tf::NotEqual", "tf::Cast", "tf::Sum"]
+    cast = p.ops[1]
+    # the name scope is the module path; the API is the TensorFlow function the user called
+    assert cast.module == "sparsity.count_nonzero"
+    assert cast.api == "tf.math.count_nonzero"
+    assert p.tensors[cast.outputs[0]].dtype == "int64"  # the implicit copy
+    assert p.tensors[cast.outputs[0]].shape == [512, 4096]
+    last = p.frames[cast.frames[-1]]
+    assert last.file.endswith("tf_count_nonzero/a.py") and last.function == "main"
+    # dataflow: the cast reads the mask the comparison produced
+    assert p.tensors[cast.inputs[0]].producer == 0
+    # a captured tf.Variable is a parameter; the dense block's scopes are modules
+    assert any(t.kind == "param" for t in aa.tensors)
+    assert {"dense", "head"} <= {op.module.split(".")[0] for op in aa.ops if op.module}
+    mm = next(op for op in aa.ops if op.name == "tf::MatMul")
+    assert mm.flops == pytest.approx(2 * 64 * 128 * 256)
+
+
+def test_report_shows_the_fused_program_beside_the_unfused_replay(db):
+    with open_db(db, read_only=True) as h:
+        p = h.load_profile("cnz")
+    assert p.run.energy_j == pytest.approx(sum(op.energy_j for op in p.ops), rel=1e-6)
+    out = ok("report", "--db", str(db), "cnz")
+    assert "tf::Cast" in out and "TensorFlow program as it runs" in out
+    by_module = ok("report", "--db", str(db), "aa_a", "--by", "module")
+    assert "dense" in by_module and "head" in by_module
+
+
+def test_count_nonzero_implicit_copy_is_flagged(db):
+    d = json.loads(ok("diff", "--db", str(db), "cnz", "sum32", "--json", "--no-rerun"))
+    flagged = [
+        f
+        for f in d["findings"]
+        if f["kind"] == "region" and f["wasteful"] == "a" and "tf::Cast" in f["ops"]["a"]
+    ]
+    assert flagged, d["findings"]
+    f = flagged[0]
+    assert f["divergence"]["a"]["name"] == "tf.math.count_nonzero"
+    assert "count_nonzero" in (f["root_cause"]["code"] or "")
+
+
+def test_tf_aa_flags_nothing(db):
+    d = json.loads(ok("diff", "--db", str(db), "aa_a", "aa_b", "--json"))
+    assert d["findings"] == [] and d["matched_pairs"] > 0
