@@ -24,6 +24,14 @@ What becomes what:
   is never also charged to the operator that launched it.
 * Python stacks: `python_function` events (with_stack=True) enclosing an operator become
   its `frames` ("file.py(12): fn" → FrameRecord), entry first.
+* Host events that are not operators but that trace tools need are kept as they were:
+  the `ProfilerStep#N` annotations (HTA's iterations: it leaves the last one out of its
+  temporal breakdown, so without them it summed twice the kernel time) and every
+  `cuda_runtime`/`cuda_driver`/`cuda_sync` call (HTA's launch statistics pair each kernel
+  with its launch by correlation). They are stored in the run's config under
+  `HOST_EVENTS_KEY` as compact JSON (`HostEvents`), not as operators: a launch lies inside
+  the operator that made it, and an operator row for it would count that time twice.
+  `magneton export-trace` writes them back.
 * `distributedInfo` gives rank, world size and backend (`RunInfo.rank/world_size`,
   `Profile.dist`); `deviceProperties` the GPU name.
 
@@ -63,6 +71,10 @@ from magneton.graphdb.model import (
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+# host events kept verbatim for export (module docstring): the launch categories, the
+# synchronisations, and the profiler's step annotations
+KEPT_CATS = (*LAUNCH_CATS, "cuda_sync")
+HOST_EVENTS_KEY = "trace.host_events"
 TRACE_SUFFIXES = (".json", ".json.gz")
 _FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
 # A child may end up to this many µs after its parent: both are rounded to whole µs.
@@ -86,6 +98,57 @@ class ImportStats:
     @property
     def gpu_activities(self) -> int:
         return self.kernels + self.memcpys + self.memsets
+
+
+@dataclass
+class HostEvents:
+    """Host events kept for export (`HOST_EVENTS_KEY`), one row per event:
+    (category idx, name idx, thread, start ns, duration ns, correlation, External id),
+    times on the operators' clock (`OpRecord.start_ns`), names and categories interned so
+    that 25k `cudaLaunchKernel` rows cost a few bytes each."""
+
+    cats: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    rows: list[list[int]] = field(default_factory=list)
+    _name_idx: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def add(self, e: dict, thread: int) -> None:
+        a = _args(e)
+        cat, name = str(e.get("cat", "")), str(e.get("name", ""))
+        if cat not in self.cats:
+            self.cats.append(cat)
+        if name not in self._name_idx:
+            self._name_idx[name] = len(self.names)
+            self.names.append(name)
+        self.rows.append(
+            [
+                self.cats.index(cat),
+                self._name_idx[name],
+                thread,
+                _ns(float(e["ts"])),
+                _ns(float(e.get("dur", 0) or 0)),
+                _int(a.get("correlation")),
+                _int(a.get("External id")),
+            ]
+        )
+
+    def __post_init__(self) -> None:
+        self._name_idx = {n: i for i, n in enumerate(self.names)}
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"cats": self.cats, "names": self.names, "rows": self.rows}, separators=(",", ":")
+        )
+
+    @classmethod
+    def from_config(cls, config: dict[str, str]) -> HostEvents:
+        """The kept events of a run ("" or unreadable: none; a run recorded by Magneton
+        has none)."""
+        try:
+            d = json.loads(config.get(HOST_EVENTS_KEY) or "{}")
+            return cls(list(d.get("cats", [])), list(d.get("names", [])), list(d.get("rows", [])))
+        except (ValueError, TypeError, AttributeError):
+            return cls()
 
 
 @dataclass
@@ -349,10 +412,16 @@ def profile_from_trace(tf: TraceFile, run: str) -> tuple[Profile, ImportStats]:
     threads: dict[tuple, list[_Node]] = {}
     gpu: list[dict] = []
     launches: dict[int, _Node] = {}
+    kept = HostEvents()
     for i, e in enumerate(tf.doc["traceEvents"]):
         if not isinstance(e, dict) or e.get("ph") != "X" or "ts" not in e:
             continue
         cat = e.get("cat")
+        if cat in KEPT_CATS or (
+            cat == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep")
+        ):
+            _check_event(e, i, tf.path)
+            kept.add(e, _tid(e.get("tid")))
         kind = {"cpu_op": "cpu_op", "python_function": "python"}.get(cat or "")
         if kind is None and cat in LAUNCH_CATS:
             kind = "launch"
@@ -399,6 +468,8 @@ def profile_from_trace(tf: TraceFile, run: str) -> tuple[Profile, ImportStats]:
     _assign(profile, records)
     _fill_run(profile.run, tf, profile)
     profile.config.update(_config(tf, stats))
+    if kept.rows:
+        profile.config[HOST_EVENTS_KEY] = kept.to_json()
     if tf.backend or tf.world_size > 1:
         # distributedInfo: the rank's place in its job, typed like a recorded rank's
         profile.dist = DistInfo(rank=tf.rank, world_size=tf.world_size, backend=tf.backend)
