@@ -147,7 +147,7 @@ def _json(profile, rows, tree, by, flatten_tree) -> dict:
     return out
 
 
-def spread_line(profile) -> str:
+def spread_line(profile, db: str = "DB") -> str:
     """How repeatable the run's energy was over its timed iterations, and what to do
     when it is too noisy to compare ("" when the run has no per-iteration record)."""
     sp = profile.energy.spread
@@ -175,10 +175,22 @@ def spread_line(profile) -> str:
             f"[yellow]{line}\nunstable: the call's energy varied ±{100 * sp.cv:.0f}% between "
             "iterations (another process competing for the CPU, most likely); a diff "
             "against this run needs a larger difference to count as a finding. Record it "
-            f"again on a quieter machine, or with --repeat {2 * sp.iterations} for more "
-            "iterations.[/]"
+            f"again on a quieter machine, or {more_iterations(profile, db)}.[/]"
         )
     return line
+
+
+def more_iterations(profile, db: str = "DB") -> str:
+    """How to record more timed iterations of this run: `--repeat` for a script, a
+    larger ACTIVE in `--steps` for a program (`record` refuses `--repeat` there)."""
+    from magneton.tracer.program import ProgramSpec, suggested_steps
+
+    spec = ProgramSpec.from_config(profile.config)
+    if spec is None:
+        return f"with --repeat {2 * profile.energy.spread.iterations} for more iterations"
+    new = suggested_steps(spec.schedule)
+    unit = "steps" if spec.mode == "steps" else "window executions"
+    return f"with more timed {unit}: {spec.command(new, profile.run.name, db)}"
 
 
 def _fmt(x: float, unit: str = "") -> str:
@@ -286,7 +298,7 @@ def _print(profile, rows, tree, args) -> None:
                 "between iterations)"
             )
     console.print(f"energy: {method_line(profile)}")
-    line = spread_line(profile)
+    line = spread_line(profile, args.db)
     if line:
         console.print(line)
     gaps = sum(len(s.gaps) for s in profile.power)
