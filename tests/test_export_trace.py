@@ -174,6 +174,12 @@ def test_recorded_run_exports_operators_modules_and_power_for_hta(tmp_path):
     assert sum(e["args"]["energy_j"] for e in ops) == pytest.approx(
         sum(op.energy_j for op in p.ops), rel=1e-9
     )
+    # the interpreter part of each operator's energy is labelled (report shows it apart)
+    assert p.energy.interp_j and len(p.energy.interp_j) == len(ops)
+    assert [e["args"]["python_j"] for e in ops] == pytest.approx(
+        [max(x, 0.0) for x in p.energy.interp_j]
+    )
+    assert all(0 <= e["args"]["python_j"] <= e["args"]["energy_j"] + 1e-12 for e in ops)
     analysis = TraceAnalysis(trace_dir=str(out.parent))
     df = analysis.t.get_trace(0)
     sym = analysis.t.symbol_table.sym_index

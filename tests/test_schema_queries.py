@@ -84,6 +84,7 @@ def _check(title: str, rows: list[dict]) -> None:
         assert [r["time_s"] for r in rows] == sorted((r["time_s"] for r in rows), reverse=True)
     elif n == "2":
         assert rows[0]["op"] == "aten::addmm" and rows[0]["methods"] == ["estimated"]
+        assert rows[0]["energy_incl_python_j"] > 0  # labelled: the DB's figure
     elif n == "3":
         assert [r["depth"] for r in rows] == list(range(5))
         assert rows[0]["function"] == "main" and rows[-1]["file"].endswith("modeling_gpt2.py")

@@ -40,9 +40,10 @@ Energy (see docs/traces.md, docs/energy.md "Imported traces"): a power log given
 `--query-gpu=timestamp,power.draw --format=csv` output) is charged to the operators and GPU
 activities by the same attribution as recorded runs (`measured`). Without one each GPU
 activity is priced on the GPU's model profile (tracer/power/model.py `MODELS`, picked from the
-trace's device name): `E = (P_static + (TDP − P_static)·u)·t`, u = the kernel's
-`est. achieved occupancy %`/100 when the trace has it, else 1 (memcpy/memset); host
-operators are not priced. Those figures are labelled `estimated` and name the profile.
+trace's device name): a kernel `E = (P_static + (TDP − P_static)·u)·t`, u = its
+`est. achieved occupancy %`/100 when the trace has it, else 1; a memcpy/memset
+`E = P_static·t + e_byte·bytes moved` (`copy_dynamic_j`: what a board draws during a copy,
+not its rated power); host operators are not priced. Those figures are labelled `estimated` and name the profile.
 """
 
 from __future__ import annotations
@@ -563,8 +564,10 @@ def estimate_energy(profile: Profile, model: str = "") -> None:
         op.energy_method = "estimated"
         if op.device == "cpu":
             continue
-        u = _occupancy(op)
-        dyn = (coeff.tdp_w - coeff.p_static_w) * u * op.time_s
+        if op.name.startswith(_COPY_PREFIXES):
+            dyn = copy_dynamic_j(op, coeff.e_byte_pj)
+        else:
+            dyn = (coeff.tdp_w - coeff.p_static_w) * _occupancy(op) * op.time_s
         op.energy_j = coeff.p_static_w * op.time_s + dyn
         above += dyn
     run = profile.run
@@ -574,10 +577,30 @@ def estimate_energy(profile: Profile, model: str = "") -> None:
     run.power_source = f"model:{coeff.name}"
     run.energy_method = "estimated"
     profile.energy.note = (
-        f"no power log: GPU activities priced at P_static {coeff.p_static_w:g} W + "
-        f"(TDP {coeff.tdp_w:g} W − P_static)·occupancy over their durations; host ops not priced"
+        f"no power log: kernels priced at P_static {coeff.p_static_w:g} W + "
+        f"(TDP {coeff.tdp_w:g} W − P_static)·occupancy over their durations; copies and "
+        f"memsets at P_static + {coeff.e_byte_pj:g} pJ per byte of device memory they "
+        f"move ({coeff.name}: {coeff.citation}), the SMs idle; host ops not priced"
     )
     profile.energy.model = dict(sorted(coeff.__dict__.items()))
+
+
+_COPY_PREFIXES = ("Memcpy", "Memset")
+
+
+def copy_dynamic_j(op: OpRecord, e_byte_pj: float) -> float:
+    """Energy above the static floor of a copy or memset: the device-memory traffic it
+    causes, at the model's energy per byte (the e_byte of the energy roofline, a
+    published HBM/DRAM energy per bit; tracer/power/model.py names the source).
+
+    A copy runs on a copy engine while the SMs idle, so the board draws about its static
+    power plus the memory traffic, not its rated power: priced at TDP, a 100 MB
+    host-to-device copy on an A100 (8 ms) cost 3.2 J, more than the kernels around it,
+    and `Memcpy HtoD` topped GPU reports. Traffic: a device-to-device copy reads and
+    writes each byte (2×), a copy to or from the host and a memset touch device memory
+    once (1×). A copy with no `bytes` in its trace is priced at the static floor."""
+    factor = 2.0 if "DtoD" in op.name else 1.0
+    return factor * op.bytes * e_byte_pj * 1e-12
 
 
 def _occupancy(op: OpRecord) -> float:

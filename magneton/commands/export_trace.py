@@ -9,7 +9,10 @@ and Holistic Trace Analysis (HTA) read them as they read a profiler trace:
   per rank, `OUT/rank<r>.json`, which is the directory layout HTA's multi-rank analyses
   load; a single run is written to the file OUT.
 * Host operators are `cpu_op` events on their thread's track, with their module, shapes,
-  FLOPs, bytes, energy and how it was obtained in `args`; module spans are
+  FLOPs, bytes, energy and how it was obtained in `args`: `energy_j` is the DB's figure
+  (with the interpreter time before the operator), `python_j` that interpreter part, so
+  `energy_j − python_j` is what `report` shows for the operator (docs/schema.md "One
+  operator, two views of its energy"); module spans are
   `user_annotation` events on a "modules" track (energy summed over their ops).
 * GPU activities with their own device timing (runs imported from a GPU trace) are
   `kernel` / `gpu_memcpy` / `gpu_memset` events on process = device, thread = stream, with
@@ -241,6 +244,9 @@ def _device_index(device: str) -> int:
 
 
 def _host_events(profile: Profile, us, tid_of: dict[int, int]) -> list[dict]:
+    from magneton.diagnose.matching.interpreter import interp_energy
+
+    interp = interp_energy(profile)
     events = []
     for op in profile.ops:
         if _is_device_activity(op):
@@ -267,6 +273,7 @@ def _host_events(profile: Profile, us, tid_of: dict[int, int]) -> list[dict]:
                     "kernels": [profile.kernels[k].name for k in op.kernels],
                     "time_s": op.time_s,
                     "energy_j": op.energy_j,
+                    "python_j": float(interp[op.idx]) if interp is not None else 0.0,
                     "method": op.energy_method,
                     "flops": op.flops,
                     "bytes": op.bytes,
