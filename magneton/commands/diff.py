@@ -257,7 +257,9 @@ def run(args: argparse.Namespace) -> int:
         store_outcome(db, out)
         warning = setup_warning(db, args.a, args.b, out.result)
         if args.html:
-            write_html(db, args.html, out.result, warning)
+            from magneton.render.html import write_diff_html
+
+            write_diff_html(db, args.html, out.result, warning)
     result = out.result
     groups = group_by_cause(result.findings)
     if args.csv:
@@ -298,24 +300,6 @@ def run(args: argparse.Namespace) -> int:
             )
             return EXIT_WASTE
     return 0
-
-
-def write_html(db: object, path: str, result: DiffResult, warning: str) -> None:
-    """`--html OUT`: the diff as one page (magneton/render/html.py); a job diff has no
-    single profile per side, so its page has findings and causes but no icicles."""
-    from pathlib import Path
-
-    from magneton.graphdb.model import MagnetonError
-    from magneton.render.html import diff_html
-
-    runs = [result.a.run, result.b.run]
-    have = all(db.has_run(r) for r in runs)  # type: ignore[attr-defined]
-    pa, pb = (db.load_profile(r) for r in runs) if have else (None, None)  # type: ignore[attr-defined]
-    try:
-        Path(path).write_text(diff_html(result, pa, pb, warning=warning), encoding="utf-8")
-    except OSError as e:
-        raise MagnetonError(f"cannot write {path}: {e.strerror or e}") from None
-    print(f"wrote {path}", file=sys.stderr)
 
 
 # config keys that name the hardware a run ran on (tracer/config.py, tracer/kineto.py)

@@ -32,10 +32,20 @@ Choices, and the failure each prevents:
 from __future__ import annotations
 
 import html
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from magneton.graphdb.model import DiffResult, Finding, PowerSeries, Profile, RunSummary
+from magneton.graphdb.model import (
+    DiffResult,
+    Finding,
+    MagnetonError,
+    PowerSeries,
+    Profile,
+    RunSummary,
+)
 
 MAX_FINDINGS = 12
 MIN_BOX_PX = 2.0
@@ -317,3 +327,19 @@ def diff_html(
         f"<title>Magneton diff {_e(a.run)} vs {_e(b.run)}</title><style>{_STYLE}</style>"
         f"</head><body>{''.join(body)}</body></html>\n"
     )
+
+
+def write_diff_html(db: Any, path: str, result: DiffResult, warning: str = "") -> None:
+    """`magneton diff --html OUT`: the page of a diff just made, its profiles read from
+    the open DB `db`; a job diff has no single profile per side, so its page has the
+    findings and causes but no icicles or power. An unwritable path is a one-line
+    MagnetonError (the diff itself is already stored)."""
+    runs = [result.a.run, result.b.run]
+    pa = pb = None
+    if all(db.has_run(r) for r in runs):
+        pa, pb = (db.load_profile(r) for r in runs)
+    try:
+        Path(path).write_text(diff_html(result, pa, pb, warning=warning), encoding="utf-8")
+    except OSError as e:
+        raise MagnetonError(f"cannot write {path}: {e.strerror or e}") from None
+    print(f"wrote {path}", file=sys.stderr)
