@@ -209,3 +209,50 @@ def test_diff_html_is_one_self_contained_page_of_the_diff(db: Path, tmp_path: Pa
     # an unwritable path is one line and a non-zero exit
     rc, out, err = magneton(*args, "--html", str(tmp_path / "no" / "such" / "dir.html"))
     assert rc != 0 and len(err.strip().splitlines()) == 1 and "cannot write" in err
+
+
+def test_job_diff_page_draws_each_finding_from_its_rank_pair() -> None:
+    """A job diff has no profile per side: a finding's icicles come from the rank runs
+    its `job` names, and text from a trace (C++ templates) is escaped."""
+    from magneton.graphdb.model import (
+        DiffResult,
+        Finding,
+        JobInfo,
+        OpRecord,
+        Profile,
+        Region,
+        RunInfo,
+        RunSummary,
+    )
+    from magneton.render.html import diff_html
+
+    def rank(name: str, joules: float) -> Profile:
+        ops = [
+            OpRecord(0, "void gemm<float, 128>(T*)", module="layer.mlp", energy_j=joules),
+            OpRecord(1, "aten::add", module="layer.out", energy_j=0.1),
+        ]
+        return Profile(run=RunInfo(name=name), ops=ops)
+
+    pa, pb = rank("ja/rank1", 0.9), rank("jb/rank1", 0.3)
+    f = Finding(
+        id=1,
+        wasteful="a",
+        verdict="waste",
+        region_a=Region(ops=[0, 1], energy_j=1.0),
+        region_b=Region(ops=[0, 1], energy_j=0.4),
+        saving_j=0.6,
+        saving_share=0.3,
+        output_rel_diff=0.0,
+        job=JobInfo(rank=1, runs={"a": "ja/rank1", "b": "jb/rank1"}),
+    )
+    result = DiffResult(
+        a=RunSummary("ja", 2.0, 1.0, "model"), b=RunSummary("jb", 1.4, 1.0, "model")
+    )
+    result.findings = [f]
+    page = diff_html(result, rank_sides={1: (pa, pb)})
+    svgs = [ET.fromstring(m) for m in re.findall(r"<svg .*?</svg>", page, flags=re.S)]
+    assert [s.get("class") for s in svgs] == ["icicle", "icicle"]
+    titles = [t.text or "" for t in svgs[0].iter(f"{SVG}title")]
+    assert "layer.mlp.void gemm<float, 128>(T*) — 900 mJ" in titles
+    assert "gemm&lt;float, 128&gt;" in page and "gemm<float" not in page.replace("<title>", "")
+    assert "Power timeline" not in page  # none for a job

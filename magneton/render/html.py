@@ -290,9 +290,11 @@ def diff_html(
     pb: Profile | None = None,
     *,
     warning: str = "",
+    rank_sides: dict[int, tuple[Profile, Profile]] | None = None,
 ) -> str:
     """The page (module docstring). `pa`/`pb` are the two runs' profiles (None for a job
-    diff: its findings and causes are shown, without icicles and power)."""
+    diff); `rank_sides` gives a job finding's two rank profiles by finding id, for its
+    icicles (a job page has no power timeline: one per rank would not fit a page)."""
     a, b = result.a, result.b
     body = [
         f"<h1>Magneton diff: {_e(a.run)} vs {_e(b.run)}</h1>",
@@ -307,7 +309,8 @@ def diff_html(
     body.append(_findings_table(result))
     for f in result.findings[:MAX_FINDINGS]:
         if f.verdict != "noise":
-            body.append(_finding_section(f, pa, pb))
+            sa, sb = (rank_sides or {}).get(f.id, (pa, pb))
+            body.append(_finding_section(f, sa, sb))
     if len(result.findings) > MAX_FINDINGS:
         body.append(
             f'<p class="muted">{len(result.findings) - MAX_FINDINGS} more findings are in '
@@ -336,10 +339,23 @@ def write_diff_html(db: Any, path: str, result: DiffResult, warning: str = "") -
     MagnetonError (the diff itself is already stored)."""
     runs = [result.a.run, result.b.run]
     pa = pb = None
+    rank_sides: dict[int, tuple[Profile, Profile]] = {}
     if all(db.has_run(r) for r in runs):
         pa, pb = (db.load_profile(r) for r in runs)
+    else:  # a job: each shown finding's regions are in one rank pair's runs
+        loaded: dict[str, Profile] = {}
+        for f in result.findings[:MAX_FINDINGS]:
+            pair = (f.job.runs or {}) if f.job is not None else {}
+            names = [pair.get("a") or "", pair.get("b") or ""]
+            if f.kind != "region" or not all(n and db.has_run(n) for n in names):
+                continue
+            for n in names:
+                if n not in loaded:
+                    loaded[n] = db.load_profile(n)
+            rank_sides[f.id] = (loaded[names[0]], loaded[names[1]])
+    page = diff_html(result, pa, pb, warning=warning, rank_sides=rank_sides)
     try:
-        Path(path).write_text(diff_html(result, pa, pb, warning=warning), encoding="utf-8")
+        Path(path).write_text(page, encoding="utf-8")
     except OSError as e:
         raise MagnetonError(f"cannot write {path}: {e.strerror or e}") from None
     print(f"wrote {path}", file=sys.stderr)
