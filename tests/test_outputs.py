@@ -217,6 +217,7 @@ def test_job_diff_page_draws_each_finding_from_its_rank_pair() -> None:
     from magneton.graphdb.model import (
         DiffResult,
         Finding,
+        Fix,
         JobInfo,
         OpRecord,
         Profile,
@@ -244,6 +245,9 @@ def test_job_diff_page_draws_each_finding_from_its_rank_pair() -> None:
         saving_share=0.3,
         output_rel_diff=0.0,
         job=JobInfo(rank=1, runs={"a": "ja/rank1", "b": "jb/rank1"}),
+        fix=Fix(
+            summary="use the fused op", patch="--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-x<y\n+z\n"
+        ),
     )
     result = DiffResult(
         a=RunSummary("ja", 2.0, 1.0, "model"), b=RunSummary("jb", 1.4, 1.0, "model")
@@ -256,3 +260,6 @@ def test_job_diff_page_draws_each_finding_from_its_rank_pair() -> None:
     assert "layer.mlp.void gemm<float, 128>(T*) — 900 mJ" in titles
     assert "gemm&lt;float, 128&gt;" in page and "gemm<float" not in page.replace("<title>", "")
     assert "Power timeline" not in page  # none for a job
+    # the patch as a block, escaped; a finding without a diagnosis says so
+    assert '<pre class="patch">--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-x&lt;y\n+z\n</pre>' in page
+    assert "<li>not diagnosed</li>" in page
