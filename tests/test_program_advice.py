@@ -87,3 +87,19 @@ def test_diff_of_record_against_record_block_warns_that_the_block_was_timed_trac
     assert out.returncode == 0, out.stderr
     warning = [line for line in out.stdout.splitlines() if "timed while traced" in line]
     assert len(warning) == 1 and warning[0].startswith("warning: b was timed while traced")
+
+
+def test_window_advice_keeps_recording_the_same_block(tmp_path):
+    # no --window: the first block entered ("decode"), once, so no timed unit; the
+    # advised command names that block, since --steps alone would count optimizer steps
+    db = tmp_path / "db"
+    script = str(PROGRAMS / "window_decode.py")
+    proc = magneton("record", "--db", str(db), "--run", "first", "--",
+                    "python", script, "--n", "12")  # fmt: skip
+    [advice] = [line for line in proc.stderr.splitlines() if "timed unit" in line]
+    argv = shlex.split(advice.split("record again with ", 1)[1])
+    assert argv[argv.index("--window") + 1] == "decode"
+    assert argv[argv.index("--steps") + 1] == "0:0:9"
+    argv[argv.index("--run") + 1] = "again"
+    again = magneton(*argv[1:])
+    assert "recorded run 'again' (window 'decode' 0:0:9)" in again.stdout, again.stdout

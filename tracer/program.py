@@ -144,8 +144,8 @@ class ProgramSpec:
         parts = ["magneton", "record", "--db", db, "--run", run]
         if sched is not None:
             parts += ["--steps", str(sched)]
-        if self.window:
-            parts += ["--window", self.window]
+        if self.mode == "window":  # --steps alone would count optimizer steps instead
+            parts += ["--window", self.window or "NAME"]
         return shlex.join([*parts, "--", "python", *target, *self.args])
 
     def to_config(self) -> dict[str, str]:
@@ -486,6 +486,11 @@ class _Recorder(_Controller):
         finish_modules(res, self._capture.modules)
         config = snapshot(self.spec.script)
         config.update(self.spec.to_config())
+        if self.spec.mode == "window" and not self.spec.window and self.window_name:
+            # the block recorded by default (the first entered) is named, so a command
+            # rebuilt from the config (`ProgramSpec.command`) records the same block
+            # even when it adds --steps (which alone would switch to step mode)
+            config["program.window"] = self.window_name
         self.profile = Profile(
             run=self.info,
             ops=res.ops,

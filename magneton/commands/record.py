@@ -154,8 +154,14 @@ def few_units_advice(spec, profile, db: str) -> str:
     """One line when a program run has too few timed units for a stable estimate
     (tracer/program.py `MIN_TIMED_UNITS`), with a command that records enough; "" else.
     An unstable run already got the same command from its spread line."""
-    from magneton.tracer.program import MIN_TIMED_UNITS, suggested_steps, timed_units
+    from magneton.tracer.program import (
+        MIN_TIMED_UNITS,
+        ProgramSpec,
+        suggested_steps,
+        timed_units,
+    )
 
+    spec = ProgramSpec.from_config(profile.config) or spec  # names the recorded window
     n = timed_units(spec.schedule)
     if n >= MIN_TIMED_UNITS or profile.energy.spread.unstable:
         return ""
