@@ -259,8 +259,11 @@ def test_a_program_whose_thread_ran_operators_warns(tmp_path: Path):
     p = magneton("record", "--db", str(db), "--run", "t", "-q", "--steps", "1:0:1",
                  "--", "python", str(prog))  # fmt: skip
     assert p.returncode == 0, p.stderr
-    line = one_line(p.stderr)
+    # one line each: the threads warning, and (ACTIVE 1: no timed unit) the --steps advice
+    assert "Traceback" not in p.stderr
+    [line, advice] = p.stderr.strip().splitlines()
     assert "operator call(s) ran in other threads and were NOT recorded" in line
+    assert "0 timed units" in advice and "--steps 1:0:9" in advice
     assert int(line.split("warning: ")[1].split()[0]) >= 1  # the thread's matmul, relu, sum
     # and the report says it as well, from the stored run
     report = magneton("report", "--db", str(db), "t")

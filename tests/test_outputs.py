@@ -1,23 +1,30 @@
 """Output for the tools people use beside Magneton, driven through the CLI: CSV of `diff`
 and `runs` (spreadsheets, pandas), folded stacks of any run (flamegraph.pl, speedscope),
-and `diff`'s progress line, which appears on a terminal and never in a pipe or a log."""
+`diff --html` (one self-contained page), and `diff`'s progress line, which appears on a
+terminal and never in a pipe or a log."""
 
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 import threading
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 from recordings import copy_db
 
 from magneton.commands.diff import CSV_COLUMNS
+
+SVG = "{http://www.w3.org/2000/svg}"
 
 
 def magneton(*argv: str, stderr_tty: bool = False) -> tuple[int, str, str]:
@@ -122,3 +129,137 @@ def test_diff_progress_only_on_a_terminal(db: Path) -> None:
     rc, out_pipe, err_pipe = magneton(*args)
     assert rc == 0 and "loading the runs" not in err_pipe and "matching" not in err_pipe
     assert "\x1b[" not in out_tty  # stdout (piped) gets the table only, no progress
+
+
+class _Page(HTMLParser):
+    """What a browser would fetch and what the page shows, read with the stdlib parser
+    (no headless browser here: playwright/Chromium are not installed offline)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fetches: list[str] = []  # every URL an element would load
+        self.tags: list[str] = []
+        self.sections: dict[str, list[str]] = {}  # finding section id -> svg classes in it
+        self.rows = 0
+        self.text: list[str] = []
+        self._section = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        self.tags.append(tag)
+        for key in ("src", "href", "xlink:href", "data"):
+            v = a.get(key) or ""
+            if v and not v.startswith("#"):
+                self.fetches.append(v)
+        if tag in ("script", "link", "iframe", "img", "object", "embed"):
+            self.fetches.append(f"<{tag}>")
+        if tag == "section":
+            self._section = a.get("id") or ""
+            self.sections[self._section] = []
+        if tag == "svg" and self._section:
+            self.sections[self._section].append(a.get("class") or "")
+        if tag == "tr":
+            self.rows += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "section":
+            self._section = ""
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def test_diff_html_is_one_self_contained_page_of_the_diff(db: Path, tmp_path: Path) -> None:
+    page = tmp_path / "diff.html"
+    args = ("diff", "--db", str(db), "gelu_new", "gelu_fused", "--no-rerun")
+    rc, out, err = magneton(*args, "--json", "--html", str(page))
+    assert rc == 0, err
+    doc = json.loads(out)  # stdout stays the JSON contract
+    findings = [f for f in doc["findings"] if f["verdict"] != "noise"]
+    assert findings
+    text = page.read_text(encoding="utf-8")
+    p = _Page()
+    p.feed(text)
+    # self-contained: nothing is fetched (no CDN script, style sheet, font or image)
+    assert p.fetches == [], p.fetches
+    assert text.startswith("<!DOCTYPE html>") and "<style>" in text
+    # the findings table: a header and one row per finding
+    assert p.rows == 1 + len(doc["findings"])
+    # each shown finding: two icicles side by side, its cause
+    top = findings[0]
+    assert p.sections[f"f{top['id']}"] == ["icicle", "icicle"]
+    body = " ".join(p.text)
+    assert "Root cause" in body and "Power timeline" in body
+    if top.get("fix") and top["fix"].get("patch"):
+        assert html.escape(top["fix"]["patch"].splitlines()[0]) in text
+    # every SVG is well-formed XML, and both sides of a finding share one joule scale:
+    # the wasteful side's region box spans the full width, the other side's less
+    svgs = [ET.fromstring(m) for m in re.findall(r"<svg .*?</svg>", text, flags=re.S)]
+    icicles = [s for s in svgs if s.get("class") == "icicle"]
+    power = [s for s in svgs if s.get("class") == "power"]
+    assert len(power) == 2 and all(s.find(f"{SVG}polyline") is not None for s in power)
+    a_side, b_side = icicles[0], icicles[1]
+    width = {s: float(s.find(f"{SVG}g/{SVG}rect").get("width")) for s in (a_side, b_side)}
+    wasteful, lean = (a_side, b_side) if top["wasteful"] == "a" else (b_side, a_side)
+    assert width[wasteful] == pytest.approx(float(wasteful.get("width")), abs=0.1)
+    assert width[lean] < width[wasteful]
+    # the boxes name modules of the region (hover titles carry the full path and joules)
+    titles = [t.text or "" for t in wasteful.iter(f"{SVG}title")]
+    assert any("mlp" in t and "J" in t for t in titles), titles[:5]
+    # an unwritable path is one line and a non-zero exit
+    rc, out, err = magneton(*args, "--html", str(tmp_path / "no" / "such" / "dir.html"))
+    assert rc != 0 and len(err.strip().splitlines()) == 1 and "cannot write" in err
+
+
+def test_job_diff_page_draws_each_finding_from_its_rank_pair() -> None:
+    """A job diff has no profile per side: a finding's icicles come from the rank runs
+    its `job` names, and text from a trace (C++ templates) is escaped."""
+    from magneton.graphdb.model import (
+        DiffResult,
+        Finding,
+        Fix,
+        JobInfo,
+        OpRecord,
+        Profile,
+        Region,
+        RunInfo,
+        RunSummary,
+    )
+    from magneton.render.html import diff_html
+
+    def rank(name: str, joules: float) -> Profile:
+        ops = [
+            OpRecord(0, "void gemm<float, 128>(T*)", module="layer.mlp", energy_j=joules),
+            OpRecord(1, "aten::add", module="layer.out", energy_j=0.1),
+        ]
+        return Profile(run=RunInfo(name=name), ops=ops)
+
+    pa, pb = rank("ja/rank1", 0.9), rank("jb/rank1", 0.3)
+    f = Finding(
+        id=1,
+        wasteful="a",
+        verdict="waste",
+        region_a=Region(ops=[0, 1], energy_j=1.0),
+        region_b=Region(ops=[0, 1], energy_j=0.4),
+        saving_j=0.6,
+        saving_share=0.3,
+        output_rel_diff=0.0,
+        job=JobInfo(rank=1, runs={"a": "ja/rank1", "b": "jb/rank1"}),
+        fix=Fix(
+            summary="use the fused op", patch="--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-x<y\n+z\n"
+        ),
+    )
+    result = DiffResult(
+        a=RunSummary("ja", 2.0, 1.0, "model"), b=RunSummary("jb", 1.4, 1.0, "model")
+    )
+    result.findings = [f]
+    page = diff_html(result, rank_sides={1: (pa, pb)})
+    svgs = [ET.fromstring(m) for m in re.findall(r"<svg .*?</svg>", page, flags=re.S)]
+    assert [s.get("class") for s in svgs] == ["icicle", "icicle"]
+    titles = [t.text or "" for t in svgs[0].iter(f"{SVG}title")]
+    assert "layer.mlp.void gemm<float, 128>(T*) — 900 mJ" in titles
+    assert "gemm&lt;float, 128&gt;" in page and "gemm<float" not in page.replace("<title>", "")
+    assert "Power timeline" not in page  # none for a job
+    # the patch as a block, escaped; a finding without a diagnosis says so
+    assert '<pre class="patch">--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-x&lt;y\n+z\n</pre>' in page
+    assert "<li>not diagnosed</li>" in page

@@ -53,6 +53,9 @@ def docdb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # internal energy rows that differ, or exist on one side only: queries 11-12 skip them
     a.config["energy.source"], b.config["energy.source"] = "model:a", "model:b"
     a.config["energy.iterations"] = "30"
+    # an imported trace's kept host events (tracer/kineto.py): internal, skipped too
+    a.config["trace.host_events"] = '{"cats":["cuda_runtime"],"names":[],"rows":[]}'
+    b.config["trace.host_events"] = '{"cats":["cuda_driver"],"names":[],"rows":[]}'
     with open_db(d) as db:
         db.save_profile(a)
         db.save_profile(b)
@@ -81,6 +84,7 @@ def _check(title: str, rows: list[dict]) -> None:
         assert [r["time_s"] for r in rows] == sorted((r["time_s"] for r in rows), reverse=True)
     elif n == "2":
         assert rows[0]["op"] == "aten::addmm" and rows[0]["methods"] == ["estimated"]
+        assert rows[0]["energy_incl_python_j"] > 0  # labelled: the DB's figure
     elif n == "3":
         assert [r["depth"] for r in rows] == list(range(5))
         assert rows[0]["function"] == "main" and rows[-1]["file"].endswith("modeling_gpt2.py")
@@ -115,6 +119,7 @@ def _check(title: str, rows: list[dict]) -> None:
         assert keys["model.config.activation_function"] == ("gelu_new", "aten::tanh")
         assert "torch.__version__" not in keys
         assert not [k for k in keys if k.startswith("energy.")]  # internal rows left out
+        assert "trace.host_events" not in keys
     elif n == "12":
         assert rows == [{"key": "only.in.a", "only_in": "a", "value": "1"}]
     elif n == "13":

@@ -24,6 +24,14 @@ What becomes what:
   is never also charged to the operator that launched it.
 * Python stacks: `python_function` events (with_stack=True) enclosing an operator become
   its `frames` ("file.py(12): fn" → FrameRecord), entry first.
+* Host events that are not operators but that trace tools need are kept as they were:
+  the `ProfilerStep#N` annotations (HTA's iterations: it leaves the last one out of its
+  temporal breakdown, so without them it summed twice the kernel time) and every
+  `cuda_runtime`/`cuda_driver`/`cuda_sync` call (HTA's launch statistics pair each kernel
+  with its launch by correlation). They are stored in the run's config under
+  `HOST_EVENTS_KEY` as compact JSON (`HostEvents`), not as operators: a launch lies inside
+  the operator that made it, and an operator row for it would count that time twice.
+  `magneton export-trace` writes them back.
 * `distributedInfo` gives rank, world size and backend (`RunInfo.rank/world_size`,
   `Profile.dist`); `deviceProperties` the GPU name.
 
@@ -32,9 +40,10 @@ Energy (see docs/traces.md, docs/energy.md "Imported traces"): a power log given
 `--query-gpu=timestamp,power.draw --format=csv` output) is charged to the operators and GPU
 activities by the same attribution as recorded runs (`measured`). Without one each GPU
 activity is priced on the GPU's model profile (tracer/power/model.py `MODELS`, picked from the
-trace's device name): `E = (P_static + (TDP − P_static)·u)·t`, u = the kernel's
-`est. achieved occupancy %`/100 when the trace has it, else 1 (memcpy/memset); host
-operators are not priced. Those figures are labelled `estimated` and name the profile.
+trace's device name): a kernel `E = (P_static + (TDP − P_static)·u)·t`, u = its
+`est. achieved occupancy %`/100 when the trace has it, else 1; a memcpy/memset
+`E = P_static·t + e_byte·bytes moved` (`copy_dynamic_j`: what a board draws during a copy,
+not its rated power); host operators are not priced. Those figures are labelled `estimated` and name the profile.
 """
 
 from __future__ import annotations
@@ -63,6 +72,10 @@ from magneton.graphdb.model import (
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+# host events kept verbatim for export (module docstring): the launch categories, the
+# synchronisations, and the profiler's step annotations
+KEPT_CATS = (*LAUNCH_CATS, "cuda_sync")
+HOST_EVENTS_KEY = "trace.host_events"
 TRACE_SUFFIXES = (".json", ".json.gz")
 _FRAME_RE = re.compile(r"^(.*)\((\d+)\): (.*)$")
 # A child may end up to this many µs after its parent: both are rounded to whole µs.
@@ -86,6 +99,57 @@ class ImportStats:
     @property
     def gpu_activities(self) -> int:
         return self.kernels + self.memcpys + self.memsets
+
+
+@dataclass
+class HostEvents:
+    """Host events kept for export (`HOST_EVENTS_KEY`), one row per event:
+    (category idx, name idx, thread, start ns, duration ns, correlation, External id),
+    times on the operators' clock (`OpRecord.start_ns`), names and categories interned so
+    that 25k `cudaLaunchKernel` rows cost a few bytes each."""
+
+    cats: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    rows: list[list[int]] = field(default_factory=list)
+    _name_idx: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def add(self, e: dict, thread: int) -> None:
+        a = _args(e)
+        cat, name = str(e.get("cat", "")), str(e.get("name", ""))
+        if cat not in self.cats:
+            self.cats.append(cat)
+        if name not in self._name_idx:
+            self._name_idx[name] = len(self.names)
+            self.names.append(name)
+        self.rows.append(
+            [
+                self.cats.index(cat),
+                self._name_idx[name],
+                thread,
+                _ns(float(e["ts"])),
+                _ns(float(e.get("dur", 0) or 0)),
+                _int(a.get("correlation")),
+                _int(a.get("External id")),
+            ]
+        )
+
+    def __post_init__(self) -> None:
+        self._name_idx = {n: i for i, n in enumerate(self.names)}
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"cats": self.cats, "names": self.names, "rows": self.rows}, separators=(",", ":")
+        )
+
+    @classmethod
+    def from_config(cls, config: dict[str, str]) -> HostEvents:
+        """The kept events of a run ("" or unreadable: none; a run recorded by Magneton
+        has none)."""
+        try:
+            d = json.loads(config.get(HOST_EVENTS_KEY) or "{}")
+            return cls(list(d.get("cats", [])), list(d.get("names", [])), list(d.get("rows", [])))
+        except (ValueError, TypeError, AttributeError):
+            return cls()
 
 
 @dataclass
@@ -349,10 +413,16 @@ def profile_from_trace(tf: TraceFile, run: str) -> tuple[Profile, ImportStats]:
     threads: dict[tuple, list[_Node]] = {}
     gpu: list[dict] = []
     launches: dict[int, _Node] = {}
+    kept = HostEvents()
     for i, e in enumerate(tf.doc["traceEvents"]):
         if not isinstance(e, dict) or e.get("ph") != "X" or "ts" not in e:
             continue
         cat = e.get("cat")
+        if cat in KEPT_CATS or (
+            cat == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep")
+        ):
+            _check_event(e, i, tf.path)
+            kept.add(e, _tid(e.get("tid")))
         kind = {"cpu_op": "cpu_op", "python_function": "python"}.get(cat or "")
         if kind is None and cat in LAUNCH_CATS:
             kind = "launch"
@@ -399,6 +469,8 @@ def profile_from_trace(tf: TraceFile, run: str) -> tuple[Profile, ImportStats]:
     _assign(profile, records)
     _fill_run(profile.run, tf, profile)
     profile.config.update(_config(tf, stats))
+    if kept.rows:
+        profile.config[HOST_EVENTS_KEY] = kept.to_json()
     if tf.backend or tf.world_size > 1:
         # distributedInfo: the rank's place in its job, typed like a recorded rank's
         profile.dist = DistInfo(rank=tf.rank, world_size=tf.world_size, backend=tf.backend)
@@ -492,8 +564,10 @@ def estimate_energy(profile: Profile, model: str = "") -> None:
         op.energy_method = "estimated"
         if op.device == "cpu":
             continue
-        u = _occupancy(op)
-        dyn = (coeff.tdp_w - coeff.p_static_w) * u * op.time_s
+        if op.name.startswith(_COPY_PREFIXES):
+            dyn = copy_dynamic_j(op, coeff.e_byte_pj)
+        else:
+            dyn = (coeff.tdp_w - coeff.p_static_w) * _occupancy(op) * op.time_s
         op.energy_j = coeff.p_static_w * op.time_s + dyn
         above += dyn
     run = profile.run
@@ -503,10 +577,30 @@ def estimate_energy(profile: Profile, model: str = "") -> None:
     run.power_source = f"model:{coeff.name}"
     run.energy_method = "estimated"
     profile.energy.note = (
-        f"no power log: GPU activities priced at P_static {coeff.p_static_w:g} W + "
-        f"(TDP {coeff.tdp_w:g} W − P_static)·occupancy over their durations; host ops not priced"
+        f"no power log: kernels priced at P_static {coeff.p_static_w:g} W + "
+        f"(TDP {coeff.tdp_w:g} W − P_static)·occupancy over their durations; copies and "
+        f"memsets at P_static + {coeff.e_byte_pj:g} pJ per byte of device memory they "
+        f"move ({coeff.name}: {coeff.citation}), the SMs idle; host ops not priced"
     )
     profile.energy.model = dict(sorted(coeff.__dict__.items()))
+
+
+_COPY_PREFIXES = ("Memcpy", "Memset")
+
+
+def copy_dynamic_j(op: OpRecord, e_byte_pj: float) -> float:
+    """Energy above the static floor of a copy or memset: the device-memory traffic it
+    causes, at the model's energy per byte (the e_byte of the energy roofline, a
+    published HBM/DRAM energy per bit; tracer/power/model.py names the source).
+
+    A copy runs on a copy engine while the SMs idle, so the board draws about its static
+    power plus the memory traffic, not its rated power: priced at TDP, a 100 MB
+    host-to-device copy on an A100 (8 ms) cost 3.2 J, more than the kernels around it,
+    and `Memcpy HtoD` topped GPU reports. Traffic: a device-to-device copy reads and
+    writes each byte (2×), a copy to or from the host and a memset touch device memory
+    once (1×). A copy with no `bytes` in its trace is priced at the static floor."""
+    factor = 2.0 if "DtoD" in op.name else 1.0
+    return factor * op.bytes * e_byte_pj * 1e-12
 
 
 def _occupancy(op: OpRecord) -> float:

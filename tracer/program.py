@@ -92,6 +92,27 @@ class Schedule:
         return self.wait + self.warmup + self.active
 
 
+# Timed units a program run needs for a usable estimate. A script's timing pass adds
+# calls until the 95% interval of its mean is within 2% (up to 30); a program's steps
+# come from the program, so the schedule fixes their number in advance. Two timed steps
+# (`--steps 1:1:3`) gave spreads of ±49% and ±22% on a 2-core machine and no finding
+# could clear a 10% threshold; with 8 the t-interval's factor drops from 12.7 (1 degree
+# of freedom) to 2.4 (7), which is what a diff's interval rests on.
+MIN_TIMED_UNITS = 8
+
+
+def timed_units(s: Schedule) -> int:
+    """Timing-pass units of a schedule: the active units after the structure unit."""
+    return max(0, s.active - 1)
+
+
+def suggested_steps(s: Schedule) -> Schedule:
+    """The schedule to re-record with: the same WAIT and WARMUP, and enough ACTIVE units
+    for `MIN_TIMED_UNITS` timed ones (at least double the current timed ones)."""
+    timed = max(MIN_TIMED_UNITS, 2 * timed_units(s))
+    return Schedule(s.wait, s.warmup, timed + 1)
+
+
 @dataclass
 class ProgramSpec:
     """A program run: `python [-m MODULE | SCRIPT] ARGS` and the window to record."""
@@ -114,6 +135,21 @@ class ProgramSpec:
     def describe(self) -> str:
         unit = f"window {self.window!r}" if self.window else self.mode
         return f"{unit} {self.schedule}"
+
+    def command(self, steps: Schedule | None = None, run: str = "RUN", db: str = "DB") -> str:
+        """The `magneton record` command line that records this program again (with
+        `steps` instead of its schedule when given): what advice prints, so it works
+        when pasted."""
+        import shlex
+
+        sched = steps or self.steps
+        target = ["-m", self.module] if self.module else [self.script]
+        parts = ["magneton", "record", "--db", db, "--run", run]
+        if sched is not None:
+            parts += ["--steps", str(sched)]
+        if self.mode == "window":  # --steps alone would count optimizer steps instead
+            parts += ["--window", self.window or "NAME"]
+        return shlex.join([*parts, "--", "python", *target, *self.args])
 
     def to_config(self) -> dict[str, str]:
         return {
@@ -453,6 +489,11 @@ class _Recorder(_Controller):
         finish_modules(res, self._capture.modules)
         config = snapshot(self.spec.script)
         config.update(self.spec.to_config())
+        if self.spec.mode == "window" and not self.spec.window and self.window_name:
+            # the block recorded by default (the first entered) is named, so a command
+            # rebuilt from the config (`ProgramSpec.command`) records the same block
+            # even when it adds --steps (which alone would switch to step mode)
+            config["program.window"] = self.window_name
         self.profile = Profile(
             run=self.info,
             ops=res.ops,

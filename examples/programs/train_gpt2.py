@@ -1,11 +1,11 @@
 """Train a small GPT-2 language model on random tokens: an ordinary training script.
 
 Nothing here knows about Magneton: argparse, an AdamW loop, `if __name__ == "__main__"`.
-Record three of its steps and compare two attention backends without editing it:
+Record ten of its steps (one structure step, eight timed) and compare two attention backends without editing it:
 
-    magneton record --db prof --run eager --steps 1:1:3 -- \
+    magneton record --db prof --run eager --steps 1:1:9 -- \
         python examples/programs/train_gpt2.py --attn-implementation eager
-    magneton record --db prof --run sdpa --steps 1:1:3 -- \
+    magneton record --db prof --run sdpa --steps 1:1:9 -- \
         python examples/programs/train_gpt2.py --attn-implementation sdpa
     magneton diff --db prof eager sdpa
 
@@ -21,7 +21,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=6, help="optimizer steps")
+    p.add_argument("--steps", type=int, default=12, help="optimizer steps")
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--seq-len", type=int, default=64)

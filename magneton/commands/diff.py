@@ -96,6 +96,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"run's energy count (default {DEFAULT_FAIL_ON_SHARE:g}, i.e. "
         f"{DEFAULT_FAIL_ON_SHARE:.0%}%; 0 counts any)",
     )
+    p.add_argument(
+        "--html",
+        metavar="OUT",
+        default=None,
+        help="also write the diff as one self-contained HTML page (findings, energy icicles "
+        "by module of each matched region, power timeline, cause and patch; no network)",
+    )
     add_full_names(p)
     p.set_defaults(func=run)
 
@@ -210,6 +217,10 @@ def run(args: argparse.Namespace) -> int:
         )
         store_outcome(db, out)
         warning = setup_warning(db, args.a, args.b, out.result)
+        if args.html:
+            from magneton.render.html import write_diff_html
+
+            write_diff_html(db, args.html, out.result, warning)
     result = out.result
     groups = result.groups  # one per cause (diagnose/pipeline.py groups them)
     if args.csv:
@@ -297,10 +308,38 @@ def setup_warning(db: ProfileDB, a: str, b: str, result: DiffResult) -> str:
             f"were priced differently (a: {how_a or '?'} by {src_a or '?'}; "
             f"b: {how_b or '?'} by {src_b or '?'})"
         )
-    if not parts:
+    lines = []
+    if parts:
+        lines.append(
+            "warning: the two runs "
+            + " and ".join(parts)
+            + ": part of every difference below is the machine's or the energy model's, not the code's"
+        )
+    timing = timing_warning(db, ra, rb)
+    if timing:
+        lines.append(timing)
+    return "\n".join(lines)
+
+
+def timing_warning(db: object, a: str, b: str) -> str:
+    """One line when one side was timed while traced (`record_block`, or a program with
+    ACTIVE 1: RunInfo.timing "combined", its operators' times inflated by the capture)
+    and the other was timed in its own light pass ("separate"): a difference between
+    them can be the capture's overhead. "" when both were timed alike."""
+    try:
+        rows = db.query(  # type: ignore[attr-defined]
+            "MATCH (r:Run) WHERE r.name IN [$a, $b] RETURN r.name, r.timing", {"a": a, "b": b}
+        ).rows
+    except Exception:  # noqa: BLE001 - a warning must never stop the diff
         return ""
+    timing = {str(n): str(t) for n, t in rows}
+    ta, tb = timing.get(a, ""), timing.get(b, "")
+    if {ta, tb} != {"combined", "separate"}:
+        return ""
+    block = "a" if ta == "combined" else "b"
     return (
-        "warning: the two runs "
-        + " and ".join(parts)
-        + ": part of every difference below is the machine's or the energy model's, not the code's"
+        f"warning: {block} was timed while traced (a magneton.record_block, or --steps with "
+        "ACTIVE 1: times include the capture's overhead) and the other side in a separate "
+        "timing pass: differences can be that overhead, not the code; record both sides "
+        "the same way (docs/programs.md)"
     )

@@ -9,14 +9,30 @@ and Holistic Trace Analysis (HTA) read them as they read a profiler trace:
   per rank, `OUT/rank<r>.json`, which is the directory layout HTA's multi-rank analyses
   load; a single run is written to the file OUT.
 * Host operators are `cpu_op` events on their thread's track, with their module, shapes,
-  FLOPs, bytes, energy and how it was obtained in `args`; module spans are
+  FLOPs, bytes, energy and how it was obtained in `args`: `energy_j` is the DB's figure
+  (with the interpreter time before the operator), `python_j` that interpreter part, so
+  `energy_j − python_j` is what `report` shows for the operator (docs/schema.md "One
+  operator, two views of its energy"); module spans are
   `user_annotation` events on a "modules" track (energy summed over their ops).
 * GPU activities with their own device timing (runs imported from a GPU trace) are
   `kernel` / `gpu_memcpy` / `gpu_memset` events on process = device, thread = stream, with
-  `stream`, `device` and `correlation` args. A recorded run's kernels have no device
-  timing of their own (the recorder times operators), so they appear in the operator's
-  `args.kernels` instead of as invented device events.
-* Power: one counter ("C") per device from `profile.power`, sensor gaps as instants.
+  `stream`, `device` and `correlation` args. The host events an import kept
+  (tracer/kineto.py `HostEvents`: `ProfilerStep#N` annotations, `cuda_runtime` /
+  `cuda_driver` / `cuda_sync` calls) are written back on their threads with their
+  correlations, so HTA finds the same iterations and pairs the same launches with the
+  same kernels as in the original trace (without the steps it counted the last, partial
+  iteration too: twice the kernel time; without the launches its launch statistics were
+  empty).
+* A recorded run's kernels have no device timing of their own (the recorder times
+  operators), so they are listed in the operator's `args.kernels` and no kernel event is
+  invented. What the recorder did time is each operator's execution on its device: those
+  windows are an "operator execution" track per device (category `kernel`, one stream,
+  `args.timing` = "operator window"), which is what HTA's temporal and idle breakdowns
+  read (busy = inside an operator, idle = the interpreter between operators). Without it
+  a CPU run had no stream at all and both breakdowns failed (IndexError, "No objects to
+  concatenate").
+* Power: one counter ("C") per device from `profile.power` (recorded runs, and imported
+  runs given a power log), sensor gaps as instants.
 
 Timestamps are microseconds from the earliest event of the run (the idle measurement
 before the first operator can appear, so it is kept rather than clipped). The JSON is
@@ -30,9 +46,12 @@ import argparse
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from magneton.graphdb.model import OpRecord, Profile
+
+if TYPE_CHECKING:
+    from magneton.tracer.kineto import HostEvents
 
 _CPU_PID = 1_000_000  # host process id; device ids (0..n) are the GPU "processes"
 _CORRELATION = re.compile(r"correlation=(\d+)")
@@ -69,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from magneton.diagnose.jobs.ranks import job_runs
     from magneton.graphdb import open_db
     from magneton.graphdb.model import MagnetonError
+    from magneton.tracer.kineto import KEPT_CATS
 
     with open_db(args.db, read_only=True) as db:
         ranks = {} if db.has_run(args.run) else job_runs(db, args.run)
@@ -104,8 +124,21 @@ def run(args: argparse.Namespace) -> int:
             raise MagnetonError(f"cannot write {targets[r]}: {e.strerror or e}") from None
         ev = trace["traceEvents"]
         n_ops = sum(1 for e in ev if e.get("cat") == "cpu_op")
-        n_gpu = sum(1 for e in ev if e.get("cat") in _GPU_CATS.values())
-        print(f"wrote {targets[r]}: {n_ops} operators, {n_gpu} GPU activities")
+        on_device = [e for e in ev if e.get("cat") in _GPU_CATS.values()]
+        windows = sum(1 for e in on_device if e["args"].get("timing") == "operator window")
+        kept = sum(
+            1
+            for e in ev
+            if e.get("cat") in KEPT_CATS
+            or e.get("cat") == "user_annotation"
+            and str(e.get("name", "")).startswith("ProfilerStep")
+        )
+        what = (
+            f"{windows} operator windows on the execution track"
+            if windows
+            else f"{len(on_device)} GPU activities, {kept} launches and step markers"
+        )
+        print(f"wrote {targets[r]}: {n_ops} operators, {what}")
     print("open in https://ui.perfetto.dev, or load the directory with HTA's TraceAnalysis")
     return 0
 
@@ -191,9 +224,11 @@ def _module_spans(ops) -> list[tuple[str, int, int, float, int]]:
 _GPU_CATS = {"Memcpy": "gpu_memcpy", "Memset": "gpu_memset", "": "kernel"}
 
 
-def _clock(profile: Profile):
+def _clock(profile: Profile, kept: HostEvents):
     starts = [op.start_ns for op in profile.ops if op.start_ns]
     starts += [s.t_ns[0] for s in profile.power if s.t_ns]
+    if kept.rows:
+        starts.append(min(r[3] for r in kept.rows))
     t0 = min(starts) if starts else 0
     return lambda t_ns: (t_ns - t0) / 1000.0
 
@@ -209,6 +244,9 @@ def _device_index(device: str) -> int:
 
 
 def _host_events(profile: Profile, us, tid_of: dict[int, int]) -> list[dict]:
+    from magneton.diagnose.matching.interpreter import interp_energy
+
+    interp = interp_energy(profile)
     events = []
     for op in profile.ops:
         if _is_device_activity(op):
@@ -235,6 +273,7 @@ def _host_events(profile: Profile, us, tid_of: dict[int, int]) -> list[dict]:
                     "kernels": [profile.kernels[k].name for k in op.kernels],
                     "time_s": op.time_s,
                     "energy_j": op.energy_j,
+                    "python_j": float(interp[op.idx]) if interp is not None else 0.0,
                     "method": op.energy_method,
                     "flops": op.flops,
                     "bytes": op.bytes,
@@ -275,6 +314,67 @@ def _device_events(profile: Profile, us) -> list[dict]:
             }
         )
     return events
+
+
+def _kept_events(kept: HostEvents, us, tid_of: dict[int, int], ext_of: dict[int, int]) -> list:
+    """The host events an import kept, on their threads (module docstring). A launch's
+    `External id` is that of the operator our export says launched its kernel, so the
+    three (operator, launch, kernel) agree within the file."""
+    events = []
+    for cat_i, name_i, thread, ts_ns, dur_ns, corr, ext in kept.rows:
+        if thread not in tid_of:
+            tid_of[thread] = max(tid_of.values(), default=0) + 1
+        args: dict[str, Any] = {}
+        if corr >= 0:
+            args["correlation"] = corr
+            args["External id"] = ext_of.get(corr, ext)
+        events.append(
+            {
+                "ph": "X",
+                "cat": kept.cats[cat_i],
+                "name": kept.names[name_i],
+                "pid": _CPU_PID,
+                "tid": tid_of[thread],
+                "ts": us(ts_ns),
+                "dur": dur_ns / 1000.0,
+                "args": args,
+            }
+        )
+    return events
+
+
+def _execution_events(profile: Profile, us) -> list[dict]:
+    """A recorded run's operator windows as an execution track per device (module
+    docstring): one `kernel`-category event per operator, on stream 0 of the device's
+    process, pointing back at the operator by `External id`."""
+    events = []
+    for op in profile.ops:
+        pid = _execution_pid(op.device)
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": op.name,
+                "pid": pid,
+                "tid": 0,
+                "ts": us(op.start_ns),
+                "dur": max(0, op.end_ns - op.start_ns) / 1000.0,
+                "args": {
+                    "device": pid if pid < _CPU_PID else -1,
+                    "stream": 0,
+                    "External id": op.idx + 1,
+                    "timing": "operator window",
+                    "kernels": [profile.kernels[k].name for k in op.kernels],
+                    "energy_j": op.energy_j,
+                },
+            }
+        )
+    return events
+
+
+def _execution_pid(device: str) -> int:
+    """The device's process: its index for a GPU, a process after the host's for the CPU."""
+    return _device_index(device) if device.startswith("cuda") else _CPU_PID + 1
 
 
 def _module_events(profile: Profile, us, tid: int) -> list[dict]:
@@ -328,19 +428,34 @@ def _track_names(profile: Profile, threads: list[int], mod_tid: int) -> list[dic
     events.append(meta(_CPU_PID, "thread_name", "modules", mod_tid))
     gpus = sorted({op.device for op in profile.ops if _is_device_activity(op)})
     events += [meta(_device_index(d), "process_name", f"GPU {_device_index(d)}") for d in gpus]
+    if not gpus:  # the execution tracks of a recorded run
+        for d in sorted({op.device for op in profile.ops}):
+            pid = _execution_pid(d)
+            label = f"GPU {pid}" if pid < _CPU_PID else "CPU"
+            events.append(meta(pid, "process_name", label))
+            events.append(meta(pid, "thread_name", "operator execution (recorder-timed)", 0))
     return events
 
 
 def build_trace(profile: Profile) -> dict:
     """The Kineto-style trace dict for a profile (see the module docstring)."""
+    from magneton.tracer.kineto import HostEvents
+
     run = profile.run
-    us = _clock(profile)
+    kept = HostEvents.from_config(profile.config)
+    us = _clock(profile, kept)
     threads = sorted({op.thread for op in profile.ops if not _is_device_activity(op)})
     tid_of = {t: i + 1 for i, t in enumerate(threads)}
     mod_tid = len(tid_of) + 1
+    tid_of_all = {**tid_of, -(2**62): mod_tid}  # later threads get ids after the modules'
     events = _track_names(profile, threads, mod_tid)
     events += _host_events(profile, us, tid_of)
-    events += _device_events(profile, us)
+    device = _device_events(profile, us)
+    events += device
+    ext_of = {e["args"]["correlation"]: e["args"]["External id"] for e in device}
+    events += _kept_events(kept, us, tid_of_all, ext_of)
+    if not device:
+        events += _execution_events(profile, us)
     events += _module_events(profile, us, mod_tid)
     events += _power_events(profile, us)
     dist: dict[str, Any] = {"rank": run.rank, "world_size": run.world_size}

@@ -107,17 +107,17 @@ def run(args: argparse.Namespace) -> int:
         f"{r.time_s * 1e3:.2f} ms/call, {r.energy_j:.4g} J/call "
         f"({r.energy_method}, {r.power_source}) -> {args.db}"
     )
-    _print_spread(profile)
+    _print_spread(profile, args.db)
     return 0
 
 
-def _print_spread(profile) -> None:
+def _print_spread(profile, db: str) -> None:
     """The run's repeatability (± CV over timed iterations), and what to do when unstable."""
     from rich.console import Console
 
     from magneton.render.report import spread_line
 
-    line = spread_line(profile)
+    line = spread_line(profile, db)
     if line:
         Console(highlight=False, soft_wrap=True).print(line)
 
@@ -143,4 +143,31 @@ def _record_program(args: argparse.Namespace, opts) -> int:
         f"{r.time_s * 1e3:.2f} ms/unit, {r.energy_j:.4g} J/unit "
         f"({r.energy_method}, {r.power_source}) -> {args.db}"
     )
+    _print_spread(profile, args.db)
+    advice = few_units_advice(spec, profile, args.db)
+    if advice:
+        print(f"magneton: {advice}", file=sys.stderr)
     return 0
+
+
+def few_units_advice(spec, profile, db: str) -> str:
+    """One line when a program run has too few timed units for a stable estimate
+    (tracer/program.py `MIN_TIMED_UNITS`), with a command that records enough; "" else.
+    An unstable run already got the same command from its spread line."""
+    from magneton.tracer.program import (
+        MIN_TIMED_UNITS,
+        ProgramSpec,
+        suggested_steps,
+        timed_units,
+    )
+
+    spec = ProgramSpec.from_config(profile.config) or spec  # names the recorded window
+    n = timed_units(spec.schedule)
+    if n >= MIN_TIMED_UNITS or profile.energy.spread.unstable:
+        return ""
+    what = "timed unit" if n == 1 else "timed units"
+    base = (
+        f"{n} {what} (ACTIVE {spec.schedule.active} minus the structure unit): "
+        f"too few for a stable estimate, a diff needs about {MIN_TIMED_UNITS}"
+    )
+    return f"{base}; record again with {spec.command(suggested_steps(spec.schedule), profile.run.name, db)}"

@@ -107,5 +107,5 @@ def run(args: argparse.Namespace) -> int:
     if args.csv:
         write_report_csv(rows, sys.stdout)
         return 0
-    print_report(profile, rows, tree, args.by, args.depth)
+    print_report(profile, rows, tree, args.by, args.depth, args.db)
     return 0

@@ -112,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(
             "[yellow]unstable[/]: energy varied more than ±5% between timed iterations; "
             "diffs against such a run need a larger difference to count. Re-record it on a "
-            "quieter machine or with a larger --repeat."
+            "quieter machine with more timed iterations (a larger --repeat for a script, a "
+            "larger ACTIVE in --steps for a program; `report RUN` prints the command)."
         )
     return 0
 

@@ -59,7 +59,7 @@ def report_json(profile, rows, tree, by, flatten_tree) -> dict:
     return out
 
 
-def spread_line(profile) -> str:
+def spread_line(profile, db: str = "DB") -> str:
     """How repeatable the run's energy was over its timed iterations, and what to do
     when it is too noisy to compare ("" when the run has no per-iteration record)."""
     sp = profile.energy.spread
@@ -85,12 +85,37 @@ def spread_line(profile) -> str:
     if sp.unstable:
         line = (
             f"[yellow]{line}\nunstable: the call's energy varied ±{100 * sp.cv:.0f}% between "
-            "iterations (another process competing for the CPU, most likely); a diff "
+            f"iterations ({_likely_cause(profile)}); a diff "
             "against this run needs a larger difference to count as a finding. Record it "
-            f"again on a quieter machine, or with --repeat {2 * sp.iterations} for more "
-            "iterations.[/]"
+            f"again on a quieter machine, or {more_iterations(profile, db)}.[/]"
         )
     return line
+
+
+def _likely_cause(profile) -> str:
+    """Why a run's iterations vary, by how its energy was obtained: a CPU-time model
+    varies with contention for the CPU; a sampled sensor also with how many samples one
+    call spans (on an H200, NVML at 5 ms over 2.7 ms calls varied ±214% on an idle box)."""
+    source = profile.run.power_source or ""
+    if source.startswith(("nvml", "rapl", "meter")):
+        return (
+            f"{source} samples power every few ms, so a short call spans few samples, and "
+            "clocks and power ramp while the device warms up"
+        )
+    return "another process competing for the CPU, most likely"
+
+
+def more_iterations(profile, db: str = "DB") -> str:
+    """How to record more timed iterations of this run: `--repeat` for a script, a
+    larger ACTIVE in `--steps` for a program (`record` refuses `--repeat` there)."""
+    from magneton.tracer.program import ProgramSpec, suggested_steps
+
+    spec = ProgramSpec.from_config(profile.config)
+    if spec is None:
+        return f"with --repeat {2 * profile.energy.spread.iterations} for more iterations"
+    new = suggested_steps(spec.schedule)
+    unit = "steps" if spec.mode == "steps" else "window executions"
+    return f"with more timed {unit}: {spec.command(new, profile.run.name, db)}"
 
 
 def _fmt(x: float, unit: str = "") -> str:
@@ -163,7 +188,7 @@ def _table(profile, rows, by: str):
     return table
 
 
-def print_report(profile, rows, tree, by: str, max_depth: int) -> None:
+def print_report(profile, rows, tree, by: str, max_depth: int, db: str = "DB") -> None:
     """The breakdown of one run as `magneton report` prints it to a terminal."""
     from rich.console import Console
     from rich.tree import Tree
@@ -202,7 +227,7 @@ def print_report(profile, rows, tree, by: str, max_depth: int) -> None:
     fused = fused_line(profile)  # a JAX/TensorFlow run: its fused cost (tracer/frameworks)
     if fused:
         console.print(fused)
-    line = spread_line(profile)
+    line = spread_line(profile, db)
     if line:
         console.print(line)
     gaps = sum(len(s.gaps) for s in profile.power)
