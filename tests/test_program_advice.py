@@ -15,8 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from magneton.render.report import spread_line
 from magneton.graphdb.model import EnergySpread, Profile, RunInfo
+from magneton.render.report import spread_line
 from magneton.tracer.program import MIN_TIMED_UNITS, parse_command
 
 PROGRAMS = Path(__file__).parent / "workloads" / "programs"
