@@ -205,7 +205,8 @@ def _run_line(s: RunSummary, side: str) -> str:
 
 def _cause_lines(f: Finding) -> list[str]:
     from magneton.diagnose.cause.rootcause import describe_finding
-    from magneton.diagnose.matching.interpreter import describe_interpreter
+
+    from .diff import describe_interpreter
 
     lines = describe_interpreter(f) if f.kind == "interpreter" else describe_finding(f)
     return lines or ["not diagnosed"]
