@@ -440,6 +440,8 @@ def _code_fix(x: _FixInput, fix: Fix) -> None:
         # the efficient side recorded nothing here (the wasteful side's extra work has
         # no counterpart): its statements are the ones standing in the same place
         be = counterpart_block(bw, pe.run.script)
+    if (bw is None or be is None) and _origin_value_fix(x, fix):
+        return
     if bw is None or be is None:
         missing = os.path.basename((pw if bw is None else pe).run.script or "?")
         fix.summary = (
@@ -468,6 +470,8 @@ def _code_fix(x: _FixInput, fix: Fix) -> None:
     fix.old_text, fix.new_text = bw.code(), be.code()
     fw, lw = bw.lines()
     where = f"{_rel(pw.run.script, base)}:{fw}" + (f"-{lw}" if lw != fw else "")
+    if port.text is None and _origin_value_fix(x, fix):
+        return
     if port.text is None:
         fix.summary = (
             f"Rewrite {where} like the efficient side "
@@ -487,6 +491,29 @@ def _code_fix(x: _FixInput, fix: Fix) -> None:
         + (f"; {port.reason}" if port.reason else "")
         + "."
     )
+
+
+def _origin_value_fix(x: _FixInput, fix: Fix) -> bool:
+    """The differential slice's smallest differing expression (diffslice.py): replace the
+    wasteful side's with the efficient side's, when the statements around it could not
+    be ported whole (`x.clone().detach()` -> `x.detach()` inside a loop)."""
+    ow, oe = x.origins.get(x.w), x.origins.get(x.e)
+    if ow is None or oe is None or ow.span is None or oe.span is None or not oe.value:
+        return False
+    if not (ow.file and is_user_file(ow.file, x.pw.run.script)):
+        return False
+    patched = replace_value(ow.file, ow.span, oe.value)
+    p = make_patch(ow.file, x.base, patched) if patched is not None else None
+    if p is None:
+        return False
+    fix.patch = p.diff()
+    fix.file = _rel(ow.file, x.base)
+    fix.old_text, fix.new_text = ow.value, oe.value
+    fix.summary = (
+        f"In {_rel(ow.file, x.base)}:{ow.line} replace `{ow.value}` with `{oe.value}`, "
+        f"as the efficient side does ({os.path.basename(oe.file or '')}:{oe.line})."
+    )
+    return True
 
 
 def _origin_argument_fix(x: _FixInput, fix: Fix) -> bool:

@@ -339,22 +339,26 @@ def _variable(idx: SourceIndex, node: cst.CSTNode) -> str:
     return idx.code(node).strip()
 
 
-def _value_kind(idx: SourceIndex, node: cst.CSTNode) -> str:
-    """A value passed as a call's keyword is an API argument; one stored in a constant,
-    a dict entry or a class field is configuration."""
-    p = idx.parent(node)
-    return "api-argument" if isinstance(p, cst.Arg) else "config"
+def _value_kind(ia: SourceIndex, na: cst.CSTNode, ib: SourceIndex, nb: cst.CSTNode) -> str:
+    """Code when either side's expression calls something (`images.contiguous()` vs
+    `images.contiguous(memory_format=...)`: a different computation, ported as code); else
+    an API argument when passed as a call's keyword, configuration when stored in a
+    constant, a dict entry or a class field."""
+    if any(True for _ in ia.nodes_of(cst.Call, na)) or any(True for _ in ib.nodes_of(cst.Call, nb)):
+        return "code"
+    return "api-argument" if isinstance(ia.parent(na), cst.Arg) else "config"
 
 
 def _value_origins(
     na: cst.CSTNode, ia: SourceIndex, nb: cst.CSTNode, ib: SourceIndex
 ) -> dict[str, Origin]:
     var = _variable(ia, na)
+    kind = _value_kind(ia, na, ib, nb)
     out = {}
     for side, node, idx in (("a", na, ia), ("b", nb, ib)):
         line = idx.line_of(node)
         out[side] = Origin(
-            kind=_value_kind(idx, node),
+            kind=kind,
             variable=var,
             file=idx.path,
             line=line,
