@@ -264,3 +264,38 @@ def test_extra_work_with_no_counterpart_is_sliced_at_the_same_place_on_the_other
     d = program_difference(pa, pb, [0], [], {"a": {}, "b": {}})
     assert d is not None and d.origins["a"].line == _line(a, "MEMORY_FORMAT = ")
     assert d.sharper_than("code", "a")  # a value to port beats naming the code
+
+
+DATACLASS = """
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class RunConfig:
+    width: int = 8
+    track_grad: bool = {flag}
+
+
+CFG = RunConfig()
+
+
+def setup():
+    return (torch.randn(2, CFG.width),)
+
+
+def main(x):
+    with torch.set_grad_enabled(CFG.track_grad):
+        return x * 2
+"""
+
+
+def test_a_dataclass_field_default_is_the_root(tmp_path):
+    a = _write(tmp_path, "a.py", DATACLASS.format(flag="True"))
+    b = _write(tmp_path, "b.py", DATACLASS.format(flag="False"))
+    chain = lambda p: [[(_line(p, "return x * 2"), "main")]]  # noqa: E731
+    d = _diff(_profile(a, chain(a)), _profile(b, chain(b)))
+    assert d is not None and d.kind == "config"
+    oa = d.origins["a"]
+    assert (oa.variable, oa.value, oa.line) == ("track_grad", "True", _line(a, "track_grad:"))

@@ -239,7 +239,16 @@ def _callee(call: cst.Call) -> str:
 
 def _meaningful(node: cst.CSTNode, idx: SourceIndex) -> list[cst.CSTNode]:
     """A node's children that carry code (not whitespace, commas or parentheses)."""
-    return [c for c in node.children if idx.code(c).strip() not in ("", ",", "(", ")", ".", "=")]
+    return [c for c in node.children if _text(idx, c).strip() not in ("", ",", "(", ")", ".", "=")]
+
+
+def _text(idx: SourceIndex, node: cst.CSTNode) -> str:
+    """A node's source; for a node libcst cannot print alone (an annotation, whose
+    `:` depends on its parent) the source of its children."""
+    try:
+        return idx.code(node)
+    except SyntaxError:  # libcst's CSTCodegenError (not exported) is one
+        return "".join(_text(idx, c) for c in node.children)
 
 
 def smallest_difference(
@@ -253,7 +262,7 @@ def smallest_difference(
         ca, cb = _meaningful(a, ia), _meaningful(b, ib)
         if len(ca) != len(cb):
             break
-        differ = [i for i in range(len(ca)) if ia.code(ca[i]) != ib.code(cb[i])]
+        differ = [i for i in range(len(ca)) if _text(ia, ca[i]) != _text(ib, cb[i])]
         if len(differ) != 1:
             break
         na, nb = ca[differ[0]], cb[differ[0]]
