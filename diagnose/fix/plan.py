@@ -128,8 +128,10 @@ class _FixInput:
         return self.runs.b if self.w == "a" else self.runs.a
 
     def library_site(self) -> str | None:
-        """Where the rule's wasteful operators run, when only library code issues them."""
-        if self.rule is None:
+        """Where the rule's wasteful operators run, when only library code issues them.
+        Only for a rule whose advice is an edit of the calling code (no knob): a setting's
+        advice (`torch.backends.mkldnn.enabled = True`) holds wherever the op runs."""
+        if self.rule is None or self.rule.rule.knob:
             return None
         ev = self.rule.rule.wasteful
         names = set(ev.ops) | set(ev.any_ops)
@@ -156,15 +158,19 @@ class _FixInput:
         )
 
 
+_TORCH_MODULES = f"{os.sep}torch{os.sep}nn{os.sep}modules{os.sep}"
+
+
 def _library_frame(p: Profile, op: int) -> tuple[str, int, str] | None:
-    """The innermost frame of a library other than torch below the user's last frame: the
-    code that issued the operator when a model library (transformers, diffusers, ...) sits
-    between the user's call and it. torch's own Python (nn.Module plumbing,
-    torch.nn.functional) is the API the user called, so it does not count."""
+    """The innermost frame of library code below the user's last frame that the user did
+    not call as an API: a model library (transformers, diffusers, ...) or a torch module's
+    implementation (nn.TransformerEncoderLayer's forward) between the user's call and the
+    operator. torch's functional and tensor API called from the user's line
+    (`F.pad(...)`, `x.contiguous()`) is the user's own call, so it does not count."""
     frames = [p.frames[i] for i in p.ops[op].frames if 0 <= i < len(p.frames)]
     user = [k for k, f in enumerate(frames) if is_user_file(f.file, p.run.script)]
     below = frames[user[-1] + 1 :] if user else frames
-    lib = [f for f in below if f"{os.sep}torch{os.sep}" not in f.file]
+    lib = [f for f in below if f"{os.sep}torch{os.sep}" not in f.file or _TORCH_MODULES in f.file]
     return (lib[-1].file, lib[-1].line, lib[-1].function) if lib else None
 
 
