@@ -202,6 +202,12 @@ def test_a_program_flag_read_inside_a_helper_is_the_root(tmp_path):
     oa, ob = d.origins["a"], d.origins["b"]
     assert (oa.option, oa.value, ob.value) == ("--foreach", "0", "1")
     assert oa.line == _line(prog, "foreach=bool(args.foreach)")
+    # another step's origin on the line that passes the option on agrees (and stands,
+    # with its key variable and data flow)
+    from magneton.diagnose.source.dataflow import Origin
+
+    passing = Origin(kind="api-argument", variable="foreach", file=str(prog), line=oa.line)
+    assert d.agrees({"a": passing, "b": None})
 
 
 def test_a_store_true_switch_reads_as_given_or_not(tmp_path):

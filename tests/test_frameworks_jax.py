@@ -223,11 +223,11 @@ def test_framework_is_detected_from_the_imports(tmp_path):
 
 def test_tui_energy_view_shows_the_jax_run(db):
     """The TUI reads a JAX run like any other: its operator table and its modules."""
-    from test_tui import _app, cells, run_app, wait_for
+    from tui_support import app_for, cells, run_app, wait_for
 
     from magneton.tui.energy_screen import EnergyScreen
 
-    app = _app(db)
+    app = app_for(db)
 
     async def scenario(pilot) -> None:
         await pilot.press("v")  # the highlighted run

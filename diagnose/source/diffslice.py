@@ -466,15 +466,14 @@ def _attributes_read(s: _Slice) -> set[str]:
     return out
 
 
-def _option_line(s: _Slice, dest: str) -> int | None:
-    """The first slice statement that reads `X.dest` (what passes the option on)."""
-    lines = [
+def _option_lines(s: _Slice, dest: str) -> set[int]:
+    """The lines of the slice that read `X.dest` (what passes the option on)."""
+    return {
         s.idx.line_of(n)
         for _, u in s.units.values()
         for n in s.idx.nodes_of(cst.Attribute, u.node)
         if isinstance(n.value, cst.Name) and n.attr.value == dest
-    ]
-    return min(lines) if lines else None
+    }
 
 
 def _option_difference(
@@ -491,7 +490,7 @@ def _option_difference(
         origins = {}
         for s, clo in (("a", ca), ("b", cb)):
             sl = slices[s]
-            line = _option_line(sl, dest) or clo.line
+            line = min(_option_lines(sl, dest), default=clo.line)
             how = "given on the command line" if clo.given else "its default"
             origins[s] = Origin(
                 kind="command-line",
@@ -505,7 +504,16 @@ def _option_difference(
                 note=f"option {clo.option} ({how}: {clo.value}; add_argument at line "
                 f"{clo.line}), read at line {line}",
             )
-        return Difference(kind="command-line", origins=origins, options={ca.option})
+        # another step's origin on a line that passes the option on agrees with it
+        differing = {x: _option_lines(slices[x], dest) for x in "ab"}
+        scripts = {x: os.path.realpath(slices[x].idx.path) for x in "ab"}
+        return Difference(
+            kind="command-line",
+            origins=origins,
+            differing=differing,
+            scripts=scripts,
+            options={ca.option},
+        )
     return None
 
 
