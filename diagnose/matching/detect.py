@@ -134,17 +134,6 @@ def _within_samples(point: np.ndarray, s: np.ndarray) -> bool:
     return bool(np.all((point >= low) & (point <= high)))
 
 
-def least_loaded(x: np.ndarray) -> np.ndarray:
-    """A region's cheapest half of its timed iterations (at least 3; all when fewer than
-    6). Load only ever adds energy under the CPU-time model, so the dearer iterations
-    measure a neighbour, not the code; the point estimate is an expected minimum for the
-    same reason. With every iteration, a busy CI runner widened intervals until real
-    30% differences (a fast path off, oneDNN off) were no longer confident."""
-    if len(x) < 6:
-        return x
-    return np.sort(x)[: max(3, len(x) // 2)]
-
-
 def region_samples(samples: np.ndarray | None, ops: list[int]) -> np.ndarray | None:
     """A region's energy in each timed iteration."""
     if samples is None or not ops:
@@ -291,7 +280,7 @@ def _interval(
     if sa is None or sb is None:
         return None
     w, eff = (sa, sb) if wasteful == "a" else (sb, sa)
-    got = saving_interval(least_loaded(w), least_loaded(eff), between_runs_log_sd=between_sd)
+    got = saving_interval(w, eff, between_runs_log_sd=between_sd)
     if got is None:
         return None
     ratio, low, high = got
