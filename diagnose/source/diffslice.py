@@ -57,8 +57,10 @@ from .setupflow import (
     _params,
     _reads,
     _returned,
+    _setup_function,
     _statement_origin,
     _top_statement,
+    _user_lines,
     _writes,
     smallest_difference,
 )
@@ -193,16 +195,9 @@ def _chain(s: _Slice, lines: list[int], setup: str) -> cst.FunctionDef | None:
     return fn_prev
 
 
-def _function(idx: SourceIndex, name: str) -> cst.FunctionDef | None:
-    return next(
-        (f for f in idx.module.body if isinstance(f, cst.FunctionDef) and f.name.value == name),
-        None,
-    )
-
-
 def _through_setup(s: _Slice, entry: cst.FunctionDef, setup: str) -> None:
     """The entry's parameters are setup()'s returned values, by position."""
-    fn = _function(s.idx, setup)
+    fn = _setup_function(s.idx, setup)
     if fn is None:
         return
     try:
@@ -246,13 +241,6 @@ def _module_closure(s: _Slice) -> None:
                         grew = True
 
 
-def _user_lines(p: Profile, op: int) -> list[int]:
-    script = os.path.realpath(p.run.script or "")
-    return [
-        p.frames[i].line for i in p.ops[op].frames if os.path.realpath(p.frames[i].file) == script
-    ]
-
-
 def chains_of(p: Profile, ops: list[int]) -> set[tuple[int, ...]]:
     """The distinct user-line chains (outermost first) of operators `ops`."""
     return {c for o in ops if (c := tuple(_user_lines(p, o)))}
@@ -270,7 +258,7 @@ def mirror_chains(
         for line in chain:
             fn = have.function_at(line)
             stmt = _top_statement(fn, have, line) if fn is not None else None
-            twin = _function(lack, fn.name.value) if fn is not None else None
+            twin = _setup_function(lack, fn.name.value) if fn is not None else None
             if fn is None or stmt is None or twin is None:
                 break
             k = _body(fn).index(stmt)
@@ -289,7 +277,7 @@ def side_slice(p: Profile, idx: SourceIndex, chains: set[tuple[int, ...]]) -> _S
     setup, entry = p.run.setup or "setup", (p.run.entry or "main").split(".")[-1]
     outer = [fn for lines in sorted(chains) if (fn := _chain(s, list(lines), setup))]
     if any(fn.name.value == entry for fn in outer):
-        _through_setup(s, _function(idx, entry) or outer[0], setup)
+        _through_setup(s, _setup_function(idx, entry) or outer[0], setup)
     _module_closure(s)
     return s
 
