@@ -23,11 +23,24 @@ eval`'s scratch cases) write under the session's own TMPDIR inside pytest's base
 directory, removed at the end of the session; so nothing accumulates under /tmp, and a
 cleanup never touches another session's files. Passing tests' `tmp_path`s go at once
 (pyproject: `tmp_path_retention_policy = "failed"`).
+
+Files that measure run alone (`alone`): a file whose results depend on measured energy
+(a finding that must appear, an A/A diff that must stay empty) marks itself
+`pytestmark = pytest.mark.alone`, and its tests run while the other worker runs no test
+(`pytest_runtest_protocol` below; the other worker waits between its tests). Beside the
+JAX and TensorFlow tests, whose thread pools take both cores for seconds at a time, a
+whole recording could run two to three times slower than its counterpart made a minute
+earlier: fresh-clone CI runs lost a different real finding each time (the GELU pair of
+test_confirm, a 30% convolution case, TensorFlow's implicit copy) and an A/A gate under
+its own busy core flagged interpreter time. What such a recording measures is the other
+test, not the code; the tool is built for one busy neighbour (the A/A gate spins its
+own), not for two test workers' worth.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gc
 import io
 import os
@@ -110,3 +123,35 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     long-lived objects again (~40% of test_matching's time)."""
     gc.collect()
     gc.freeze()
+
+
+# Readers-writer lock across the xdist workers (module docstring): a test of an `alone`
+# file holds LOCK_EX on `main`, every other test LOCK_SH. The turnstile keeps a waiting
+# `alone` test from starving: while one waits for `main`, it holds `turn`, which readers
+# must pass before taking their shared lock.
+def _lock_dir(config: pytest.Config) -> Path | None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return None  # one process (-n 0): nothing runs beside a test
+    # each worker's basetemp is <run>/popen-gwN: the run's directory is shared, and
+    # removed with pytest's own temp directories
+    return config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    d = _lock_dir(item.config)
+    if d is None:
+        yield
+        return
+    alone = item.get_closest_marker("alone") is not None
+    with open(d / "alone.turn", "a") as turn, open(d / "alone.main", "a") as main:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        fcntl.flock(main, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(turn, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(main, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(turn, fcntl.LOCK_UN)

@@ -17,6 +17,9 @@ import pytest
 
 from magneton.cli import main as cli
 
+# run alone (tests/conftest.py): A/A diffs must flag nothing
+pytestmark = pytest.mark.alone
+
 SCRIPT = """
 import torch
 

@@ -29,6 +29,9 @@ from magneton.commands.eval import check, load_expect, record_args, relevant_fin
 from magneton.commands.export_patch import find_finding
 from magneton.graphdb import open_db
 
+# run alone (tests/conftest.py): every case's finding (or its absence) is measured
+pytestmark = pytest.mark.alone
+
 CASES = Path(__file__).resolve().parents[1] / "examples" / "cases"
 # cases whose patch is re-recorded (the misconfigurations; the redundant copies; the
 # operand properties set in setup() or the handler; the grad mode the entry runs in)

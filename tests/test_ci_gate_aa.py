@@ -20,6 +20,9 @@ import pytest
 
 from magneton.commands.diff import DEFAULT_FAIL_ON_SHARE
 
+# run alone (tests/conftest.py): an A/A gate under its own busy core; a second worker is load beyond it
+pytestmark = pytest.mark.alone
+
 WORKLOAD = Path(__file__).parent / "workloads" / "mlp_layernorm.py"
 
 

@@ -40,6 +40,9 @@ from magneton.graphdb.model import (
     SavingInterval,
 )
 
+# run alone (tests/conftest.py): the GELU pair's finding and its confirmation are measured
+pytestmark = pytest.mark.alone
+
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = range(8)
 

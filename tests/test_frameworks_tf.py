@@ -19,6 +19,9 @@ import pytest
 
 from magneton.graphdb import open_db
 
+# run alone (tests/conftest.py): the implicit copy's finding is measured; TensorFlow's thread pools load both cores
+pytestmark = pytest.mark.alone
+
 # found, not imported: this process never runs TensorFlow (6 s and ~0.5 GB to import)
 if importlib.util.find_spec("tensorflow") is None:
     pytest.skip("tensorflow is not installed (magneton[tf])", allow_module_level=True)
