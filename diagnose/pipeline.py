@@ -193,7 +193,12 @@ def diff_run_pair(
         if progress is not None:
             progress("detected", result, len(result.findings), len(result.findings))
         return out
-    result, m = diff_profiles(pa, pb, threshold=threshold, tau=tau)
+    from .matching.confirm import not_confirmable
+
+    # candidates the recordings leave undecided are kept only when the rounds will
+    # decide them (diagnose/matching/detect.py)
+    confirms = not not_confirmable(pa, pb, rerun)
+    result, m = diff_profiles(pa, pb, threshold=threshold, tau=tau, keep_undecided=confirms)
     out = DiffOutcome(
         result=result,
         tau=tau,

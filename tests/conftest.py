@@ -13,7 +13,7 @@ suite's `magneton eval`, 164 s) are made once; per-test distribution would make 
 both workers. A session fixture
 is made once per worker that asks for it. Two, not one per core: every recording in a
 test then runs beside one other test's work, the load of CI and of a user's busy
-machine, which measurement is built to tolerate (the A/A tests check that nothing is
+machine, which measurement is built to tolerate (the A/A gate checks that nothing is
 flagged there); a worker per core on a large machine would put many timed recordings
 beside each other, which measures oversubscription instead. `-n 0` runs in one process
 (for a debugger, or to time a test alone).
@@ -24,17 +24,17 @@ directory, removed at the end of the session; so nothing accumulates under /tmp,
 cleanup never touches another session's files. Passing tests' `tmp_path`s go at once
 (pyproject: `tmp_path_retention_policy = "failed"`).
 
-Files that measure run alone (`alone`): a file whose results depend on measured energy
-(a finding that must appear, an A/A diff that must stay empty) marks itself
-`pytestmark = pytest.mark.alone`, and its tests run while the other worker runs no test
-(`pytest_runtest_protocol` below; the other worker waits between its tests). Beside the
-JAX and TensorFlow tests, whose thread pools take both cores for seconds at a time, a
-whole recording could run two to three times slower than its counterpart made a minute
-earlier: fresh-clone CI runs lost a different real finding each time (the GELU pair of
-test_confirm, a 30% convolution case, TensorFlow's implicit copy) and an A/A gate under
-its own busy core flagged interpreter time. What such a recording measures is the other
-test, not the code; the tool is built for one busy neighbour (the A/A gate spins its
-own), not for two test workers' worth.
+Files that judge the statistics of a measurement run alone (`alone`): the file marks
+itself `pytestmark = pytest.mark.alone`, and its tests run while the other worker runs no
+test (`pytest_runtest_protocol` below; the other worker waits between its tests). That is
+the A/A gate, whose claim is "nothing flagged beside one busy core" (it spins that core
+itself; a second worker's test beside it, TensorFlow's thread pools for instance, made
+three busy processes on two cores and an interpreter-time row crossed the gate), and the
+confirmation tests, which need the GELU pair's recordings to show their difference
+before re-measuring it. Everything else measures beside the other worker: a difference
+two recordings leave undecided is re-measured in interleaved rounds
+(diagnose/matching/detect.py), so load costs time there, not findings. Running every file
+that records alone took the suite from 744 s to 1,073 s.
 """
 
 from __future__ import annotations

@@ -29,9 +29,6 @@ from magneton.commands.eval import check, load_expect, record_args, relevant_fin
 from magneton.commands.export_patch import find_finding
 from magneton.graphdb import open_db
 
-# run alone (tests/conftest.py): every case's finding (or its absence) is measured
-pytestmark = pytest.mark.alone
-
 CASES = Path(__file__).resolve().parents[1] / "examples" / "cases"
 # cases whose patch is re-recorded (the misconfigurations; the redundant copies; the
 # operand properties set in setup() or the handler; the grad mode the entry runs in)
@@ -146,7 +143,11 @@ def test_case_diagnosis(case):
     if not expect.get("finding", True):
         assert f is None, f"{name}: unexpected finding {f and f.to_json()}"
         return
-    assert f is not None, f"{name}: no finding covers {expect.get('region_ops')}: {diff['message']}"
+    assert f is not None, (
+        f"{name}: no finding covers {expect.get('region_ops')}: {diff['message']} "
+        f"{diff.get('confirm_note', '')}; energies a {diff['a']} b {diff['b']}; findings "
+        f"{[(x['ops'], x['wasteful'], x['interval']) for x in diff['findings']]}"
+    )
     reason = check(expect, f)
     assert not reason, f"{name}: {reason}\n{json.dumps(f.root_cause.to_json(), indent=1)[:3000]}"
     # every finding ends in why and what to change

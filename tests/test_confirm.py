@@ -97,6 +97,69 @@ def test_rounds_stop_when_the_threshold_is_out_of_reach():
 
 
 # --------------------------------------------------------------------------------------
+# Candidates the recordings leave undecided
+# --------------------------------------------------------------------------------------
+
+
+def _noisy_pair(ratio: float, noise: float, n: int = 6, seed: int = 0):
+    """Two one-operator recordings whose samples differ by `ratio` with `noise`, matched."""
+    from magneton.diagnose.matching.match import MatchResult, RegionPair
+
+    rng = np.random.default_rng(seed)
+    sides = []
+    # different operators (a composite vs a fused kernel): not identical work, which
+    # would calibrate the drift between the recordings with the difference itself
+    for level, op in ((ratio, "aten::mul"), (1.0, "aten::gelu")):
+        rows = [[level * float(np.exp(rng.normal(0.0, noise)))] for _ in range(n)]
+        point = float(np.mean(rows))
+        ops = priced_ops([point], name=op)
+        sides.append(profile(ops=ops, energy_j=point, energy=_energy(rows)))
+    pair = RegionPair(a=Region([0]), b=Region([0]))
+    return sides[0], sides[1], MatchResult(pairs=[pair], anchors=[], identity=[])
+
+
+def _energy(rows: list[list[float]]) -> RunEnergy:
+    return RunEnergy(op_samples_j=rows)
+
+
+def test_an_undecided_difference_is_left_to_the_rounds_only_when_they_will_run():
+    """A 30% difference measured through 30% noise in six iterations: the recordings
+    neither show it nor rule it out. Without re-measurement it is not reported; with it,
+    it is a candidate for the rounds to decide; a difference the recordings rule out is
+    not one either way."""
+    from magneton.diagnose.matching.detect import detect, undecided
+
+    pa, pb, m = _noisy_pair(1.3, 0.3)
+    assert detect(pa, pb, m) == []
+    (f,) = detect(pa, pb, m, keep_undecided=True)
+    assert f.wasteful == "a" and undecided(f, 0.10)
+    assert not confident(f.interval.ratio_low, 0.10) and f.interval.ratio_high > 1 / 0.9
+    pa, pb, m = _noisy_pair(2.0, 0.02)  # shown: a finding, not left undecided
+    (f,) = detect(pa, pb, m, keep_undecided=True)
+    assert not undecided(f, 0.10)
+    pa, pb, m = _noisy_pair(1.0, 0.3)  # no candidate at all
+    assert detect(pa, pb, m, keep_undecided=True) == []
+
+
+def test_undecided_candidates_face_a_stricter_test_and_are_dropped_unmeasured():
+    from magneton.diagnose.matching.confirm import confidences, mark_unconfirmed
+    from magneton.diagnose.matching.detect import detect
+
+    shown = detect(*_noisy_pair(2.0, 0.02), keep_undecided=True)
+    left = [detect(*_noisy_pair(1.3, 0.3, seed=s), keep_undecided=True)[0] for s in (0, 1)]
+    found = shown + left
+    # Bonferroni over the undecided: two of them, each at 97.5%; the shown one at 95%
+    assert confidences(found, 0.10) == pytest.approx([0.95, 0.975, 0.975])
+    # a paired test at the stricter level is wider
+    rng = np.random.default_rng(0)
+    w, e = rounds(rng, 1.2, noise=0.05, drift=0.3, n=6)
+    assert paired_interval(w, e, 0.975)[1] < paired_interval(w, e, 0.95)[1]
+    # without rounds, the shown finding stays (unconfirmed, saying why); the others go
+    kept = mark_unconfirmed(found, "re-measurement disabled (--no-rerun)", 0.10)
+    assert kept == shown and kept[0].interval.unconfirmed.startswith("re-measurement")
+
+
+# --------------------------------------------------------------------------------------
 # What cannot be confirmed says so
 # --------------------------------------------------------------------------------------
 

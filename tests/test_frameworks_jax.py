@@ -24,9 +24,6 @@ jax = pytest.importorskip("jax")
 
 from magneton.graphdb import open_db  # noqa: E402
 
-# run alone (tests/conftest.py): findings are measured; XLA's thread pools load both cores
-pytestmark = pytest.mark.alone
-
 CASES = Path(__file__).resolve().parents[1] / "examples" / "cases"
 
 

@@ -19,9 +19,6 @@ import pytest
 
 from magneton.graphdb import open_db
 
-# run alone (tests/conftest.py): the implicit copy's finding is measured; TensorFlow's thread pools load both cores
-pytestmark = pytest.mark.alone
-
 # found, not imported: this process never runs TensorFlow (6 s and ~0.5 GB to import)
 if importlib.util.find_spec("tensorflow") is None:
     pytest.skip("tensorflow is not installed (magneton[tf])", allow_module_level=True)
@@ -90,7 +87,9 @@ def test_report_shows_the_fused_program_beside_the_unfused_replay(db):
 
 
 def test_count_nonzero_implicit_copy_is_flagged(db):
-    d = json.loads(ok("diff", "--db", str(db), "cnz", "sum32", "--json", "--no-rerun"))
+    # with the interleaved re-measurement a user's diff runs: two recordings made a
+    # minute apart on a loaded machine can leave the difference undecided (detect.py)
+    d = json.loads(ok("diff", "--db", str(db), "cnz", "sum32", "--json"))
     flagged = [
         f
         for f in d["findings"]

@@ -26,6 +26,12 @@ interval is narrow, bounded by `MAX_ROUNDS` and `BUDGET_S`. The repeated look at
 interval costs some confidence in principle; the minimum of rounds and the distance
 between "no difference" and a 10% threshold keep it small in practice.
 
+Candidates the recordings left undecided (detect.py `undecided`: the point estimate
+passes, the interval neither reaches the threshold nor rules it out) come here too when
+re-measurement will run: for them the rounds are the only test, so each is held to a
+stricter confidence (`confidences`: Bonferroni over their number), and one that is not
+confirmed, or cannot be re-measured, is dropped rather than reported unconfirmed.
+
 What is not confirmed keeps detection's verdict and says why (`SavingInterval.unconfirmed`):
 re-running disabled (`--no-rerun`); a program run (`magneton record -- python ...`: its
 state cannot be held warm between rounds and relaunching it per round costs an import and
@@ -78,7 +84,7 @@ from magneton.graphdb.model import Finding, Profile, SavingInterval
 from magneton.tracer.warm import WarmPool, unix_address
 from magneton.tracer.warm import WorkerError as WarmWorkerError
 
-from .detect import CONFIDENCE, confident, ranked, verdict_of
+from .detect import CONFIDENCE, cannot_reach, confident, ranked, undecided, verdict_of
 
 TEST = "paired t on interleaved log ratios"
 MIN_ROUNDS = 5
@@ -135,11 +141,6 @@ def wasteful_bounds_j(w: np.ndarray, confidence: float = CONFIDENCE) -> tuple[fl
     se = float(d.std(ddof=1)) / np.sqrt(len(d))
     q = float(special.stdtrit(len(d) - 1, confidence))
     return float(np.exp(d.mean() - q * se)), float(np.exp(d.mean() + q * se))
-
-
-def cannot_reach(ratio_high: float, threshold: float) -> bool:
-    """Whether even the upper bound of the ratio is below the threshold's ratio."""
-    return ratio_high < 1.0 / (1.0 - threshold)
 
 
 # --------------------------------------------------------------------------------------
@@ -370,12 +371,25 @@ def _region_j(att, ops: list[int], kind: str = "region") -> np.ndarray:
     return rows[:, ops].sum(axis=1)
 
 
-def _intervals(findings: list[Finding], att: dict) -> list[tuple[float, float, float] | None]:
+def confidences(findings: list[Finding], threshold: float) -> list[float]:
+    """The paired test's confidence per candidate: `CONFIDENCE` for one the recordings
+    already showed, stricter (Bonferroni over their number) for those they left
+    undecided (detect.py `undecided`): for them the rounds are the only test, and an A/A
+    diff on a loaded machine can leave several, of which none may be confirmed."""
+    k = sum(undecided(f, threshold) for f in findings)
+    strict = 1.0 - (1.0 - CONFIDENCE) / max(k, 1)
+    return [strict if undecided(f, threshold) else CONFIDENCE for f in findings]
+
+
+def _intervals(
+    findings: list[Finding], att: dict, levels: list[float]
+) -> list[tuple[float, float, float] | None]:
     out = []
-    for f in findings:
+    for f, level in zip(findings, levels, strict=True):
         ea = _region_j(att["a"], f.region_a.ops, f.kind)
         eb = _region_j(att["b"], f.region_b.ops, f.kind)
-        out.append(paired_interval(ea, eb) if f.wasteful == "a" else paired_interval(eb, ea))
+        w, e = (ea, eb) if f.wasteful == "a" else (eb, ea)
+        out.append(paired_interval(w, e, confidence=level))
     return out
 
 
@@ -407,7 +421,7 @@ def interleave(
         if rounds.n < MIN_ROUNDS:
             continue
         att = {s: rounds.priced(s, profiles[s]) for s in ("a", "b")}
-        ivs = _intervals(findings, att)
+        ivs = _intervals(findings, att, confidences(findings, threshold))
         if all(_decided(iv, threshold) for iv in ivs) or time.monotonic() - t0 > BUDGET_S:
             break
     if not att:
@@ -416,7 +430,11 @@ def interleave(
 
 
 def _confirmed(
-    f: Finding, iv: tuple[float, float, float], att: dict, rounds: Rounds
+    f: Finding,
+    iv: tuple[float, float, float],
+    att: dict,
+    rounds: Rounds,
+    level: float = CONFIDENCE,
 ) -> Finding | None:
     """`f` with its confirmed energies, times, saving, interval and verdict; None when the
     rounds do not show the saving. Energies and times are geometric means over the rounds
@@ -452,7 +470,7 @@ def _confirmed(
         ratio_high=high,
         saving_j_low=saving_low,
         saving_j_high=saving_high,
-        confidence=CONFIDENCE,
+        confidence=level,
         iterations_a=rounds.n,
         iterations_b=rounds.n,
         test=TEST,
@@ -485,11 +503,15 @@ def sigterm_unwinds() -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def mark_unconfirmed(findings: list[Finding], why: str) -> None:
-    for f in findings:
+def mark_unconfirmed(findings: list[Finding], why: str, threshold: float) -> list[Finding]:
+    """The findings the recordings showed, labelled unconfirmed with `why`; those they
+    left undecided (detect.py `undecided`) are not findings without the rounds."""
+    kept = [f for f in findings if not undecided(f, threshold)]
+    for f in kept:
         if f.interval is not None:
             f.interval.confirmed = False
             f.interval.unconfirmed = why
+    return kept
 
 
 def not_confirmable(pa: Profile, pb: Profile, rerun: bool = True) -> str:
@@ -519,8 +541,7 @@ def confirm_findings(
         return findings, ""
     why = not_confirmable(pa, pb, rerun)
     if why:
-        mark_unconfirmed(findings, why)
-        return findings, f"findings unconfirmed: {why}"
+        return mark_unconfirmed(findings, why, threshold), f"findings unconfirmed: {why}"
     profiles = {"a": pa, "b": pb}
     t0 = time.monotonic()
     workers: dict[str, Worker] = {}
@@ -542,17 +563,18 @@ def confirm_findings(
                 if own is not None:
                     own.close()
     except (WorkerError, WarmWorkerError, OSError, ValueError) as e:  # ValueError: garbled
-        mark_unconfirmed(findings, str(e) or type(e).__name__)
-        return findings, f"findings unconfirmed: {e}"
+        why = str(e) or type(e).__name__
+        return mark_unconfirmed(findings, why, threshold), f"findings unconfirmed: {why}"
     if att["a"] is None or att["b"] is None:
         why = "the runs' energy could not be re-priced"
-        mark_unconfirmed(findings, why)
-        return findings, f"findings unconfirmed: {why}"
+        return mark_unconfirmed(findings, why, threshold), f"findings unconfirmed: {why}"
     n = rounds.n
     kept = []
-    for f, iv in zip(findings, _intervals(findings, att), strict=True):
+    levels = confidences(findings, threshold)
+    k = sum(undecided(f, threshold) for f in findings)
+    for f, iv, level in zip(findings, _intervals(findings, att, levels), levels, strict=True):
         if iv is not None and confident(iv[1], threshold):
-            g = _confirmed(f, iv, att, rounds)
+            g = _confirmed(f, iv, att, rounds, level)
             if g is not None:
                 kept.append(g)
     forked = all(w.warm.stats is not None and w.warm.stats.forking for w in workers.values())
@@ -561,6 +583,7 @@ def confirm_findings(
         f"after {t_ready - t0:.0f} s loading both scripts in {_zygotes(workers)} warm "
         f"worker(s){'' if forked else ', fresh processes'}): "
         f"{len(kept)} of {len(findings)} candidate(s) confirmed at {CONFIDENCE:.0%}"
+        + (f" ({k} left undecided by the recordings, tested at {max(levels):.1%})" if k else "")
     )
     return ranked(kept), note
 

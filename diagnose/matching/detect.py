@@ -25,6 +25,15 @@ Rules, and the failure each prevents:
   this tool can print. Without samples (a hand-built or pre-spread profile, a replayed
   run whose samples no longer describe its energies) the point rule applies alone.
   The point energies and the verdict rules below stay those of the operators' estimates.
+- **Undecided pairs go to re-measurement** when it will run (`keep_undecided`): a pair
+  whose point estimate passes but whose interval neither reaches the threshold nor rules
+  it out. Two recordings made a minute apart on a loaded 2-core machine measured a real
+  1.4x convolution difference as 1.17x (one recording slowed throughout by a busy
+  sibling core), and a 1.9x dtype difference and a 1.3x grad-mode one were lost the same
+  way in CI; no statistic over the two recordings can tell that apart from noise, but
+  rounds that alternate between the sides can. Interleaved confirmation
+  (diagnose/matching/confirm.py) then decides them with a stricter test than a confident
+  candidate gets; without it (`--no-rerun`, a program run) they are not reported.
 - **Identical work calibrates the noise between the two recordings.** Iterations of one
   recording share its machine state; two recordings do not (load, frequency, a busy
   hyper-thread sibling changed between them), and on a loaded 2-core machine identical
@@ -269,6 +278,19 @@ def confident(ratio_low: float, threshold: float) -> bool:
     return ratio_low > 1.0 and 1.0 - 1.0 / ratio_low >= threshold
 
 
+def cannot_reach(ratio_high: float, threshold: float) -> bool:
+    """Whether even the upper bound of the ratio is below the threshold's ratio (the
+    difference is ruled out, not just unproven)."""
+    return ratio_high < 1.0 / (1.0 - threshold)
+
+
+def undecided(f: Finding, threshold: float) -> bool:
+    """Whether `f` is a candidate detection left for re-measurement to decide (module
+    docstring): its interval neither reaches the threshold nor rules it out."""
+    iv = f.interval
+    return iv is not None and not iv.confirmed and not confident(iv.ratio_low, threshold)
+
+
 def _interval(
     sa: np.ndarray | None,
     sb: np.ndarray | None,
@@ -319,8 +341,10 @@ def detect(
     pb: Profile,
     match: MatchResult,
     threshold: float = DEFAULT_THRESHOLD,
+    keep_undecided: bool = False,
 ) -> list[Finding]:
-    """Findings for the flagged region pairs, ranked by energy saved (ids from 1)."""
+    """Findings for the flagged region pairs, ranked by energy saved (ids from 1); with
+    `keep_undecided`, also the pairs left for re-measurement (`undecided`)."""
     out_diff = _output_diff(pa, pb, match)
     folded = _fold_by_op_names(pa, pb, match.pairs)
     e_run_a, e_run_b = run_energy_j(pa), run_energy_j(pb)
@@ -344,7 +368,8 @@ def detect(
             between_sd,
         )
         if interval is not None and not confident(interval.ratio_low, threshold):
-            continue  # within what the runs' own noise explains
+            if not keep_undecided or cannot_reach(interval.ratio_high, threshold):
+                continue  # within what the runs' own noise explains
         t_w, t_eff = (ra.time_s, rb.time_s) if wasteful == "a" else (rb.time_s, ra.time_s)
         diff = max(out_diff(rp) for rp in group)
         verdict = verdict_of(t_w, t_eff, len(group), diff)

@@ -67,8 +67,10 @@ def diff_profiles(
     pb: Profile,
     threshold: float = DEFAULT_THRESHOLD,
     tau: float = DEFAULT_TAU,
+    keep_undecided: bool = False,
 ) -> tuple[DiffResult, MatchResult]:
-    """Match and detect on two in-memory profiles (no DB)."""
+    """Match and detect on two in-memory profiles (no DB); `keep_undecided`: also the
+    candidates that interleaved re-measurement must decide (detect.py)."""
     from .interpreter import interpreter_findings, operators_only
 
     check_threshold(threshold)
@@ -97,7 +99,7 @@ def diff_profiles(
             "has no per-operator energy, so no difference can be flagged"
         )
         return result, m
-    findings = detect(oa, ob, m, threshold=threshold)
+    findings = detect(oa, ob, m, threshold=threshold, keep_undecided=keep_undecided)
     findings += interpreter_findings(pa, pb, m.pairs, threshold)
     findings.sort(key=lambda f: (-f.saving_j, f.kind, f.region_a.ops[:1], f.region_b.ops[:1]))
     for i, f in enumerate(findings, start=1):

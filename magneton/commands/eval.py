@@ -319,7 +319,15 @@ def eval_case(case: Path, db_dir: str, repeat: int, rerun: bool, reuse: bool = F
             res.root_cause = "no finding (as expected)"
         return res
     if f is None:
-        res.reason = result.message or "no finding covers the expected region"
+        # the confirmation's note too: a candidate it did not confirm leaves no finding
+        res.reason = "; ".join(
+            x
+            for x in (
+                result.message or "no finding covers the expected region",
+                result.confirm_note,
+            )
+            if x
+        )
         return res
     res.reason = check(expect, f)
     res.diagnosed = not res.reason
