@@ -43,6 +43,9 @@ class RuleError(MagnetonError):
     """A malformed knowledge file; the message starts with `file:line:`."""
 
 
+# the frameworks a run's `framework` config names (tracer/frameworks; a PyTorch run has none)
+FRAMEWORKS = ("torch", "jax", "tf")
+
 @dataclass(frozen=True)
 class CallSetter:
     """A call that sets a knob: `torch.set_num_threads(n)` → qualname + which argument."""
@@ -188,9 +191,16 @@ class KnowledgeBase:
     def config_differences(
         self, config_a: dict[str, str], config_b: dict[str, str]
     ) -> list[tuple[Knob, str, str, str]]:
-        """Knobs whose snapshot values differ between two runs: (knob, key, value_a, value_b)."""
+        """Knobs whose snapshot values differ between two runs: (knob, key, value_a, value_b).
+        A framework's knob counts only when both runs ran that framework: the recorder
+        snapshots PyTorch's settings in every process (Magneton imports torch), and a
+        TensorFlow-vs-PyTorch diff blamed the TensorFlow side's `torch.is_grad_enabled`."""
         out = []
+        ran = {config_a.get("framework", "torch"), config_b.get("framework", "torch")}
         for knob in self.knobs.values():
+            library = knob.key.split(".", 1)[0]
+            if library in FRAMEWORKS and ran != {library}:
+                continue
             for key in knob.snapshot_keys:
                 va, vb = config_a.get(key), config_b.get(key)
                 if va is None or vb is None or va == vb:

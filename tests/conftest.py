@@ -137,6 +137,14 @@ def _lock_dir(config: pytest.Config) -> Path | None:
     return config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`alone` files first (file order kept otherwise): xdist hands out whole files in
+    collection order, so they then run at the start, beside each other, instead of
+    waiting for whatever long test the other worker is in (the case suite's evaluation
+    holds its worker for four minutes)."""
+    items.sort(key=lambda item: item.get_closest_marker("alone") is None)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     d = _lock_dir(item.config)

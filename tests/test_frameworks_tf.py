@@ -1,6 +1,8 @@
 """TensorFlow programs end to end through the CLI (record, report, diff), on the
 TensorFlow cases of examples/cases: tf_count_nonzero (`tf.math.count_nonzero`'s int64 copy
-of the whole mask vs an int32 count) and its A/A control tf_aa (nothing flagged).
+of the whole mask vs an int32 count), the same job in TensorFlow and in PyTorch
+(tf_vs_torch, whose a.py is tf_count_nonzero's) and the A/A control tf_aa (nothing
+flagged).
 
 Recordings are made once for the module, one process each as a user runs them (each
 imports TensorFlow, the larger share of this file's time).
@@ -38,6 +40,7 @@ def ok(*args: str) -> str:
 RUNS = {
     "cnz": ("tf_count_nonzero/a.py", []),
     "sum32": ("tf_count_nonzero/b.py", []),
+    "torch_sum": ("tf_vs_torch/b.py", []),
     "aa_a": ("tf_aa/a.py", ["--power", "model:work-only"]),
     "aa_b": ("tf_aa/b.py", ["--power", "model:work-only"]),
 }
@@ -99,6 +102,27 @@ def test_count_nonzero_implicit_copy_is_flagged(db):
     f = flagged[0]
     assert f["divergence"]["a"]["name"] == "tf.math.count_nonzero"
     assert "count_nonzero" in (f["root_cause"]["code"] or "")
+
+
+def test_tf_vs_torch_matches_by_value_and_blames_each_sides_call(db):
+    """The same count in TensorFlow and in PyTorch: regions matched across the two
+    frameworks by their values; every finding's cause is the call each side makes (no
+    PyTorch setting recorded in the TensorFlow process, no argument value carried over)
+    and its fix names the equivalent call with no patch (a port would paste TensorFlow
+    into a PyTorch script)."""
+    d = json.loads(ok("diff", "--db", str(db), "cnz", "torch_sum", "--json"))
+    assert d["matched_pairs"] >= 2, d["message"]
+    regions = [f for f in d["findings"] if f["kind"] == "region"]
+    # TensorFlow's extra Identity has no counterpart in PyTorch: a finding on any CPU
+    assert any(f["ops"]["a"] == ["tf::Identity"] and not f["ops"]["b"] for f in regions)
+    for f in regions:
+        rc, fix = f["root_cause"], f["fix"]
+        assert rc["kind"] == "code" and "different frameworks" in rc["note"], rc
+        assert fix["patch"] is None and "No patch across frameworks" in fix["summary"]
+    compared = [f for f in regions if f["ops"]["b"]]  # work both sides did
+    for f in compared:
+        site = f["divergence"]["site"]
+        assert "count_nonzero" in site["a"]["code"] and "(x != 0)" in site["b"]["code"]
 
 
 def test_tf_aa_flags_nothing(db):

@@ -218,3 +218,16 @@ def test_rules_are_stored_in_kuzu_once(tmp_path):
         assert rows == [
             ["torch.backends.mkldnn.enabled", "aten::_convolution > aten::mkldnn_convolution"]
         ]
+
+
+def test_a_frameworks_settings_count_only_between_runs_of_that_framework():
+    """Magneton imports torch in every recording, so a TensorFlow run snapshots PyTorch's
+    settings too; between a TensorFlow run and a PyTorch run they explain nothing."""
+    kb = default_knowledge()
+    torch_a = {"torch.is_grad_enabled": "False", "env.OMP_WAIT_POLICY": "PASSIVE"}
+    torch_b = {"torch.is_grad_enabled": "True", "env.OMP_WAIT_POLICY": "ACTIVE"}
+    keys = {key for _, key, _, _ in kb.config_differences(torch_a, torch_b)}
+    assert {"torch.is_grad_enabled", "env.OMP_WAIT_POLICY"} <= keys
+    tf_a = {**torch_a, "framework": "tf"}
+    keys = {key for _, key, _, _ in kb.config_differences(tf_a, torch_b)}
+    assert "torch.is_grad_enabled" not in keys and "env.OMP_WAIT_POLICY" in keys

@@ -50,7 +50,7 @@ from magneton.knowledge.match import RuleMatch, SideFacts, match_rules
 from magneton.tracer.warm import WarmPool
 
 from ..fix.edits import Block, statement_block
-from ..fix.plan import RunPair, make_fix, user_lines
+from ..fix.plan import RunPair, framework, make_fix, user_lines
 from ..fix.ports import counterpart_block
 from ..source.argflow import (
     absent_origin,
@@ -284,6 +284,12 @@ NOISE_NOTE = (
     "arguments, and no recorded setting that affects such kernels differs: "
     "nothing in the programs explains this difference (run-to-run variation "
     "or contention; re-record with a larger --repeat to check)"
+)
+
+
+ACROSS_NOTE = (
+    "the two runs are different frameworks: a setting or argument value of one does not "
+    "carry to the other, so the cause is the call each side makes for this region"
 )
 
 
@@ -558,7 +564,15 @@ class Diagnoser:
         matches = match_rules(self.kb, fw, fe, level=div.level if div else None)
         kind, kv, origins = self._key_variable(finding, div, matches)
         note = None
-        diff = self._program_difference(finding)
+        across = framework(runs.a) != framework(runs.b)
+        if across and div is not None:
+            # settings, argument values and tensor properties of one framework do not
+            # carry to the other (a TensorFlow-vs-PyTorch diff named the TensorFlow
+            # side's `torch.is_grad_enabled`, then an "unset dtype" of its setup()): the
+            # cause is the call each side makes
+            kind, kv, origins = "code", None, self._code_origins(finding, div)
+            note = ACROSS_NOTE
+        diff = None if across else self._program_difference(finding)
         if diff is not None and (not diff.agrees(origins) or diff.sharper_than(kind, w)):
             # the explanation stopped where the two programs read alike: the difference
             # that decides these operators is elsewhere (diffslice.py)

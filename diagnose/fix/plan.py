@@ -25,7 +25,7 @@ from magneton.graphdb.paths import IGNORED_OPS
 from magneton.knowledge.match import RuleMatch
 
 from ..source.dataflow import KeyVariable, Origin
-from ..source.index import Span, is_user_file, script_unchanged
+from ..source.index import Span, is_user_file, script_unchanged, source_index
 from .edits import (
     Block,
     add_keyword,
@@ -212,6 +212,9 @@ def make_fix(
             "re-record it to get a patch. " + rule_text
         ).strip()
         return fix
+    if framework(x.pw) != framework(x.pe):
+        fix.summary = _across_frameworks(x)
+        return fix
     if kind in ("config", "api-argument", "global-flag") and origins.get(x.w) is not None:
         _setting_fix(x, fix, rule_text)
     elif kind in ("env", "command-line"):
@@ -228,6 +231,44 @@ def make_fix(
     else:
         fix.summary = rule_text or "No mechanical fix: compare the two sides' code for this region."
     return refuse_noop(fix, x, rule_text)
+
+
+FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX", "tf": "TensorFlow"}
+
+
+def framework(p: Profile) -> str:
+    """The framework run `p` recorded (tracer/frameworks; a PyTorch run names none)."""
+    return p.config.get("framework", "torch")
+
+
+def _across_frameworks(x: _FixInput) -> str:
+    """Advice for a region matched across frameworks: each side's statement, and no
+    patch. A port of the efficient side's code into the wasteful script (the code fix)
+    pasted `tf.math.count_nonzero` and `import tensorflow` into a PyTorch script, whose
+    tensors that call cannot take; the equivalent call is named instead."""
+    f = x.finding
+
+    def where(p: Profile, ops: list[int]) -> str:
+        lines = user_lines(p, ops)
+        if not lines:
+            return f"inside {FRAMEWORK_NAMES.get(framework(p), framework(p))}'s library code"
+        index = source_index(p.run.script)
+        code = index.line_text(lines[0]).strip() if index is not None else ""
+        here = f"{_rel(p.run.script, x.base)}:{lines[0]}"
+        return f"at {here} (`{code}`)" if code else f"at {here}"
+
+    ops_w, ops_e = (
+        (f.region_a.ops, f.region_b.ops) if x.w == "a" else (f.region_b.ops, f.region_a.ops)
+    )
+    name_w = FRAMEWORK_NAMES.get(framework(x.pw), framework(x.pw))
+    name_e = FRAMEWORK_NAMES.get(framework(x.pe), framework(x.pe))
+    return (
+        f"The two sides are different frameworks: here {name_w} runs this "
+        f"{where(x.pw, ops_w)}; {name_e} does the same job for less "
+        f"{where(x.pe, ops_e)}. No patch across frameworks: the efficient side's call is "
+        f"the {name_e} equivalent to port, or look for the {name_w} call that does the "
+        "same work."
+    )
 
 
 def _normal(text: str) -> str:
