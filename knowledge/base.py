@@ -46,6 +46,7 @@ class RuleError(MagnetonError):
 # the frameworks a run's `framework` config names (tracer/frameworks; a PyTorch run has none)
 FRAMEWORKS = ("torch", "jax", "tf")
 
+
 @dataclass(frozen=True)
 class CallSetter:
     """A call that sets a knob: `torch.set_num_threads(n)` → qualname + which argument."""
