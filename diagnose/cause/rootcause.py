@@ -576,8 +576,11 @@ class Diagnoser:
         if diff is not None and (not diff.agrees(origins) or diff.sharper_than(kind, w)):
             # the explanation stopped where the two programs read alike: the difference
             # that decides these operators is elsewhere (diffslice.py)
-            note = None if diff.agrees(origins) else _overridden_note(kind, origins.get(w))
-            kind, kv, origins = diff.kind, None, dict(diff.origins)
+            reached = diff.agrees(origins)
+            note = None if reached else _overridden_note(kind, origins.get(w))
+            # an explanation that reached where the programs differ (the line reading the
+            # option) keeps its key variable and data flow: the path to the root
+            kind, kv, origins = diff.kind, (kv if reached else None), dict(diff.origins)
         matches = _explaining_rules(matches, kv, origins.get(w), kind, self.kb)
         best = matches[0] if matches else None
         finding.category = _category(kind, div, best, w)

@@ -84,8 +84,13 @@ class Difference:
     blocks: int = 1  # differing blocks in the aligned slices
 
     def sharper_than(self, kind: str, wasteful: str) -> bool:
-        """Whether this root is a value to port where another step only names the code:
-        the programs differ in one place, by an expression a patch can replace."""
+        """Whether this root says more than another step's of kind `kind`: a value to port
+        where the other only names the code (the programs differ in one place, by an
+        expression a patch can replace); or the command-line option itself where the
+        other stops at the line reading it (`foreach=bool(args.foreach)` reads alike in
+        both programs: the option given is what differs, and what a user changes)."""
+        if self.kind == "command-line":
+            return kind != "command-line"
         o = self.origins.get(wasteful)
         return kind == "code" and self.blocks == 1 and o is not None and o.span is not None
 
