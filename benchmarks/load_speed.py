@@ -132,7 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         timings[what].append((time.perf_counter() - t0, time.process_time() - c0))
         return out
 
-    load_start = os.getloadavg()[0]
+    from context import context, line
+
+    ctx = context()
+    load_start = ctx["load_avg_1m"]
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeat):
             with open_db(Path(tmp) / f"empty{i}") as db:
@@ -219,8 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         f"load average {load_start:.1f} -> {os.getloadavg()[0]:.1f} on {result['cpus']} CPUs; "
         f"reference loop {result['cpu_ref_s']:.3f} s"
     )
+    Console().print(line(ctx))
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        Path(args.json).write_text(json.dumps({**result, "context": ctx}, indent=2))
     return 0
 
 

@@ -28,7 +28,6 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import re
 import resource
 import subprocess
@@ -173,17 +172,14 @@ def run_pair(pair: Path, work: Path) -> PairResult:
 
 
 def context() -> dict:
-    import importlib.metadata as md
+    """benchmarks/context.py's, with torch's thread count as a fresh `magneton` process
+    (each step of this benchmark is one) gets it, and the load average as `load_before`."""
+    from context import context as measured
 
-    versions = {p: md.version(p) for p in ("torch", "transformers", "ladybug", "magneton")}
-    return {
-        "python": platform.python_version(),
-        **versions,
-        "cpus": os.cpu_count(),
-        "torch_threads": _torch_threads(),
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "unset"),
-        "load_before": os.getloadavg(),
-    }
+    ctx = measured()
+    ctx["torch_threads"] = _torch_threads()
+    ctx["load_before"] = ctx.pop("load_avg_1m")
+    return ctx
 
 
 def _torch_threads() -> int:
@@ -280,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(run_pair(PAIRS / name, work))
         _table(console, results)
         out = {"context": ctx, "pairs": [asdict(r) for r in results]}
-    ctx["load_after"] = os.getloadavg()
+    ctx["load_after"] = os.getloadavg()[0]
     console.print(f"load average before {ctx['load_before']}, after {ctx['load_after']}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))

@@ -102,7 +102,10 @@ def main() -> None:
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             return func(*args, **kwargs) if kwargs else func(*args)
 
-    load_start = os.getloadavg()[0]
+    from context import context, line
+
+    ctx = context()
+    load_start = ctx["load_avg_1m"]
     model, ids = build(args.layers, args.seq, args.batch)
 
     def forward():
@@ -208,7 +211,9 @@ def main() -> None:
         },
         "load_avg_1m": [load_start, os.getloadavg()[0]],
         "torch_threads": torch.get_num_threads(),
+        "context": ctx,
     }
+    print(line(ctx))
     table = Table(title=f"Tracing overhead — {res['model']}, {ops} ops/call")
     for col in ("variant", "median s/call", "ratio vs untraced"):
         table.add_column(col, justify="right" if col != "variant" else "left")

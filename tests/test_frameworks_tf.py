@@ -93,15 +93,21 @@ def test_count_nonzero_implicit_copy_is_flagged(db):
     # with the interleaved re-measurement a user's diff runs: two recordings made a
     # minute apart on a loaded machine can leave the difference undecided (detect.py)
     d = json.loads(ok("diff", "--db", str(db), "cnz", "sum32", "--json"))
+    # the case's cast-and-sum region (expect.toml): the matcher cuts it where the values
+    # agree, into the cast (an int64 vs an int32 mask) and the sum, and which of the two
+    # clears the threshold in a given pair of recordings varies (both did here, 1.8-2.2x;
+    # a fresh-clone CI run kept only the sum)
     flagged = [
         f
         for f in d["findings"]
-        if f["kind"] == "region" and f["wasteful"] == "a" and "tf::Cast" in f["ops"]["a"]
+        if f["kind"] == "region"
+        and f["wasteful"] == "a"
+        and {"tf::Cast", "tf::Sum"} & set(f["ops"]["a"])
     ]
     assert flagged, d["findings"]
-    f = flagged[0]
-    assert f["divergence"]["a"]["name"] == "tf.math.count_nonzero"
-    assert "count_nonzero" in (f["root_cause"]["code"] or "")
+    for f in flagged:
+        assert f["divergence"]["a"]["name"] == "tf.math.count_nonzero"
+        assert "count_nonzero" in (f["root_cause"]["code"] or "")
 
 
 def test_tf_vs_torch_matches_by_value_and_blames_each_sides_call(db):
