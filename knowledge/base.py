@@ -30,6 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from magneton.graphdb.model import MagnetonError
+from magneton.graphdb.vocab import FRAMEWORK_NAMES, framework_of
 
 RULES_DIR = Path(__file__).with_name("rules")
 
@@ -41,10 +42,6 @@ FIX_FIELDS = {"knob", "efficient_value", "wasteful_value", "setter"}
 
 class RuleError(MagnetonError):
     """A malformed knowledge file; the message starts with `file:line:`."""
-
-
-# the frameworks a run's `framework` config names (tracer/frameworks; a PyTorch run has none)
-FRAMEWORKS = ("torch", "jax", "tf")
 
 
 @dataclass(frozen=True)
@@ -197,10 +194,10 @@ class KnowledgeBase:
         snapshots PyTorch's settings in every process (Magneton imports torch), and a
         TensorFlow-vs-PyTorch diff blamed the TensorFlow side's `torch.is_grad_enabled`."""
         out = []
-        ran = {config_a.get("framework", "torch"), config_b.get("framework", "torch")}
+        ran = {framework_of(config_a), framework_of(config_b)}
         for knob in self.knobs.values():
             library = knob.key.split(".", 1)[0]
-            if library in FRAMEWORKS and ran != {library}:
+            if library in FRAMEWORK_NAMES and ran != {library}:
                 continue
             for key in knob.snapshot_keys:
                 va, vb = config_a.get(key), config_b.get(key)

@@ -22,6 +22,7 @@ import libcst as cst
 
 from magneton.graphdb.model import Finding, Fix, Profile
 from magneton.graphdb.paths import IGNORED_OPS
+from magneton.graphdb.vocab import framework_name, framework_of
 from magneton.knowledge.match import RuleMatch
 
 from ..source.dataflow import KeyVariable, Origin
@@ -233,12 +234,9 @@ def make_fix(
     return refuse_noop(fix, x, rule_text)
 
 
-FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX", "tf": "TensorFlow"}
-
-
 def framework(p: Profile) -> str:
     """The framework run `p` recorded (tracer/frameworks; a PyTorch run names none)."""
-    return p.config.get("framework", "torch")
+    return framework_of(p.config)
 
 
 def _across_frameworks(x: _FixInput) -> str:
@@ -251,7 +249,7 @@ def _across_frameworks(x: _FixInput) -> str:
     def where(p: Profile, ops: list[int]) -> str:
         lines = user_lines(p, ops)
         if not lines:
-            return f"inside {FRAMEWORK_NAMES.get(framework(p), framework(p))}'s library code"
+            return f"inside {framework_name(framework(p))}'s library code"
         index = source_index(p.run.script)
         code = index.line_text(lines[0]).strip() if index is not None else ""
         here = f"{_rel(p.run.script, x.base)}:{lines[0]}"
@@ -260,8 +258,7 @@ def _across_frameworks(x: _FixInput) -> str:
     ops_w, ops_e = (
         (f.region_a.ops, f.region_b.ops) if x.w == "a" else (f.region_b.ops, f.region_a.ops)
     )
-    name_w = FRAMEWORK_NAMES.get(framework(x.pw), framework(x.pw))
-    name_e = FRAMEWORK_NAMES.get(framework(x.pe), framework(x.pe))
+    name_w, name_e = framework_name(framework(x.pw)), framework_name(framework(x.pe))
     return (
         f"The two sides are different frameworks: here {name_w} runs this "
         f"{where(x.pw, ops_w)}; {name_e} does the same job for less "

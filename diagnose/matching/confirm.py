@@ -413,6 +413,7 @@ def interleave(
     rounds = Rounds()
     t0 = time.monotonic()
     att: dict = {}
+    levels = confidences(findings, threshold)
     for r in range(MAX_ROUNDS):
         for side in ("a", "b") if r % 2 == 0 else ("b", "a"):
             wall, cpu = workers[side].round()
@@ -421,7 +422,7 @@ def interleave(
         if rounds.n < MIN_ROUNDS:
             continue
         att = {s: rounds.priced(s, profiles[s]) for s in ("a", "b")}
-        ivs = _intervals(findings, att, confidences(findings, threshold))
+        ivs = _intervals(findings, att, levels)
         if all(_decided(iv, threshold) for iv in ivs) or time.monotonic() - t0 > BUDGET_S:
             break
     if not att:

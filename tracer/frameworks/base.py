@@ -56,13 +56,13 @@ from magneton.graphdb.model import (
     RunInfo,
     TensorRecord,
 )
+from magneton.graphdb.vocab import framework_name
 
 # framework -> (the modules a script imports, the module that must import, the extra)
 FRAMEWORKS: dict[str, tuple[tuple[str, ...], str, str]] = {
     "jax": (("jax", "flax", "optax"), "jax", "jax"),
     "tf": (("tensorflow", "keras"), "tensorflow", "tf"),
 }
-_NAMES = {"jax": "JAX", "tf": "TensorFlow"}
 
 
 def detect_framework(script: str | Path) -> str:
@@ -95,7 +95,7 @@ def require(framework: str) -> None:
     _, module, extra = FRAMEWORKS[framework]
     if importlib.util.find_spec(module) is None:
         raise MagnetonError(
-            f"this script is a {_NAMES[framework]} program and {module} is not installed: "
+            f"this script is a {framework_name(framework)} program and {module} is not installed: "
             f'pip install "magneton[{extra}]"'
         )
 
@@ -430,7 +430,7 @@ def record_traced(
     structure_s = time.perf_counter() - t0
     if not st.ops:
         raise MagnetonError(
-            f"{entry}() ran no {_NAMES[program.framework]} operation: nothing to record"
+            f"{entry}() ran no {framework_name(program.framework)} operation: nothing to record"
         )
     profile = Profile(
         run=info,
@@ -501,7 +501,7 @@ def fused_line(profile: Profile) -> str:
         return ""
     ratio = cfg.get("fused.unfused_over_fused")
     how = f"{float(ratio):.2f}x the fused total" if ratio else "fused total unknown"
-    name = _NAMES.get(cfg.get("framework", ""), cfg.get("framework", ""))
+    name = framework_name(cfg.get("framework", ""))
     return (
         f"{name} program as it runs (fused, timed as a whole): {fused_j:.4g} J/call, "
         f"{fused_s * 1e3:.3g} ms/call; operator energies are from an unfused replay, their "
