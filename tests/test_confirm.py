@@ -191,9 +191,7 @@ def test_no_rerun_keeps_the_findings_labelled_unconfirmed():
     assert SavingInterval(**f.interval.to_json()) == f.interval  # stored diffs round-trip
 
 
-def test_runs_that_cannot_be_held_warm_say_why():
-    program = _profile(**{"program.argv": '["train.py"]', "program.mode": "steps"})
-    assert "program run" in unconfirmable(program)
+def test_runs_that_cannot_be_re_measured_say_why():
     gone = _profile()
     gone.run.script = "/nonexistent/script.py"
     assert "gone" in unconfirmable(gone)
@@ -201,8 +199,30 @@ def test_runs_that_cannot_be_held_warm_say_why():
     sensor.run.energy_method, sensor.run.power_source = "measured", "rapl"
     assert "rapl" in unconfirmable(sensor)
     f = _finding()
-    kept, note = confirm_findings(program, _profile(), [f], 0.10)
-    assert kept == [f] and "program run" in f.interval.unconfirmed
+    kept, note = confirm_findings(gone, _profile(), [f], 0.10)
+    assert kept == [f] and "gone" in f.interval.unconfirmed
+    # a program run is re-measured too (each round runs its window afresh)
+    program = _profile(**{"program.script": __file__, "program.steps": "1:1:4"})
+    assert unconfirmable(program) == ""
+
+
+def test_a_programs_round_is_the_median_of_its_timed_steps():
+    """A program's round is one run of its window: several timed steps, of which one may
+    hold a collection or a data reload. The round's value is their median, and rows of a
+    round that only one side completed take no part."""
+    from magneton.diagnose.matching.confirm import Rounds
+
+    rounds = Rounds()
+    step = lambda ms: (np.array([[0, int(ms * 1e6)]], dtype=np.int64), None)  # noqa: E731
+    for _ in range(3):
+        rounds.add("a", [step(2.0), step(2.0), step(40.0)])  # one slow step per run
+        rounds.add("b", [step(1.0), step(1.0), step(1.0)])
+    rounds.add("a", [step(9.0)] * 3)  # a fourth round the other side never ran
+    assert rounds.n == 3
+    own = {s: rounds.per_round(s, rounds.own_s(s)[:, 0]) for s in ("a", "b")}
+    assert np.allclose(own["a"], 0.002) and np.allclose(own["b"], 0.001)
+    att = rounds.priced("a", _profile())
+    assert att.samples_j.shape == (9, 1)  # the fourth round's rows are left out
 
 
 def test_verdict_rules_apply_to_the_confirmed_estimates():
@@ -217,8 +237,7 @@ def test_verdict_rules_apply_to_the_confirmed_estimates():
             drift = np.exp(rng.normal(0.0, 0.2))
             own_ns = int(cost_ms * 1e6 * drift * np.exp(rng.normal(0.0, 0.02)))
             cpu = np.array([[0, own_ns]], dtype=np.int64)
-            rounds.wall[side].append(cpu)
-            rounds.cpu[side].append(cpu)
+            rounds.add(side, [(cpu, cpu)])
     profiles = {"a": _profile(), "b": _profile()}
     att = {s: rounds.priced(s, profiles[s]) for s in ("a", "b")}
     f = _finding()

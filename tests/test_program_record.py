@@ -100,6 +100,8 @@ def test_diff_finds_and_root_causes_the_argument(hf_db):
     assert attn, [f.get("root_cause") for f in findings]
     f = attn[0]
     assert f["verdict"] == "waste" and f["wasteful"] == "a"  # eager spends more
+    # confirmed by interleaved rounds, each running both programs' windows afresh
+    assert f["interval"]["confirmed"] and f["interval"]["rounds"] >= 5, f["interval"]
     assert f["divergence"]["level"] == "python"
     rc = f["root_cause"]
     assert rc["file"] == str(TRAIN) and "attn_implementation=args.attn_implementation" in rc["code"]

@@ -238,7 +238,15 @@ def window(name: str) -> Iterator[None]:
 
 
 class _WindowDone(BaseException):
-    """Raised by the re-run to stop the program once its window has run."""
+    """Raised by a re-run to stop the program once its window has run."""
+
+
+def _sync_device() -> None:
+    """Wait for queued GPU work, so a timing unit's end includes its kernels."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 # --------------------------------------------------------------------------------------
@@ -439,12 +447,6 @@ class _Recorder(_Controller):
         self._elsewhere = [0]
         self.unrecorded = 0  # operator calls other threads ran in the structure unit
 
-    def _sync(self) -> None:
-        import torch
-
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.synchronize()
-
     def begin_structure(self, frame: Any) -> None:
         from magneton.tracer.capture import ModuleTracker, StructureCapture, call_profiler
         from magneton.tracer.record import _other_threads, _roots_and_sources
@@ -521,7 +523,7 @@ class _Recorder(_Controller):
     def end_timing(self, unit: int) -> None:
         self._capture.__exit__(None, None, None)
         self._timing_open = False
-        self._sync()
+        _sync_device()
         self.walls.append((time.perf_counter_ns() - self._t0) / 1e9)
         self.iterations.append(self._capture.events)
 
@@ -739,6 +741,72 @@ def run_program_window(
             _run(spec)
     except _WindowDone:
         return
+    finally:
+        ctl.uninstall()
+    raise MagnetonError(ctl.incomplete())
+
+
+# --------------------------------------------------------------------------------------
+# Timing the same window again (interleaved confirmation)
+# --------------------------------------------------------------------------------------
+
+
+class _Timer(_Controller):
+    """The recorded window again, timed as the recording timed it: the WAIT and WARMUP
+    units and the structure unit run untraced (the structure unit's position is kept, so
+    the timed units are the same steps of the program: its learning-rate schedule, its
+    data order), each timing unit runs under the recorder's `TimingCapture`, and the
+    program stops once the window is done."""
+
+    def __init__(self, spec: ProgramSpec):
+        super().__init__(spec)
+        self.units: list[list[tuple[str, int, int]]] = []
+        self._capture: Any = None
+
+    def begin_timing(self, unit: int) -> None:
+        from magneton.tracer.capture import TimingCapture
+
+        self._capture = TimingCapture()
+        self._capture.__enter__()
+
+    def end_timing(self, unit: int) -> None:
+        capture, self._capture = self._capture, None
+        capture.__exit__(None, None, None)
+        _sync_device()
+        self.units.append(capture.events)
+
+    def reset(self) -> None:
+        super().reset()
+        if self._capture is not None:
+            capture, self._capture = self._capture, None
+            capture.__exit__(None, None, None)
+        self.units = []
+
+    def finish(self) -> None:
+        raise _WindowDone
+
+
+def time_window(spec: dict) -> dict:
+    """A warm worker's job (diagnose/matching/confirm.py): run the recorded program once
+    (`spec["program"]`: its `program.*` config; `spec["env"]`: its environment) and
+    return the operator windows of each timing unit, `{"units": [{"names": [...],
+    "wall": [[start_ns, end_ns], ...]}, ...]}`. Raises MagnetonError when the program
+    ends before the window does."""
+    os.environ.update(spec.get("env", {}))
+    program = ProgramSpec.from_config(spec["program"])
+    if program is None:
+        raise MagnetonError("not a program run (no program.* config)")
+    ctl = _Timer(program)
+    ctl.install()
+    try:
+        with _as_main(program):
+            _run(program)
+    except _WindowDone:
+        return {
+            "units": [
+                {"names": [e[0] for e in u], "wall": [[e[1], e[2]] for e in u]} for u in ctl.units
+            ]
+        }
     finally:
         ctl.uninstall()
     raise MagnetonError(ctl.incomplete())

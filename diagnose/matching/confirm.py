@@ -33,14 +33,19 @@ stricter confidence (`confidences`: Bonferroni over their number), and one that 
 confirmed, or cannot be re-measured, is dropped rather than reported unconfirmed.
 
 What is not confirmed keeps detection's verdict and says why (`SavingInterval.unconfirmed`):
-re-running disabled (`--no-rerun`); a program run (`magneton record -- python ...`: its
-state cannot be held warm between rounds and relaunching it per round costs an import and
-a model build each time); a script missing or changed since it was recorded; a run
+re-running disabled (`--no-rerun`); a script missing or changed since it was recorded; a run
 measured by a power sensor (the re-measurement prices the energy model only); a worker
 that raised, timed out or ran other operators than the recording. Runs priced on FLOPs and
 bytes alone (a model with no static power) have nothing to re-measure. A worker can never
 hang the diff: every wait has a deadline, Ctrl-C, SIGTERM and errors stop both workers
 and remove their directory, and a worker whose diff died (even SIGKILLed) ends itself.
+
+A program run (`magneton record -- python ...`) is confirmed too, but it cannot be held
+warm: its model and its steps live in its `__main__`. Each of its rounds runs the program
+afresh up to the end of its recorded window (`ProgramWorker`, tracer/program.py
+`time_window`: the same steps, timed as the recording timed them), a round's value is
+the median over the window's timed steps, and the paired test runs on those. A round
+then costs the program's start-up (its model build and WAIT/WARMUP steps), not an import.
 
 Where the workers come from, and the failure each choice prevents:
 
@@ -150,16 +155,9 @@ def wasteful_bounds_j(w: np.ndarray, confidence: float = CONFIDENCE) -> tuple[fl
 
 def unconfirmable(p: Profile) -> str:
     """Why run `p` cannot be re-measured in a warm worker ('' when it can)."""
-    from magneton.tracer.program import program_config
-
     from ..source.index import script_unchanged
 
     name = p.run.name
-    if program_config(p.config):
-        return (
-            f"'{name}' is a program run: it cannot be held warm between rounds "
-            "(re-run it as a script with setup() and main() to confirm)"
-        )
     if not p.run.script:
         return f"'{name}' was recorded from Python, with no script to re-run"
     if not os.path.isfile(p.run.script):
@@ -186,7 +184,12 @@ def work_only(p: Profile) -> bool:
 
 # the modules a diff's warm workers preload: the jobs of confirmation and of the
 # key-variable re-run (diagnose/cause/keyvar.py), so neither imports Magneton's side in a child
-PRELOAD = ("magneton.tracer.remeasure", "magneton.tracer.record", "magneton.diagnose.cause.keyvar")
+PRELOAD = (
+    "magneton.tracer.remeasure",
+    "magneton.tracer.record",
+    "magneton.tracer.program",
+    "magneton.diagnose.cause.keyvar",
+)
 
 
 def start_pool(pa: Profile, pb: Profile, tmp_prefix: str = "magneton-diff-") -> WarmPool:
@@ -282,8 +285,8 @@ class Worker:
         self.pid = int(msg.get("pid", self.pid))
         return msg
 
-    def round(self) -> tuple[np.ndarray, np.ndarray | None]:
-        """One timed call: (wall, cpu) windows per operator, (ops, 2) each."""
+    def round(self) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """One timed call: [(wall, cpu)], windows per operator, (ops, 2) each."""
         if self._conn is None:
             raise WorkerError(f"side {self.side} has not started")
         try:
@@ -298,7 +301,8 @@ class Worker:
                 f"({len(msg['names'])} vs {len(names)})"
             )
         cpu = msg.get("cpu")
-        return np.asarray(msg["wall"], np.int64), None if cpu is None else np.asarray(cpu, np.int64)
+        wall = np.asarray(msg["wall"], np.int64)
+        return [(wall, None if cpu is None else np.asarray(cpu, np.int64))]
 
     def _log_tail(self) -> str:
         return self.warm.job_log_tail(self.job)[:300] or "it exited"
@@ -316,6 +320,65 @@ class Worker:
             self.warm.result(self.job, timeout_s=2.0)
 
 
+class ProgramWorker:
+    """One side's program run (`magneton record -- python ...`). A program builds its
+    model and runs its steps inside its own `__main__`, so it cannot be held warm and
+    called again: each round runs the program afresh as a job of the diff's warm worker
+    (forked, so its libraries are imported already) up to the end of its recorded window,
+    with the window's timing units timed as the recording timed them
+    (tracer/program.py `time_window`), and stops it there. A round therefore gives as many
+    rows as the window has timed units; `Rounds` reduces them to one value per round."""
+
+    def __init__(self, side: str, p: Profile, pool: WarmPool):
+        from magneton.tracer.program import env_of, program_config
+
+        self.side, self.profile = side, p
+        warm = pool.worker([p.run.script], env_of(p.config))
+        if warm is None:
+            raise WorkerError(f"side {side} has no warm worker started for its program")
+        self.warm = warm
+        self.spec = {"program": program_config(p.config), "env": env_of(p.config)}
+        self.cwd = p.config.get("program.cwd") or os.path.dirname(p.run.script) or None
+        # the first run waits for the zygote's imports too; later ones are held to a
+        # multiple of the first
+        self.timeout_s = STARTUP_TIMEOUT_S
+
+    def read(self, timeout_s: float) -> dict:
+        """Nothing to wait for before the first round (each round starts the program)."""
+        return {}
+
+    def round(self) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """One run of the program's window: [(wall, None)] per timed unit."""
+        t0 = time.monotonic()
+        job = self.warm.submit("magneton.tracer.program:time_window", self.spec, cwd=self.cwd)
+        res = self.warm.result(job, timeout_s=self.timeout_s)
+        if not res.ok:
+            raise WorkerError(f"side {self.side} raised {res.error}")
+        self.timeout_s = max(ROUND_TIMEOUT_MIN_S, 3.0 * (time.monotonic() - t0))
+        names = [op.name for op in self.profile.ops]
+        rows = []
+        for unit in res.value["units"]:
+            if unit["names"] != names:
+                raise WorkerError(
+                    f"side {self.side} ran other operators than its recording "
+                    f"({len(unit['names'])} vs {len(names)})"
+                )
+            rows.append((np.asarray(unit["wall"], np.int64), None))
+        if not rows:
+            raise WorkerError(f"side {self.side} timed no step of its window")
+        return rows
+
+    def close(self) -> None:
+        """Nothing runs between rounds."""
+
+
+def make_worker(side: str, p: Profile, pool: WarmPool) -> Worker | ProgramWorker:
+    """The re-measurement worker for one side: a program run's or a script's."""
+    from magneton.tracer.program import program_config
+
+    return (ProgramWorker if program_config(p.config) else Worker)(side, p, pool)
+
+
 # --------------------------------------------------------------------------------------
 # Rounds and decisions
 # --------------------------------------------------------------------------------------
@@ -330,29 +393,54 @@ def _stacked(windows: list[np.ndarray | None]) -> np.ndarray | None:
 
 @dataclass
 class Rounds:
-    """What the interleaved rounds measured: per side, per round, (ops, 2) windows."""
+    """What the interleaved rounds measured: per side, one row of (ops, 2) windows per
+    timed iteration, and the round each row belongs to. A script's round is one call (one
+    row); a program's is one run of its window (a row per timed unit)."""
 
     wall: dict[str, list[np.ndarray]] = field(default_factory=lambda: {"a": [], "b": []})
-    # None: that round read no CPU clock
+    # None: that row read no CPU clock
     cpu: dict[str, list[np.ndarray | None]] = field(default_factory=lambda: {"a": [], "b": []})
+    round_of: dict[str, list[int]] = field(default_factory=lambda: {"a": [], "b": []})
+
+    def add(self, side: str, rows: list[tuple[np.ndarray, np.ndarray | None]]) -> None:
+        """One round of `side`: its rows."""
+        r = self.rounds_of(side)
+        for wall, cpu in rows:
+            self.wall[side].append(wall)
+            self.cpu[side].append(cpu)
+            self.round_of[side].append(r)
+
+    def rounds_of(self, side: str) -> int:
+        return self.round_of[side][-1] + 1 if self.round_of[side] else 0
 
     @property
     def n(self) -> int:
-        return min(len(self.wall["a"]), len(self.wall["b"]))
+        """Rounds that both sides completed."""
+        return min(self.rounds_of("a"), self.rounds_of("b"))
+
+    def _rows(self, side: str) -> int:
+        return sum(r < self.n for r in self.round_of[side])
 
     def priced(self, side: str, p: Profile):
         from magneton.tracer.pricing import reprice
 
-        n = self.n
-        return reprice(p, np.stack(self.wall[side][:n]), _stacked(self.cpu[side][:n]))
+        k = self._rows(side)
+        return reprice(p, np.stack(self.wall[side][:k]), _stacked(self.cpu[side][:k]))
 
     def own_s(self, side: str) -> np.ndarray:
-        """(rounds, ops) seconds of each op's own window, on the clock that priced it."""
-        n = self.n
-        w = _stacked(self.cpu[side][:n])
+        """(rows, ops) seconds of each op's own window, on the clock that priced it."""
+        k = self._rows(side)
+        w = _stacked(self.cpu[side][:k])
         if w is None:
-            w = np.stack(self.wall[side][:n])
+            w = np.stack(self.wall[side][:k])
         return np.maximum(0, w[:, :, 1] - w[:, :, 0]) / 1e9
+
+    def per_round(self, side: str, per_row: np.ndarray) -> np.ndarray:
+        """One value per round from one per row: the median of the round's rows (a
+        program's timed units; the median, so one step with a collection or a data
+        reload does not move its round)."""
+        of = np.asarray(self.round_of[side][: len(per_row)])
+        return np.array([float(np.median(per_row[of == r])) for r in range(self.n)])
 
 
 def _geomean(x: np.ndarray) -> float:
@@ -361,7 +449,7 @@ def _geomean(x: np.ndarray) -> float:
 
 
 def _region_j(att, ops: list[int], kind: str = "region") -> np.ndarray:
-    """Per-round energy of a finding's ops, compared the way detection compared them:
+    """Per-row energy of a finding's ops, compared the way detection compared them:
     an operator region on the operators' own energy (the interpreter's share taken out,
     diagnose/matching/interpreter.py), an interpreter finding on the interpreter's share alone."""
     interp = att.interp_samples_j
@@ -381,13 +469,18 @@ def confidences(findings: list[Finding], threshold: float) -> list[float]:
     return [strict if undecided(f, threshold) else CONFIDENCE for f in findings]
 
 
+def _round_j(rounds: Rounds, att: dict, f: Finding, side: str) -> np.ndarray:
+    """Per-round energy of side `side` of finding `f`."""
+    region = f.region_a if side == "a" else f.region_b
+    return rounds.per_round(side, _region_j(att[side], region.ops, f.kind))
+
+
 def _intervals(
-    findings: list[Finding], att: dict, levels: list[float]
+    findings: list[Finding], att: dict, rounds: Rounds, levels: list[float]
 ) -> list[tuple[float, float, float] | None]:
     out = []
     for f, level in zip(findings, levels, strict=True):
-        ea = _region_j(att["a"], f.region_a.ops, f.kind)
-        eb = _region_j(att["b"], f.region_b.ops, f.kind)
+        ea, eb = _round_j(rounds, att, f, "a"), _round_j(rounds, att, f, "b")
         w, e = (ea, eb) if f.wasteful == "a" else (eb, ea)
         out.append(paired_interval(w, e, confidence=level))
     return out
@@ -403,7 +496,7 @@ def _decided(iv: tuple[float, float, float] | None, threshold: float) -> bool:
 
 
 def interleave(
-    workers: dict[str, Worker],
+    workers: dict[str, Worker | ProgramWorker],
     findings: list[Finding],
     profiles: dict[str, Profile],
     threshold: float,
@@ -416,13 +509,11 @@ def interleave(
     levels = confidences(findings, threshold)
     for r in range(MAX_ROUNDS):
         for side in ("a", "b") if r % 2 == 0 else ("b", "a"):
-            wall, cpu = workers[side].round()
-            rounds.wall[side].append(wall)
-            rounds.cpu[side].append(cpu)
+            rounds.add(side, workers[side].round())
         if rounds.n < MIN_ROUNDS:
             continue
         att = {s: rounds.priced(s, profiles[s]) for s in ("a", "b")}
-        ivs = _intervals(findings, att, levels)
+        ivs = _intervals(findings, att, rounds, levels)
         if all(_decided(iv, threshold) for iv in ivs) or time.monotonic() - t0 > BUDGET_S:
             break
     if not att:
@@ -441,10 +532,9 @@ def _confirmed(
     rounds do not show the saving. Energies and times are geometric means over the rounds
     of the same pricing, so the energy ratio is the paired test's and lies in its
     interval, and the saving in the saving's."""
-    ea = _geomean(_region_j(att["a"], f.region_a.ops, f.kind))
-    eb = _geomean(_region_j(att["b"], f.region_b.ops, f.kind))
-    ta = _geomean(rounds.own_s("a")[:, f.region_a.ops].sum(axis=1))
-    tb = _geomean(rounds.own_s("b")[:, f.region_b.ops].sum(axis=1))
+    ea, eb = _geomean(_round_j(rounds, att, f, "a")), _geomean(_round_j(rounds, att, f, "b"))
+    ta = _geomean(rounds.per_round("a", rounds.own_s("a")[:, f.region_a.ops].sum(axis=1)))
+    tb = _geomean(rounds.per_round("b", rounds.own_s("b")[:, f.region_b.ops].sum(axis=1)))
     e_w, e_eff = (ea, eb) if f.wasteful == "a" else (eb, ea)
     t_w, t_eff = (ta, tb) if f.wasteful == "a" else (tb, ta)
     if e_w <= e_eff:
@@ -457,14 +547,13 @@ def _confirmed(
         f.region_a.time_s, f.region_b.time_s = ta, tb
         f.verdict = verdict_of(t_w, t_eff, f.occurrences, f.output_rel_diff)
     f.saving_j = e_w - e_eff
-    run_j = _geomean(att[f.wasteful].samples_j.sum(axis=1))
+    run_j = _geomean(rounds.per_round(f.wasteful, att[f.wasteful].samples_j.sum(axis=1)))
     f.saving_share = f.saving_j / run_j if run_j > 0 else 0.0
     if e_eff > 0:
         saving_low = e_w * (1.0 - 1.0 / low) if low > 0 else 0.0
         saving_high = e_w * (1.0 - 1.0 / high) if high > 0 else 0.0
     else:  # all of the wasteful side's energy is the saving (_efficient_side_idle)
-        w_rounds = _region_j(att[f.wasteful], getattr(f, f"region_{f.wasteful}").ops, f.kind)
-        saving_low, saving_high = wasteful_bounds_j(w_rounds)
+        saving_low, saving_high = wasteful_bounds_j(_round_j(rounds, att, f, f.wasteful))
     f.interval = SavingInterval(
         ratio=ratio,
         ratio_low=low,
@@ -545,7 +634,7 @@ def confirm_findings(
         return mark_unconfirmed(findings, why, threshold), f"findings unconfirmed: {why}"
     profiles = {"a": pa, "b": pb}
     t0 = time.monotonic()
-    workers: dict[str, Worker] = {}
+    workers: dict[str, Worker | ProgramWorker] = {}
     own: WarmPool | None = None
     try:
         with sigterm_unwinds():
@@ -553,7 +642,7 @@ def confirm_findings(
                 if pool is None or not _covers(pool, profiles):
                     pool = own = start_pool(pa, pb, tmp_prefix="magneton-confirm-")
                 for side in ("a", "b"):
-                    workers[side] = Worker(side, profiles[side], pool)
+                    workers[side] = make_worker(side, profiles[side], pool)
                 for w in workers.values():
                     w.read(STARTUP_TIMEOUT_S)
                 t_ready = time.monotonic()
@@ -573,21 +662,26 @@ def confirm_findings(
     kept = []
     levels = confidences(findings, threshold)
     k = sum(undecided(f, threshold) for f in findings)
-    for f, iv, level in zip(findings, _intervals(findings, att, levels), levels, strict=True):
+    for f, iv, level in zip(
+        findings, _intervals(findings, att, rounds, levels), levels, strict=True
+    ):
         if iv is not None and confident(iv[1], threshold):
             g = _confirmed(f, iv, att, rounds, level)
             if g is not None:
                 kept.append(g)
     forked = all(w.warm.stats is not None and w.warm.stats.forking for w in workers.values())
+    where = f"{_zygotes(workers)} warm worker(s){'' if forked else ', fresh processes'}"
+    if any(isinstance(w, ProgramWorker) for w in workers.values()):
+        how = f"each round runs the programs' windows afresh in {where}"
+    else:
+        how = f"after {t_ready - t0:.0f} s loading both scripts in {where}"
     note = (
         f"interleaved re-measurement ({n} rounds per side in {time.monotonic() - t_ready:.1f} s, "
-        f"after {t_ready - t0:.0f} s loading both scripts in {_zygotes(workers)} warm "
-        f"worker(s){'' if forked else ', fresh processes'}): "
-        f"{len(kept)} of {len(findings)} candidate(s) confirmed at {CONFIDENCE:.0%}"
+        f"{how}): {len(kept)} of {len(findings)} candidate(s) confirmed at {CONFIDENCE:.0%}"
         + (f" ({k} left undecided by the recordings, tested at {max(levels):.1%})" if k else "")
     )
     return ranked(kept), note
 
 
-def _zygotes(workers: dict[str, Worker]) -> int:
+def _zygotes(workers: dict[str, Worker | ProgramWorker]) -> int:
     return len({id(w.warm) for w in workers.values()})
