@@ -24,6 +24,15 @@ untraced call right before it. Both wall and process CPU time (`time.process_tim
 reported: on a shared machine CPU time is far less disturbed by other processes' load.
 The 1-minute load average at the start and end is printed with the results.
 
+The untraced call is timed twice. In this process it runs with Magneton's OpenMP setting
+(`OMP_WAIT_POLICY=PASSIVE`, set when magneton is imported before torch, as under
+`magneton record`), whose sleeping workers wake for each parallel operator; that is the
+baseline of the passes' own cost. A user's program runs with the library's default
+policy (workers spin briefly between parallel regions), which was 1.7x faster on a
+2-core VM; so a second process that never imports magneton (OMP_WAIT_POLICY unset,
+the same model and seed) times one untraced call whenever this one does, interleaved
+over a pipe, and the ratios against it are what a user's program pays.
+
 With `--ablate`, each structure pass is followed by passes with parts of it switched off
 (quantiles, spectra, all summaries, the profiler), in the same interleaving: what each
 part costs, and what a design without it would gain at most.
@@ -58,6 +67,57 @@ ABLATIONS = {
 }
 
 
+class ProgramBaseline:
+    """The untraced call as the user's program makes it: a child process that never
+    imports magneton (so OpenMP keeps its default wait policy), holds the same model,
+    and times one forward per request."""
+
+    def __init__(self, layers: int, seq: int, batch: int):
+        import subprocess
+        import sys
+
+        env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+        if os.environ.get("MAGNETON_BENCH_USER_OMP_WAIT_POLICY"):  # the user set one
+            env["OMP_WAIT_POLICY"] = os.environ["MAGNETON_BENCH_USER_OMP_WAIT_POLICY"]
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--baseline-child", f"{layers},{seq},{batch}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self.policy = self.proc.stdout.readline().strip()  # "ready <OMP_WAIT_POLICY>"
+
+    def call(self) -> tuple[float, float]:
+        """(wall s, CPU s) of one untraced forward in the child."""
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        wall, cpu = self.proc.stdout.readline().split()
+        return float(wall), float(cpu)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def _baseline_child(shape: str) -> None:
+    import sys
+
+    import torch
+
+    layers, seq, batch = (int(x) for x in shape.split(","))
+    model, ids = build(layers, seq, batch)
+    with torch.no_grad():
+        for _ in range(3):
+            model(ids)
+    print("ready", os.environ.get("OMP_WAIT_POLICY", "unset"), flush=True)
+    for _ in sys.stdin:
+        c0, t0 = time.process_time(), time.perf_counter()
+        with torch.no_grad():
+            model(ids)
+        print(time.perf_counter() - t0, time.process_time() - c0, flush=True)
+
+
 def build(layers: int, seq: int, batch: int):
     import torch
     from transformers import GPT2Config, GPT2Model
@@ -77,7 +137,14 @@ def main() -> None:
     ap.add_argument("--structure-iters", type=int, default=3)
     ap.add_argument("--ablate", action="store_true", help="also time passes with parts off")
     ap.add_argument("--json", metavar="OUT")
+    ap.add_argument("--baseline-child", metavar="L,S,B", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.baseline_child:
+        _baseline_child(args.baseline_child)
+        return
+    # the policy the user set, if any, before magneton's import sets its own
+    if "OMP_WAIT_POLICY" in os.environ:
+        os.environ["MAGNETON_BENCH_USER_OMP_WAIT_POLICY"] = os.environ["OMP_WAIT_POLICY"]
 
     import magneton  # noqa: F401  (before torch: see the imports above)
 
@@ -117,11 +184,13 @@ def main() -> None:
 
     from magneton.tracer.timing import CpuTimingCapture
 
-    untraced, empty, timing, timing_cpu, kineto, ops = [], [], [], [], [], 0
+    program = ProgramBaseline(args.layers, args.seq, args.batch)
+    untraced, program_untraced, empty, timing, timing_cpu, kineto, ops = [], [], [], [], [], [], 0
     for _ in range(args.iters):
         t0 = time.perf_counter()
         forward()
         untraced.append(time.perf_counter() - t0)
+        program_untraced.append(program.call()[0])
         t0 = time.perf_counter()
         with EmptyMode():
             forward()
@@ -168,14 +237,20 @@ def main() -> None:
             return time.perf_counter() - t0, time.process_time() - c0
 
     structure, struct_base, structure_cpu, struct_base_cpu = [], [], [], []
+    struct_program, struct_program_cpu = [], []
     ablated: dict[str, list[float]] = {name: [] for name in ABLATIONS} if args.ablate else {}
     for _ in range(args.structure_iters):
-        # each pass is paired with an untraced call just before it (same load)
+        # each pass is paired with untraced calls just before it (same load): this
+        # process's and the program's
         for name in [None, *ablated]:
             c0, t0 = time.process_time(), time.perf_counter()
             forward()
             struct_base.append(time.perf_counter() - t0)
             struct_base_cpu.append(time.process_time() - c0)
+            if name is None:
+                wall, cpu = program.call()
+                struct_program.append(wall)
+                struct_program_cpu.append(cpu)
             wall, cpu = structure_pass(ABLATIONS[name] if name else ())
             if name:
                 ablated[name].append(wall)
@@ -183,7 +258,9 @@ def main() -> None:
                 structure.append(wall)
                 structure_cpu.append(cpu)
 
+    program.close()
     base = statistics.median(untraced)
+    prog = statistics.median(program_untraced)
     res = {
         "model": f"gpt2 {args.layers}L seq{args.seq} batch{args.batch}",
         "operators_per_call": ops,
@@ -202,6 +279,15 @@ def main() -> None:
         "structure_pass_cpu_s": statistics.median(structure_cpu),
         "structure_overhead_cpu_ratio": statistics.median(structure_cpu)
         / statistics.median(struct_base_cpu),
+        # against the user's program (default OpenMP policy, its own process)
+        "program_untraced_s": prog,
+        "program_omp_wait_policy": program.policy.removeprefix("ready "),
+        "timing_vs_program_ratio": statistics.median(timing) / prog,
+        "timing_cpu_vs_program_ratio": statistics.median(timing_cpu) / prog,
+        "structure_vs_program_ratio": statistics.median(structure)
+        / statistics.median(struct_program),
+        "structure_vs_program_cpu_ratio": statistics.median(structure_cpu)
+        / statistics.median(struct_program_cpu),
         "ablations": {
             name: {
                 "structure_pass_s": statistics.median(v),
@@ -215,40 +301,57 @@ def main() -> None:
     }
     print(line(ctx))
     table = Table(title=f"Tracing overhead — {res['model']}, {ops} ops/call")
-    for col in ("variant", "median s/call", "ratio vs untraced"):
+    for col in ("variant", "median s/call", "ratio vs untraced", "vs the program's own"):
         table.add_column(col, justify="right" if col != "variant" else "left")
-    table.add_row("untraced", f"{base:.4f}", "1.000")
+    table.add_row("untraced", f"{base:.4f}", "1.000", f"{base / prog:.3f}")
+    table.add_row(
+        f"untraced, the program's own (OMP_WAIT_POLICY {res['program_omp_wait_policy']})",
+        f"{prog:.4f}",
+        f"{prog / base:.3f}",
+        "1.000",
+    )
     table.add_row(
         "empty dispatch mode (floor)",
         f"{res['empty_mode_s']:.4f}",
         f"{res['empty_mode_ratio']:.3f}",
+        f"{res['empty_mode_s'] / prog:.3f}",
     )
     table.add_row(
-        "timing pass", f"{res['timing_pass_s']:.4f}", f"{res['timing_overhead_ratio']:.3f}"
+        "timing pass",
+        f"{res['timing_pass_s']:.4f}",
+        f"{res['timing_overhead_ratio']:.3f}",
+        f"{res['timing_vs_program_ratio']:.3f}",
     )
     table.add_row(
         "timing pass + CPU clock",
         f"{res['timing_cpu_pass_s']:.4f}",
         f"{res['timing_cpu_overhead_ratio']:.3f}",
+        f"{res['timing_cpu_vs_program_ratio']:.3f}",
     )
     table.add_row(
         "Kineto, CPU only (no per-op CPU clock)",
         f"{res['kineto_cpu_only_s']:.4f}",
         f"{res['kineto_cpu_only_ratio']:.3f}",
+        f"{res['kineto_cpu_only_s'] / prog:.3f}",
     )
     table.add_row(
         "structure pass (once per recording)",
         f"{res['structure_pass_s']:.4f}",
         f"{res['structure_overhead_ratio']:.2f}",
+        f"{res['structure_vs_program_ratio']:.2f}",
     )
     for name, row in res["ablations"].items():
         table.add_row(
-            f"  ablation: {name}", f"{row['structure_pass_s']:.4f}", f"{row['ratio']:.2f}"
+            f"  ablation: {name}",
+            f"{row['structure_pass_s']:.4f}",
+            f"{row['ratio']:.2f}",
+            f"{row['structure_pass_s'] / statistics.median(struct_program):.2f}",
         )
     Console().print(table)
     print(
         f"structure pass CPU time: {res['structure_pass_cpu_s']:.3f} s vs untraced "
-        f"{res['structure_untraced_cpu_s']:.3f} s = {res['structure_overhead_cpu_ratio']:.2f}x; "
+        f"{res['structure_untraced_cpu_s']:.3f} s = {res['structure_overhead_cpu_ratio']:.2f}x "
+        f"({res['structure_vs_program_cpu_ratio']:.2f}x the program's own); "
         f"load average (1 min) {load_start:.2f} at start, {res['load_avg_1m'][1]:.2f} at end"
     )
     if args.json:

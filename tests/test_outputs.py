@@ -67,13 +67,17 @@ def test_diff_csv_has_one_row_per_finding_with_full_names(db: Path) -> None:
     args = ("diff", "--db", str(db), "gelu_new", "gelu_fused", "--no-rerun")
     rc, out, err = magneton(*args, "--json")
     assert rc == 0, err
-    findings = json.loads(out)["findings"]
+    res = json.loads(out)
+    findings = res["findings"]
     assert findings
     rc, out, err = magneton(*args, "--csv")
     assert rc == 0, err
     rows = list(csv.DictReader(io.StringIO(out)))
     assert tuple(rows[0].keys()) == CSV_COLUMNS
-    assert [int(r["id"]) for r in rows] == [f["id"] for f in findings]
+    # the findings, then those diagnosis dismissed as noise (whether a recording has
+    # any depends on its noise), as `--json` lists them
+    assert [int(r["id"]) for r in rows] == [f["id"] for f in findings + res["dismissed"]]
+    assert [r["verdict"] for r in rows[len(findings) :]] == ["noise"] * len(res["dismissed"])
     first, f = rows[0], findings[0]
     assert first["verdict"] == f["verdict"] and first["wasteful"] == f["wasteful"]
     assert float(first["saving_j"]) == pytest.approx(f["saving_j"], rel=1e-5)
