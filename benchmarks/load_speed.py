@@ -39,7 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _synthetic():
     # the generator lives with the tests that pin its shape; load it by path (tests/ is
-    # not a package)
+    # not a package, and its modules import each other by name: tests/ goes on the path)
+    if str(ROOT / "tests") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests"))
     spec = importlib.util.spec_from_file_location(
         "_graphdb_tests", ROOT / "tests" / "test_graphdb.py"
     )
