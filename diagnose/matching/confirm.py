@@ -356,7 +356,7 @@ class ProgramWorker:
             raise WorkerError(f"side {self.side} raised {res.error}")
         self.timeout_s = max(ROUND_TIMEOUT_MIN_S, 3.0 * (time.monotonic() - t0))
         names = [op.name for op in self.profile.ops]
-        rows = []
+        rows: list[tuple[np.ndarray, np.ndarray | None]] = []
         for unit in res.value["units"]:
             if unit["names"] != names:
                 raise WorkerError(
