@@ -28,8 +28,8 @@ The untraced call is timed twice. In this process it runs with Magneton's OpenMP
 (`OMP_WAIT_POLICY=PASSIVE`, set when magneton is imported before torch, as under
 `magneton record`), whose sleeping workers wake for each parallel operator; that is the
 baseline of the passes' own cost. A user's program runs with the library's default
-policy (workers spin briefly between parallel regions), which was 1.7x faster on a
-2-core VM; so a second process that never imports magneton (OMP_WAIT_POLICY unset,
+policy (workers spin briefly between parallel regions), which was 1.13-1.58x faster on
+a 2-core VM (docs/benchmarks.md); so a second process that never imports magneton (OMP_WAIT_POLICY unset,
 the same model and seed) times one untraced call whenever this one does, interleaved
 over a pipe, and the ratios against it are what a user's program pays.
 
@@ -72,13 +72,14 @@ class ProgramBaseline:
     imports magneton (so OpenMP keeps its default wait policy), holds the same model,
     and times one forward per request."""
 
-    def __init__(self, layers: int, seq: int, batch: int):
+    def __init__(self, layers: int, seq: int, batch: int, user_policy: str | None):
+        """`user_policy`: the OMP_WAIT_POLICY the user set before magneton set its own."""
         import subprocess
         import sys
 
         env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-        if os.environ.get("MAGNETON_BENCH_USER_OMP_WAIT_POLICY"):  # the user set one
-            env["OMP_WAIT_POLICY"] = os.environ["MAGNETON_BENCH_USER_OMP_WAIT_POLICY"]
+        if user_policy:
+            env["OMP_WAIT_POLICY"] = user_policy
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--baseline-child", f"{layers},{seq},{batch}"],
             stdin=subprocess.PIPE,
@@ -142,9 +143,7 @@ def main() -> None:
     if args.baseline_child:
         _baseline_child(args.baseline_child)
         return
-    # the policy the user set, if any, before magneton's import sets its own
-    if "OMP_WAIT_POLICY" in os.environ:
-        os.environ["MAGNETON_BENCH_USER_OMP_WAIT_POLICY"] = os.environ["OMP_WAIT_POLICY"]
+    user_policy = os.environ.get("OMP_WAIT_POLICY")  # before magneton's import sets its own
 
     import magneton  # noqa: F401  (before torch: see the imports above)
 
@@ -184,7 +183,7 @@ def main() -> None:
 
     from magneton.tracer.timing import CpuTimingCapture
 
-    program = ProgramBaseline(args.layers, args.seq, args.batch)
+    program = ProgramBaseline(args.layers, args.seq, args.batch, user_policy)
     untraced, program_untraced, empty, timing, timing_cpu, kineto, ops = [], [], [], [], [], [], 0
     for _ in range(args.iters):
         t0 = time.perf_counter()

@@ -731,14 +731,23 @@ def run_program_window(
     """Re-run a recorded program run (its `program.*` config) and call `on_begin` /
     `on_end` around the unit its structure pass recorded; the program stops there.
     Raises MagnetonError if the config is not a program run's or the window never ran."""
+    _run_until_window_done(_Rerun(_spec_of(config), on_begin, on_end))
+
+
+def _spec_of(config: dict[str, str]) -> ProgramSpec:
     spec = ProgramSpec.from_config(config)
     if spec is None:
         raise MagnetonError("not a program run (no program.* config)")
-    ctl = _Rerun(spec, on_begin, on_end)
+    return spec
+
+
+def _run_until_window_done(ctl: _Controller) -> None:
+    """Run the controller's program until it raises `_WindowDone`; MagnetonError when
+    the program ends before its window does."""
     ctl.install()
     try:
-        with _as_main(spec):
-            _run(spec)
+        with _as_main(ctl.spec):
+            _run(ctl.spec)
     except _WindowDone:
         return
     finally:
@@ -793,23 +802,13 @@ def time_window(spec: dict) -> dict:
     "wall": [[start_ns, end_ns], ...]}, ...]}`. Raises MagnetonError when the program
     ends before the window does."""
     os.environ.update(spec.get("env", {}))
-    program = ProgramSpec.from_config(spec["program"])
-    if program is None:
-        raise MagnetonError("not a program run (no program.* config)")
-    ctl = _Timer(program)
-    ctl.install()
-    try:
-        with _as_main(program):
-            _run(program)
-    except _WindowDone:
-        return {
-            "units": [
-                {"names": [e[0] for e in u], "wall": [[e[1], e[2]] for e in u]} for u in ctl.units
-            ]
-        }
-    finally:
-        ctl.uninstall()
-    raise MagnetonError(ctl.incomplete())
+    ctl = _Timer(_spec_of(spec["program"]))
+    _run_until_window_done(ctl)
+    return {
+        "units": [
+            {"names": [e[0] for e in u], "wall": [[e[1], e[2]] for e in u]} for u in ctl.units
+        ]
+    }
 
 
 def env_of(config: dict[str, str]) -> dict[str, str]:

@@ -86,7 +86,7 @@ import numpy as np
 from scipy import special  # t/normal quantiles; scipy.stats costs 0.6 s more to import
 
 from magneton.graphdb.model import Finding, Profile, SavingInterval
-from magneton.tracer.warm import WarmPool, unix_address
+from magneton.tracer.warm import WarmPool, WarmWorker, unix_address
 from magneton.tracer.warm import WorkerError as WarmWorkerError
 
 from .detect import CONFIDENCE, cannot_reach, confident, ranked, undecided, verdict_of
@@ -210,6 +210,24 @@ def _covers(pool: WarmPool, profiles: dict[str, Profile]) -> bool:
     return all(pool.worker([p.run.script], env_of(p.config)) for p in profiles.values())
 
 
+def _warm_of(side: str, p: Profile, pool: WarmPool) -> WarmWorker:
+    """The diff's warm worker that serves run `p`'s script and environment."""
+    from magneton.tracer.program import env_of
+
+    warm = pool.worker([p.run.script], env_of(p.config))
+    if warm is None:
+        raise WorkerError(f"side {side} has no warm worker started for its script")
+    return warm
+
+
+def _check_ops(side: str, names: list[str], p: Profile) -> None:
+    """WorkerError unless a re-measured iteration ran the recording's operators."""
+    if names != [op.name for op in p.ops]:
+        raise WorkerError(
+            f"side {side} ran other operators than its recording ({len(names)} vs {len(p.ops)})"
+        )
+
+
 class Worker:
     """One side's re-measurement job (tracer/remeasure.py `serve`), forked from the
     diff's warm worker, and the Unix socket it answers on."""
@@ -218,10 +236,7 @@ class Worker:
         from magneton.tracer.program import env_of
 
         self.side, self.profile = side, p
-        warm = pool.worker([p.run.script], env_of(p.config))
-        if warm is None:
-            raise WorkerError(f"side {side} has no warm worker started for its script")
-        self.warm = warm
+        self.warm = warm = _warm_of(side, p, pool)
         self.pid = 0  # the job's process, once it answered
         self.sock_path = os.path.join(warm.tmp, f"confirm-{side}.sock")
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -294,12 +309,7 @@ class Worker:
         except OSError as e:
             raise WorkerError(f"side {self.side} stopped: {self._log_tail()}") from e
         msg = self.read(self.round_timeout_s)
-        names = [op.name for op in self.profile.ops]
-        if msg["names"] != names:
-            raise WorkerError(
-                f"side {self.side} ran other operators than its recording "
-                f"({len(msg['names'])} vs {len(names)})"
-            )
+        _check_ops(self.side, msg["names"], self.profile)
         cpu = msg.get("cpu")
         wall = np.asarray(msg["wall"], np.int64)
         return [(wall, None if cpu is None else np.asarray(cpu, np.int64))]
@@ -333,10 +343,7 @@ class ProgramWorker:
         from magneton.tracer.program import env_of, program_config
 
         self.side, self.profile = side, p
-        warm = pool.worker([p.run.script], env_of(p.config))
-        if warm is None:
-            raise WorkerError(f"side {side} has no warm worker started for its program")
-        self.warm = warm
+        self.warm = _warm_of(side, p, pool)
         self.spec = {"program": program_config(p.config), "env": env_of(p.config)}
         self.cwd = p.config.get("program.cwd") or os.path.dirname(p.run.script) or None
         # the first run waits for the zygote's imports too; later ones are held to a
@@ -355,14 +362,9 @@ class ProgramWorker:
         if not res.ok:
             raise WorkerError(f"side {self.side} raised {res.error}")
         self.timeout_s = max(ROUND_TIMEOUT_MIN_S, 3.0 * (time.monotonic() - t0))
-        names = [op.name for op in self.profile.ops]
         rows: list[tuple[np.ndarray, np.ndarray | None]] = []
         for unit in res.value["units"]:
-            if unit["names"] != names:
-                raise WorkerError(
-                    f"side {self.side} ran other operators than its recording "
-                    f"({len(unit['names'])} vs {len(names)})"
-                )
+            _check_ops(self.side, unit["names"], self.profile)
             rows.append((np.asarray(unit["wall"], np.int64), None))
         if not rows:
             raise WorkerError(f"side {self.side} timed no step of its window")
@@ -419,7 +421,9 @@ class Rounds:
         return min(self.rounds_of("a"), self.rounds_of("b"))
 
     def _rows(self, side: str) -> int:
-        return sum(r < self.n for r in self.round_of[side])
+        """Rows of `side` that belong to rounds both sides completed."""
+        n = self.n
+        return sum(r < n for r in self.round_of[side])
 
     def priced(self, side: str, p: Profile):
         from magneton.tracer.pricing import reprice
