@@ -147,6 +147,17 @@ def test_no_difference_with_noise_is_no_finding(seed):
     assert interpreter_findings(a, b, [], threshold=0.10) == []
 
 
+def test_a_small_place_is_not_judged_by_a_large_place_that_agreed():
+    """The A/A case a fresh-clone CI run hit: the loop (70% of the run) agreed between
+    the recordings, while 0.2 ms of Python in `main` read 1.58x. The loop's agreement
+    must not shrink the small place's noise below the prior."""
+    stacks = [script_stack("/w/a.py", (12, "loop")), script_stack("/w/a.py", (30, "head"))]
+    stacks_b = [[(f.replace("a.py", "b.py"), ln, fn) for f, ln, fn in s] for s in stacks]
+    a = profile("a", "/w/a.py", stacks, [20e-3, 0.2e-3 * 1.58], iterations=20, noise=0.05)
+    b = profile("b", "/w/b.py", stacks_b, [20e-3, 0.2e-3], iterations=20, noise=0.05, seed=9)
+    assert interpreter_findings(a, b, [], threshold=0.10) == []
+
+
 def test_a_difference_the_noise_explains_is_no_finding():
     """12% apart but with 40% noise per iteration: the point rule alone would flag it."""
     a, b = _pair(ratio=1.12, noise=0.40, seed=3)
