@@ -186,6 +186,23 @@ def test_counterpart_block_is_the_statement_in_the_same_place(tmp_path):
     assert d is not None and d.summary() == "drop `copy=True`"
 
 
+def test_a_rewritten_stretch_pairs_whole_whatever_its_length(tmp_path):
+    """Two statements on the wasteful side where the efficient side has one: a region
+    that only the wasteful side recorded (its dtype copies) still finds the statement
+    to port. Part of the stretch pairs with nothing: which statement is its
+    counterpart is unknown."""
+    a = "def main(x):\n    y = x.double() @ x.double()\n    return y.float().relu().sum()\n"
+    b = "def main(x):\n    return (x @ x).relu().sum()\n"
+    (tmp_path / "a.py").write_text(a)
+    (tmp_path / "b.py").write_text(b)
+    whole = statement_block(str(tmp_path / "a.py"), [2, 3])
+    assert whole is not None
+    there = counterpart_block(whole, str(tmp_path / "b.py"))
+    assert there is not None and there.code().strip() == "return (x @ x).relu().sum()"
+    part = statement_block(str(tmp_path / "a.py"), [2])
+    assert part is not None and counterpart_block(part, str(tmp_path / "b.py")) is None
+
+
 def _setting_fix_of(tmp_path, a: str, b: str, line_a: int, line_b: int, statement: str):
     """fixes._setting_fix for a setting the wasteful side (a) leaves at its default."""
     from types import SimpleNamespace

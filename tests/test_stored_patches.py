@@ -1,7 +1,7 @@
 """`export-patch --apply` writes only where the recording belongs (issue 28, items 2, 13).
 
 The attack of the issue, redone through the CLI: a stored diff row edited with the DB
-engine's own Python API (through Magneton's DB handle) so that the patch of finding 1
+engine's own Python API (through Magneton's DB handle) so that the patch of a finding
 aims at a `.bashrc` in another folder. Each variant must be refused in one line, exit
 non-zero, with the victim file and the user's script untouched:
 
@@ -72,9 +72,10 @@ def one_line(proc: subprocess.CompletedProcess) -> str:
 
 
 @pytest.fixture(scope="module")
-def stored(tmp_path_factory) -> Path:
-    """A git repository with both scripts and a DB holding their runs and their diff
-    (finding 1 carries a mechanical patch of wasteful.py)."""
+def stored(tmp_path_factory) -> tuple[Path, int, int]:
+    """A git repository with both scripts and a DB holding their runs and their diff,
+    and the position and id of the first finding that carries a mechanical patch of
+    wasteful.py (which finding saves most depends on the machine's load)."""
     root = tmp_path_factory.mktemp("patches")
     repo = root / "repo"
     repo.mkdir()
@@ -93,30 +94,35 @@ def stored(tmp_path_factory) -> Path:
     assert p.returncode == 0, p.stderr
     with open_db(db, create=False) as h:
         result, _ = load_diff(h, "pa", "pb")
-    fix = result.findings[0].fix
-    assert fix is not None and fix.patch and fix.file == "wasteful.py", result.findings[0]
-    return root
+    patched = [
+        (i, f.id)
+        for i, f in enumerate(result.findings)
+        if f.fix is not None and f.fix.patch and f.fix.file == "wasteful.py"
+    ]
+    assert patched, result.findings
+    return root, *patched[0]
 
 
 @pytest.fixture
-def case(stored: Path, tmp_path: Path) -> dict:
+def case(stored: tuple[Path, int, int], tmp_path: Path) -> dict:
     """This test's own copy of the repository, its DB (the runs' scripts point at the
     shared repository, so the copy is of the DB only) and a victim home."""
-    db = shutil.copytree(stored / "db", tmp_path / "db")
+    root, index, fid = stored
+    db = shutil.copytree(root / "db", tmp_path / "db")
     victim = tmp_path / "victim_home"
     victim.mkdir()
     (victim / ".bashrc").write_text("echo hi\n")
-    return {"db": db, "repo": stored / "repo", "victim": victim}
+    return {"db": db, "repo": root / "repo", "victim": victim, "index": index, "id": fid}
 
 
-def _edit_fix(db: Path, reseal: bool, drop_seal: bool = False, **fix: str) -> None:
-    """Change finding 1's fix in the stored row with the engine's query API (the attack),
+def _edit_fix(case: dict, reseal: bool, drop_seal: bool = False, **fix: str) -> None:
+    """Change the patched finding's fix in the stored row with the engine's query API (the attack),
     through Magneton's own DB handle: keeping the old checksum, recomputing it
     (`reseal`), or removing it (`drop_seal`)."""
-    with open_db(db, create=False) as h:
+    with open_db(case["db"], create=False) as h:
         uid, blob = h.query("MATCH (d:Diff) RETURN d.uid, d.result_json").rows[0]
         data = json.loads(blob)
-        data["result"]["findings"][0]["fix"].update(fix)
+        data["result"]["findings"][case["index"]]["fix"].update(fix)
         if drop_seal:
             data.pop(SEAL_KEY)
         text = seal(data) if reseal else json.dumps(data)
@@ -125,8 +131,8 @@ def _edit_fix(db: Path, reseal: bool, drop_seal: bool = False, **fix: str) -> No
 
 def _apply(case: dict, env: dict | None = None) -> subprocess.CompletedProcess:
     return magneton(
-        *("export-patch", "--db", str(case["db"]), "pa", "pb", "--finding", "1"),
-        *("--apply", "--no-rerun"),
+        *("export-patch", "--db", str(case["db"]), "pa", "pb"),
+        *("--finding", str(case["id"]), "--apply", "--no-rerun"),
         env=env,
     )
 
@@ -139,7 +145,7 @@ def _untouched(case: dict) -> None:
 
 def test_a_row_edited_outside_magneton_is_refused(case):
     _edit_fix(
-        case["db"],
+        case,
         reseal=False,
         base_dir=str(case["victim"]),
         file=".bashrc",
@@ -153,7 +159,7 @@ def test_a_row_edited_outside_magneton_is_refused(case):
 
 def test_a_resealed_row_aimed_outside_the_repository_is_refused(case):
     _edit_fix(
-        case["db"],
+        case,
         reseal=True,
         base_dir=str(case["victim"]),
         file=".bashrc",
@@ -168,7 +174,7 @@ def test_a_resealed_row_aimed_outside_the_repository_is_refused(case):
 
 def test_a_file_the_recording_never_read_is_refused(case):
     _edit_fix(
-        case["db"],
+        case,
         reseal=True,
         base_dir=str(case["repo"]),
         file="Makefile",
@@ -182,7 +188,7 @@ def test_a_file_the_recording_never_read_is_refused(case):
 
 def test_a_patch_that_changes_another_file_than_it_names_is_refused(case):
     # the row names the script the recording read, the patch text edits the Makefile
-    _edit_fix(case["db"], reseal=True, patch=EVIL.format(f="Makefile"))
+    _edit_fix(case, reseal=True, patch=EVIL.format(f="Makefile"))
     p = _apply(case)
     line = one_line(p)
     assert p.returncode == 2 and "must change 'wasteful.py' only" in line, line
@@ -205,11 +211,12 @@ def test_the_genuine_patch_applies_and_leaves_no_temporary_file(case, tmp_path):
 def test_a_stored_diff_without_checksum_is_recomputed_not_trusted(case):
     """A diff stored before checksums existed (or with its checksum removed) is not
     used: `load_diff` says there is none, and export-patch recomputes it from the runs."""
-    _edit_fix(case["db"], reseal=False, drop_seal=True)  # same content, no checksum
+    _edit_fix(case, reseal=False, drop_seal=True)  # same content, no checksum
     with open_db(case["db"], create=False) as h:
         assert load_diff(h, "pa", "pb") is None
     p = magneton(
-        *("export-patch", "--db", str(case["db"]), "pa", "pb", "--finding", "1", "--no-rerun")
+        *("export-patch", "--db", str(case["db"]), "pa", "pb"),
+        *("--finding", str(case["id"]), "--no-rerun"),
     )
     assert p.returncode == 0, p.stderr
     assert "+++ b/wasteful.py" in p.stdout

@@ -269,8 +269,11 @@ def counterpart_block(wasteful: Block, file: str) -> Block | None:
     alignment (difflib over the statements' `ast` dumps) pairs with the block one for
     one. This is the efficient side's code when it recorded nothing there: a call that
     did no work (`x.to(torch.float32)` on a float32 tensor returns it as it is) issues
-    no operator, so no frame points at it. None for a block nested in a compound
-    statement or a function name the file does not define exactly once."""
+    no operator, so no frame points at it. A block that is the whole of a stretch the
+    alignment replaces pairs with the whole of its replacement, whatever its length.
+    None for a block nested in a compound statement, one that covers part of a
+    replaced stretch (which of its statements pair is unknown), or a function name the
+    file does not define exactly once."""
     idx = source_index(file)
     if idx is None or wasteful.body is not wasteful.fn.body:
         return None
@@ -288,5 +291,9 @@ def counterpart_block(wasteful: Block, file: str) -> Block | None:
         if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
             start = j1 + wasteful.start - i1
             return Block(idx, fn, fn.body, start, start + wasteful.end - wasteful.start)
+        if tag == "replace" and (wasteful.start, wasteful.end) == (i1, i2):
+            # the block is the whole of a rewritten stretch (two statements where the
+            # efficient side has one): that stretch is its counterpart, whatever its length
+            return Block(idx, fn, fn.body, j1, j2)
         return None
     return None
