@@ -16,7 +16,10 @@ Torch-free: the CLI imports it for every command, `magneton runs` included.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -35,8 +38,38 @@ class InterruptedAfterSave(MagnetonError):
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+# how long the unwinding after a SIGTERM may take (marking the run failed, stopping
+# workers) before the process exits anyway: a SIGTERM that leaves a process running is
+# what `timeout`, systemd and CI cancels answer with SIGKILL, which says nothing at all
+STOP_GRACE_S = 60.0
+
+
 def _raise_interrupt(signum: int, frame: Any) -> None:
+    _arm_stop_watchdog(signum)
     raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+def _arm_stop_watchdog(signum: int) -> None:
+    """Exit with the signal's status if the unwinding has not ended `STOP_GRACE_S` after
+    the signal. Once, in a fresh-clone CI run (a loaded 2-core runner), a recording
+    stopped by SIGTERM was still running 240 s later, and nothing said where; the stacks
+    written here say where the next one is stuck. Nothing stored is at risk: a DB write
+    holds the signals back (`defer_sigint`) and a `--replace` swaps its new file in only
+    on success, so this exit leaves what a SIGKILL would, and earlier."""
+
+    def give_up() -> None:
+        how, code = stop_message(Terminated() if signum == signal.SIGTERM else KeyboardInterrupt())
+        sys.stderr.write(
+            f"magneton: {how}, but still unwinding after {STOP_GRACE_S:.0f} s; "
+            "exiting without the rest of the cleanup (the stacks below show where it was)\n"
+        )
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        sys.stderr.flush()
+        os._exit(code)
+
+    timer = threading.Timer(STOP_GRACE_S, give_up)
+    timer.daemon = True  # a normal exit never waits for it
+    timer.start()
 
 
 def stop_message(e: KeyboardInterrupt) -> tuple[str, int]:
