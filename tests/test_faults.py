@@ -109,7 +109,7 @@ def test_interrupted_replace_keeps_the_earlier_run(
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=240)
     assert proc.returncode == code, err
-    assert "kept unchanged" in err and "Traceback" not in err
+    assert "kept unchanged" in err and "Traceback" not in err, err
     kept = runs(good_db)["a"]
     assert kept["status"] == "ok" and kept["op_count"] == 5
 
