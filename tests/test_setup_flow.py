@@ -4,6 +4,7 @@ line out through its callers, to the first statement where the two sides differ.
 
 from __future__ import annotations
 
+import subprocess
 import textwrap
 
 from builders import diff_result, profile, whole_run_finding
@@ -211,3 +212,61 @@ def test_statements_that_differ_in_several_places_are_shown_whole(tmp_path):
     # target and value differ: the statements themselves, nothing to port by position
     assert found["a"].value == "embedding = nn.Embedding.from_pretrained(kernel.T)"
     assert found["a"].span is None and found["b"].span is None
+
+
+LOSS = """
+import torch
+import torch.nn.functional as F
+
+BATCH, SEQ, VOCAB = 8, 256, 4000
+
+
+def main(logits, labels):
+    scores = {scores}
+    return F.cross_entropy(scores, {labels})
+"""
+
+
+def _loss_profile(path: str) -> Profile:
+    """The view on the `scores` line, then the loss on the `return` line."""
+    frames = [
+        FrameRecord(0, path, _line(path, "scores = "), "main"),
+        FrameRecord(1, path, _line(path, "return F.cross_entropy"), "main"),
+    ]
+    ops = [
+        OpRecord(0, "aten::view", frames=[0], outputs=[0]),
+        OpRecord(1, "aten::cross_entropy_loss", frames=[1], inputs=[0], outputs=[1]),
+    ]
+    tensors = [TensorRecord(0, producer=0), TensorRecord(1, producer=1)]
+    return Profile(run=RunInfo(name="x", script=path), ops=ops, frames=frames, tensors=tensors)
+
+
+def test_a_constant_both_files_define_is_not_the_difference_and_the_port_is_whole(tmp_path):
+    """Only b's slice reads VOCAB (`reshape(-1, VOCAB)`), but both files define it
+    alike: the difference is the `scores` statement. Porting its value alone would feed
+    flattened scores to unflattened labels, so the fix ports both statements."""
+    from magneton.diagnose.fix.plan import RunPair, _FixInput, _setting_fix
+    from magneton.graphdb.model import Finding, Fix, Region
+
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text(LOSS.format(scores="logits.permute(0, 2, 1)", labels="labels"))
+    b.write_text(LOSS.format(scores="logits.reshape(-1, VOCAB)", labels="labels.reshape(-1)"))
+    pa, pb = _loss_profile(str(a)), _loss_profile(str(b))
+    op = {"kind": "op", "op": 0, "name": "aten::view", "tensor": 0, "hops": 0}
+    found = setup_difference(pa, pb, {"a": op, "b": op})
+    assert found is not None
+    assert (found["a"].value, found["b"].value) == (
+        "logits.permute(0, 2, 1)",
+        "logits.reshape(-1, VOCAB)",
+    )
+    assert found["a"].line == _line(str(a), "scores = ")
+
+    f = Finding(1, "a", "waste", Region(ops=[0, 1]), Region(ops=[0, 1]), 1.0, 0.1, 0.0)
+    x = _FixInput(f, None, found, RunPair(pa, pb), None, "api-argument")
+    fix = Fix(base_dir=str(tmp_path))
+    _setting_fix(x, fix, "")
+    assert fix.patch and fix.summary.startswith("Replace a.py:9-10 with the efficient side's code")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "fix.patch").write_text(fix.patch)
+    subprocess.run(["git", "apply", "fix.patch"], cwd=tmp_path, check=True)
+    assert a.read_text() == b.read_text()

@@ -355,7 +355,13 @@ def _setting_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
     assert ow is not None
     new_code = _new_code(x)
     patched = None
-    if ow.span is not None and ow.file and is_user_file(ow.file, x.pw.run.script) and new_code:
+    user_value = ow.span is not None and ow.file and is_user_file(ow.file, x.pw.run.script)
+    if user_value and new_code and _value_port_is_partial(x):
+        _code_fix(x, fix, with_origins=True)
+        fix.summary = (fix.summary + " " + rule_text).strip()
+        return
+    if user_value and new_code:
+        assert ow.file is not None and ow.span is not None
         patched = replace_value(ow.file, ow.span, new_code)
         fix.old_text, fix.new_text = ow.value, new_code
         fix.file = _rel(ow.file, base)
@@ -473,11 +479,54 @@ def _run_with_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
             fix.summary += f" The patch makes {new} the default of {ow.option}."
 
 
-def _code_fix(x: _FixInput, fix: Fix) -> None:
-    """Different code on the two sides: port the efficient side's statements."""
-    f, pw, pe, base = x.finding, x.pw, x.pe, x.base
-    lines_w = user_lines(pw, f.region_a.ops if x.w == "a" else f.region_b.ops)
-    lines_e = user_lines(pe, f.region_b.ops if x.w == "a" else f.region_a.ops)
+def _region_lines(x: _FixInput) -> tuple[list[int], list[int]]:
+    """The user lines that issued the region's operators: (wasteful side, efficient side)."""
+    f = x.finding
+    lines_w = user_lines(x.pw, f.region_a.ops if x.w == "a" else f.region_b.ops)
+    lines_e = user_lines(x.pe, f.region_b.ops if x.w == "a" else f.region_a.ops)
+    return lines_w, lines_e
+
+
+def _value_port_is_partial(x: _FixInput) -> bool:
+    """Porting the one differing value would leave the region's statements differing
+    elsewhere: `scores = logits.permute(0, 2, 1)` -> `logits.reshape(-1, VOCAB)` alone
+    feeds (batch*seq, vocab) scores to a loss still given (batch, seq) labels, since the
+    efficient side also flattens the labels. Compared are the statements that issued the
+    region's operators, together with the value's own statement, on both sides, each
+    without the statement that holds the value."""
+    ow, oe = x.origins.get(x.w), x.origins.get(x.e)
+    if ow is None or oe is None or not (ow.file and ow.line and oe.file and oe.line):
+        return False
+    lines_w, lines_e = _region_lines(x)
+    sw, se = x.pw.run.script or "", x.pe.run.script or ""
+    if not lines_w or not lines_e:
+        return False
+    bw = statement_block(sw, [*lines_w, ow.line] if _same_file(ow.file, sw) else lines_w)
+    be = statement_block(se, [*lines_e, oe.line] if _same_file(oe.file, se) else lines_e)
+    if bw is None or be is None:
+        return False
+
+    def rest(b: Block, line: int) -> list[str]:
+        return [
+            _normal(b.idx.code(st)) for st in b.statements if not b.idx.span(st).contains_line(line)
+        ]
+
+    return rest(bw, ow.line) != rest(be, oe.line)
+
+
+def _same_file(a: str, b: str) -> bool:
+    return bool(a and b) and os.path.realpath(a) == os.path.realpath(b)
+
+
+def _code_fix(x: _FixInput, fix: Fix, with_origins: bool = False) -> None:
+    """Different code on the two sides: port the efficient side's statements (with
+    `with_origins`, the statements of the origins' values too)."""
+    pw, pe, base = x.pw, x.pe, x.base
+    lines_w, lines_e = _region_lines(x)
+    if with_origins:
+        ow, oe = x.origins[x.w], x.origins[x.e]
+        assert ow is not None and oe is not None and ow.line and oe.line
+        lines_w, lines_e = [*lines_w, ow.line], [*lines_e, oe.line]
     bw = statement_block(pw.run.script, lines_w) if lines_w else None
     be = statement_block(pe.run.script, lines_e) if lines_e else None
     if bw is not None and be is None:

@@ -389,6 +389,25 @@ def _slice(p: Profile, idx: SourceIndex, source: dict) -> list[Unit]:
     return setup_slice(idx, p.run.setup or "setup", _source_positions(p, source))
 
 
+def _module_texts(idx: SourceIndex) -> set[str]:
+    return {Unit.of(idx, st, top=True).text for st in idx.module.body}
+
+
+def _shared_constants_dropped(
+    ua: list[Unit], ia: SourceIndex, ub: list[Unit], ib: SourceIndex
+) -> tuple[list[Unit], list[Unit]]:
+    """Both slices without the module-level statements that both files hold word for
+    word: such a constant cannot be where the programs differ, even when only one
+    side's slice reads it. Left in, the alignment pairs it with the other side's first
+    statement (`scores = logits.permute(0, 2, 1)` against `BATCH, SEQ, VOCAB = 8, 256,
+    4000`, which only the `reshape(-1, VOCAB)` side reads) and names it the root."""
+    ta, tb = _module_texts(ia), _module_texts(ib)
+    return (
+        [u for u in ua if not (u.top and u.text in tb)],
+        [u for u in ub if not (u.top and u.text in ta)],
+    )
+
+
 def setup_difference(
     pa: Profile, pb: Profile, sources: dict[str, dict]
 ) -> dict[str, Origin] | None:
@@ -401,7 +420,9 @@ def setup_difference(
     ia, ib = source_index(pa.run.script or ""), source_index(pb.run.script or "")
     if ia is None or ib is None:
         return None
-    ua, ub = _slice(pa, ia, sources["a"]), _slice(pb, ib, sources["b"])
+    ua, ub = _shared_constants_dropped(
+        _slice(pa, ia, sources["a"]), ia, _slice(pb, ib, sources["b"]), ib
+    )
     if not ua or not ub:
         return None
     sm = difflib.SequenceMatcher(None, [u.text for u in ua], [u.text for u in ub], False)
