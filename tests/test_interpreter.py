@@ -141,6 +141,24 @@ def test_a_true_difference_is_found_and_names_the_frames(seed):
     assert f.fix is not None and f.fix.patch is None and "none mechanical" in f.fix.summary
 
 
+def test_python_in_a_library_names_the_scripts_lines_that_reach_it():
+    """The slow path of a library (torch's MHA composite) runs more Python on one side:
+    the advice names the script's lines that call into it, never "make the Python at
+    functional.py do less", which would mean editing the library."""
+
+    def lib_stack(script: str) -> list[tuple[str, int, str]]:
+        return [(script, 20, "main"), (script, 28, "block"), (LIB, 90, "causal_mask")]
+
+    a = profile("a", "/w/a.py", [lib_stack("/w/a.py")], [2.5e-3], noise=0.05, seed=1)
+    b = profile("b", "/w/b.py", [lib_stack("/w/b.py")], [1e-3], noise=0.05, seed=2)
+    found = interpreter_findings(a, b, [], threshold=0.10)
+    assert len(found) == 1 and found[0].fix is not None
+    text = found[0].fix.summary
+    assert "runs in library code (masking_utils.py:90 causal_mask)" in text, text
+    assert "reached from a.py:28 block in 'a' and from b.py:28 block in 'b'" in text, text
+    assert "make the Python" not in text
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_no_difference_with_noise_is_no_finding(seed):
     a, b = _pair(ratio=1.0, noise=0.10, seed=seed)

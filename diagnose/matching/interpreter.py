@@ -349,8 +349,39 @@ def _finding(
         frames_a=a.top_frames(),
         frames_b=b.top_frames(),
         root_cause=RootCause(kind="unknown", note=note),
-        fix=Fix(
-            summary="none mechanical: interpreter time has no kernel path to trace; "
-            f"make the Python at {where_w} do less (compare it with {where_e})"
-        ),
+        fix=Fix(summary=_advice(w, e, run_w, run_e, where_w, where_e)),
     )
+
+
+def _advice(w: Place, e: Place, run_w: Profile, run_e: Profile, where_w: str, where_e: str) -> str:
+    """What to do about the wasteful side's Python. In the script: make it do less. In a
+    library (`multi_head_attention_forward` in torch's functional.py), the user cannot
+    edit that Python, and "make it do less" pointed at torch; the lines of the script
+    that reach it are what the user changes, so those are named on both sides."""
+    head = "none mechanical: interpreter time has no kernel path to trace"
+    if w.key[0] == SCRIPT_FILE or w.key == ROOT_KEY:
+        return f"{head}; make the Python at {where_w} do less (compare it with {where_e})"
+    sites_w = ", ".join(user_sites(run_w, w.ops)) or "no recorded line of the script"
+    sites_e = ", ".join(user_sites(run_e, e.ops)) or "no recorded line of the script"
+    return (
+        f"{head}; this Python runs in library code ({where_w}), which the script does not "
+        f"edit: it is reached from {sites_w} in '{run_w.run.name}' and from {sites_e} in "
+        f"'{run_e.run.name}'; compare the two sides' calls into it there"
+    )
+
+
+def user_sites(p: Profile, ops: list[int]) -> list[str]:
+    """The script's lines (innermost frame in the run's own script) through which `ops`
+    were reached, most interpreter energy first."""
+    interp = interp_energy(p)
+    script = os.path.abspath(p.run.script) if p.run.script else ""
+    sites: dict[str, float] = {}
+    for o in ops:
+        frames = p.ops[o].frames
+        fidx = next(
+            (i for i in reversed(frames) if os.path.abspath(p.frames[i].file) == script), None
+        )
+        if fidx is not None:
+            label = frame_label(p, fidx)
+            sites[label] = sites.get(label, 0.0) + (float(interp[o]) if interp is not None else 0.0)
+    return [k for k, _ in sorted(sites.items(), key=lambda kv: (-kv[1], kv[0]))][:MAX_FRAMES]
