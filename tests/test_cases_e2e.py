@@ -379,3 +379,34 @@ def test_eval_command_on_a_custom_suite(tmp_path):
     assert row["energy_diff"] > 0.1
     f = row["finding"]
     assert "torch.topk" in f["fix"]["patch"] and f["root_cause"]["rule"]["id"] == "topk-via-sort"
+
+
+EVAL_A = "def setup():\n    return (3,)\n\n\ndef main(n):\n    return [0] * n\n"
+
+
+def _diff(old: str, new: str) -> str:
+    """A git-style patch of a.py from `old` to `new` (one changed line)."""
+    (o,) = [x for x, y in zip(old.splitlines(), new.splitlines(), strict=True) if x != y]
+    (n,) = [y for x, y in zip(old.splitlines(), new.splitlines(), strict=True) if x != y]
+    i = old.splitlines().index(o) + 1
+    return f"diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n@@ -{i} +{i} @@\n-{o}\n+{n}\n"
+
+
+def test_eval_judges_a_patch_by_applying_it_and_running_the_patched_script(tmp_path):
+    """A patch that is present but does not apply, or leaves a script that raises, is
+    not a diagnosis: `magneton eval` applies it to a copy of the case with `git apply`
+    and runs the patched script's setup() and main() once."""
+    from magneton.commands.eval import patch_problem
+
+    case = tmp_path / "c"
+    case.mkdir()
+    (case / "a.py").write_text(EVAL_A)
+    good = _diff(EVAL_A, EVAL_A.replace("[0] * n", "[1] * n"))
+    assert patch_problem(case, {"patch": True}, good, "a") == ""
+    broken = _diff(EVAL_A, EVAL_A.replace("[0] * n", "[0] * n.size"))
+    assert patch_problem(case, {"patch": True}, broken, "a") == (
+        "patched a.py fails: AttributeError: 'int' object has no attribute 'size'"
+    )
+    stale = _diff(EVAL_A.replace("[0]", "[2]"), EVAL_A.replace("[0]", "[3]"))
+    assert patch_problem(case, {"patch": True}, stale, "a").startswith("patch does not apply")
+    assert (case / "a.py").read_text() == EVAL_A  # the case itself is never patched

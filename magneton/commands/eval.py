@@ -13,8 +13,10 @@ expect.toml keys: `finding` (bool: must a finding cover `region_ops`?), `region_
 `wasteful` ("a", "b" or "either"), `category`, `kind` (root-cause kind), `variable`,
 `file` (basename of the origin), `line_contains` (text of the origin line), `rule`,
 `divergence_level`, `option` (the command-line flag the wasteful side's value came from),
-`patch` (bool: a patch is expected), `min_repeat` (timed calls to
-record at least: for a case whose difference is a small share of the run on a CPU),
+`patch` (bool: a patch is expected; it must apply with `git apply` to a copy of the
+case and, for a script pair, the patched script must still run setup() and main()),
+`min_repeat` (timed calls to record at least: for a case whose difference is a small
+share of the run on a CPU),
 `power` (the recordings' `--power`, e.g. `model:work-only` for a negative control judged
 on the work done rather than on a shared CPU's wall time).
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -330,8 +333,52 @@ def eval_case(case: Path, db_dir: str, repeat: int, rerun: bool, reuse: bool = F
         )
         return res
     res.reason = check(expect, f)
+    if not res.reason and expect.get("patch") and f.fix is not None and f.fix.patch:
+        res.reason = patch_problem(case, expect, f.fix.patch, f.wasteful)
     res.diagnosed = not res.reason
     return res
+
+
+# a patched script gets this long to run setup() and main() once
+PATCHED_RUN_TIMEOUT_S = 300
+
+
+def patch_problem(case: Path, expect: dict, patch: str, wasteful: str) -> str:
+    """'' when the patch applies to a copy of the case (`git apply`, as a user applies
+    it) and, for a script pair, the patched wasteful script still runs setup() and
+    main() once; else what went wrong. A patch that is present but breaks the program
+    is wrong advice, not a diagnosis: porting one value of a two-statement change once
+    fed flattened logits to unflattened labels."""
+    with tempfile.TemporaryDirectory(prefix="magneton-eval-") as tmp:
+        work = Path(tmp) / case.name
+        shutil.copytree(case, work)
+        (Path(tmp) / "fix.patch").write_text(patch)
+        applied = subprocess.run(
+            ["git", "apply", str(Path(tmp) / "fix.patch")],
+            cwd=work,
+            capture_output=True,
+            text=True,
+        )
+        if applied.returncode != 0:
+            return f"patch does not apply: {' '.join(applied.stderr.split())[:200]}"
+        if "program" in expect:
+            return ""  # a program's run is the recording's business; the patch applies
+        code = (
+            f"import runpy; m = runpy.run_path({wasteful + '.py'!r}); "
+            "a = m['setup']() if 'setup' in m else (); "
+            "m['main'](*(a if isinstance(a, tuple) else (a,)))"
+        )
+        ran = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=PATCHED_RUN_TIMEOUT_S,
+        )
+        if ran.returncode != 0:
+            last = (ran.stderr.strip().splitlines() or ["(no message)"])[-1]
+            return f"patched {wasteful}.py fails: {last[:200]}"
+    return ""
 
 
 def print_table(results: list[CaseResult]) -> None:
