@@ -30,8 +30,8 @@ test (`pytest_runtest_protocol` below; the other worker waits between its tests)
 the A/A gate, whose claim is "nothing flagged beside one busy core" (it spins that core
 itself; a second worker's test beside it, TensorFlow's thread pools for instance, made
 three busy processes on two cores and an interpreter-time row crossed the gate), and the
-confirmation tests, which need the GELU pair's recordings to show their difference
-before re-measuring it. Everything else measures beside the other worker: a difference
+confirmation and warm-pool tests, which need the GELU pair's recordings to show their
+difference before re-measuring it. Everything else measures beside the other worker: a difference
 two recordings leave undecided is re-measured in interleaved rounds
 (diagnose/matching/detect.py), so load costs time there, not findings. Running every file
 that records alone took the suite from 744 s to 1,073 s.
