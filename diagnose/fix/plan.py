@@ -487,6 +487,19 @@ def _region_lines(x: _FixInput) -> tuple[list[int], list[int]]:
     return lines_w, lines_e
 
 
+def _lines_with_origins(x: _FixInput) -> tuple[list[int], list[int]]:
+    """The region's user lines on each side plus that side's origin line, where the
+    origin is in the side's own script (a value set in another module is not part of
+    the statements to compare or port)."""
+    lines_w, lines_e = _region_lines(x)
+    ow, oe = x.origins.get(x.w), x.origins.get(x.e)
+    if ow is not None and ow.line and _same_file(ow.file or "", x.pw.run.script or ""):
+        lines_w = [*lines_w, ow.line]
+    if oe is not None and oe.line and _same_file(oe.file or "", x.pe.run.script or ""):
+        lines_e = [*lines_e, oe.line]
+    return lines_w, lines_e
+
+
 def _value_port_is_partial(x: _FixInput) -> bool:
     """Porting the one differing value would leave the region's statements differing
     elsewhere: `scores = logits.permute(0, 2, 1)` -> `logits.reshape(-1, VOCAB)` alone
@@ -495,14 +508,14 @@ def _value_port_is_partial(x: _FixInput) -> bool:
     region's operators, together with the value's own statement, on both sides, each
     without the statement that holds the value."""
     ow, oe = x.origins.get(x.w), x.origins.get(x.e)
-    if ow is None or oe is None or not (ow.file and ow.line and oe.file and oe.line):
+    if ow is None or oe is None or not (ow.line and oe.line):
         return False
     lines_w, lines_e = _region_lines(x)
-    sw, se = x.pw.run.script or "", x.pe.run.script or ""
     if not lines_w or not lines_e:
         return False
-    bw = statement_block(sw, [*lines_w, ow.line] if _same_file(ow.file, sw) else lines_w)
-    be = statement_block(se, [*lines_e, oe.line] if _same_file(oe.file, se) else lines_e)
+    lines_w, lines_e = _lines_with_origins(x)
+    bw = statement_block(x.pw.run.script or "", lines_w)
+    be = statement_block(x.pe.run.script or "", lines_e)
     if bw is None or be is None:
         return False
 
@@ -511,7 +524,10 @@ def _value_port_is_partial(x: _FixInput) -> bool:
             _normal(b.idx.code(st)) for st in b.statements if not b.idx.span(st).contains_line(line)
         ]
 
-    return rest(bw, ow.line) != rest(be, oe.line)
+    # an origin in another module sets nothing aside (line 0 is in no statement)
+    own_w = ow.line if _same_file(ow.file or "", x.pw.run.script or "") else 0
+    own_e = oe.line if _same_file(oe.file or "", x.pe.run.script or "") else 0
+    return rest(bw, own_w) != rest(be, own_e)
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -522,11 +538,7 @@ def _code_fix(x: _FixInput, fix: Fix, with_origins: bool = False) -> None:
     """Different code on the two sides: port the efficient side's statements (with
     `with_origins`, the statements of the origins' values too)."""
     pw, pe, base = x.pw, x.pe, x.base
-    lines_w, lines_e = _region_lines(x)
-    if with_origins:
-        ow, oe = x.origins[x.w], x.origins[x.e]
-        assert ow is not None and oe is not None and ow.line and oe.line
-        lines_w, lines_e = [*lines_w, ow.line], [*lines_e, oe.line]
+    lines_w, lines_e = _lines_with_origins(x) if with_origins else _region_lines(x)
     bw = statement_block(pw.run.script, lines_w) if lines_w else None
     be = statement_block(pe.run.script, lines_e) if lines_e else None
     if bw is not None and be is None:
