@@ -29,9 +29,10 @@ The untraced call is timed twice. In this process it runs with Magneton's OpenMP
 `magneton record`), whose sleeping workers wake for each parallel operator; that is the
 baseline of the passes' own cost. A user's program runs with the library's default
 policy (workers spin briefly between parallel regions), which was 1.13-1.58x faster on
-a 2-core VM (docs/benchmarks.md); so a second process that never imports magneton (OMP_WAIT_POLICY unset,
-the same model and seed) times one untraced call whenever this one does, interleaved
-over a pipe, and the ratios against it are what a user's program pays.
+a 2-core VM (docs/benchmarks.md); so a second process that never imports magneton
+(OMP_WAIT_POLICY unset, the same model and seed) times one untraced call whenever this
+one does, interleaved over a pipe, and the ratios against it are what a user's program
+pays.
 
 With `--ablate`, each structure pass is followed by passes with parts of it switched off
 (quantiles, spectra, all summaries, the profiler), in the same interleaving: what each
