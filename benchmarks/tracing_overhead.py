@@ -38,8 +38,14 @@ With `--ablate`, each structure pass is followed by passes with parts of it swit
 (quantiles, spectra, all summaries, the profiler), in the same interleaving: what each
 part costs, and what a design without it would gain at most.
 
+With `--summary-parts`, one more structure pass (after the timed ones, not in any ratio)
+counts what the value summaries read: how many tensors and elements, their bytes (the
+memory a design that summarized after the call returned would have to hold), and the
+CPU time of the summaries' worker threads per part (`time.thread_time` around the
+quantile sort, the spectra, the stats).
+
     python benchmarks/tracing_overhead.py [--layers 12] [--seq 128] [--iters 20] [--ablate]
-                                          [--json OUT]
+                                          [--summary-parts] [--json OUT]
 """
 
 from __future__ import annotations
@@ -120,6 +126,37 @@ def _baseline_child(shape: str) -> None:
         print(time.perf_counter() - t0, time.process_time() - c0, flush=True)
 
 
+def summary_parts(structure_pass) -> dict:
+    """One structure pass with the summary parts timed on the threads that run them."""
+    import threading
+
+    from magneton.tracer import invariants
+
+    lock = threading.Lock()
+    cpu = {"quantiles": 0.0, "spectra": 0.0, "stats": 0.0}
+    seen = {"tensors": 0, "elements": 0}
+
+    def timed(name: str, fn):
+        def wrapper(*args):
+            t0 = time.thread_time()
+            out = fn(*args)
+            with lock:
+                cpu[name] += time.thread_time() - t0
+                if name == "stats":  # once per float tensor
+                    seen["tensors"] += 1
+                    seen["elements"] += args[0].size
+            return out
+
+        return wrapper
+
+    with contextlib.ExitStack() as stack:
+        for name in cpu:
+            fn = getattr(invariants, f"_{name}")
+            stack.enter_context(mock.patch.object(invariants, f"_{name}", timed(name, fn)))
+        structure_pass()
+    return {**seen, "bytes": 4 * seen["elements"], "thread_cpu_s": cpu}
+
+
 def build(layers: int, seq: int, batch: int):
     import torch
     from transformers import GPT2Config, GPT2Model
@@ -138,6 +175,9 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--structure-iters", type=int, default=3)
     ap.add_argument("--ablate", action="store_true", help="also time passes with parts off")
+    ap.add_argument(
+        "--summary-parts", action="store_true", help="count what the summaries read and cost"
+    )
     ap.add_argument("--json", metavar="OUT")
     ap.add_argument("--baseline-child", metavar="L,S,B", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -259,6 +299,7 @@ def main() -> None:
                 structure_cpu.append(cpu)
 
     program.close()
+    parts = summary_parts(structure_pass) if args.summary_parts else None
     base = statistics.median(untraced)
     prog = statistics.median(program_untraced)
     res = {
@@ -302,6 +343,7 @@ def main() -> None:
             }
             for name, v in ablated.items()
         },
+        "summary_parts": parts,
         "load_avg_1m": [load_start, os.getloadavg()[0]],
         "torch_threads": torch.get_num_threads(),
         "context": ctx,
@@ -364,6 +406,12 @@ def main() -> None:
         f"{res['structure_vs_program_paired_cpu_ratio']:.2f}x CPU; "
         f"load average (1 min) {load_start:.2f} at start, {res['load_avg_1m'][1]:.2f} at end"
     )
+    if parts:
+        print(
+            f"summaries of one pass: {parts['tensors']} tensors, {parts['elements'] / 1e6:.1f} M "
+            f"elements ({parts['bytes'] / 2**20:.0f} MiB as float32); worker-thread CPU s: "
+            + ", ".join(f"{k} {v:.3f}" for k, v in parts["thread_cpu_s"].items())
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=2)
