@@ -15,6 +15,9 @@ most; the growth is the median over repetitions of that pair's ratio. With one
 repetition, three runs on a fresh clone gave 1.18x, 1.34x and 1.23x: a single save into
 an empty DB moved 4.6-5.5 s between runs, and the ratio with it.
 
+glibc malloc's thresholds are pinned first, as `magneton record` has them when it saves
+(tracer/allocator.py); `--no-pin` leaves them dynamic.
+
 `--real` records the profile instead: a Hugging Face GPT-2 forward (from `GPT2Config`,
 random weights, enough layers for about `--ops` operators) through `magneton.record`, so
 the row counts are what the tracer really produces (more call-stack rows per operator,
@@ -93,7 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fill", type=int, default=5, help="runs of the same size stored first")
     ap.add_argument("--json", metavar="OUT", help="write the numbers as JSON")
     ap.add_argument("--real", action="store_true", help="record a HF GPT-2 run instead")
+    ap.add_argument("--no-pin", action="store_true", help="leave glibc malloc's thresholds dynamic")
     args = ap.parse_args(argv)
+    if not args.no_pin:
+        from magneton.tracer import allocator
+
+        allocator.pin()  # as `magneton record` runs when it saves (tracer/allocator.py)
 
     t = _synthetic()
     prof = _recorded_gpt2(args.ops) if args.real else t.synthetic_profile("big", args.ops, 1)
@@ -198,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "rows": rows,
         "repeat": args.repeat,
+        "malloc": "dynamic" if args.no_pin else "pinned",
     }
     result["profile"] = "recorded HF GPT-2" if args.real else "synthetic GPT-2 shape"
     if len(prof.ops) != 10_000:  # the keys name 10k; say what was measured
