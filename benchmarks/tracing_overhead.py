@@ -157,6 +157,30 @@ def summary_parts(structure_pass) -> dict:
     return {**seen, "bytes": 4 * seen["elements"], "thread_cpu_s": cpu}
 
 
+def boundary_share(forward) -> dict:
+    """Of the tensors a recording stores a value summary for, those that leave the leaf
+    module that made them (consumed in another module, or returned): what a design that
+    summarized only module boundaries would still summarize."""
+    import magneton
+
+    opts = magneton.RecordOptions(warmup=0, repeat=1, power="model")
+    p = magneton.record(forward, (), run="boundary-share", options=opts)
+    consumers: dict[int, set[str]] = {}
+    for o in p.ops:
+        for t in o.inputs:
+            consumers.setdefault(t, set()).add(o.module)
+    summarized = [t for t in p.tensors if t.stats and t.producer >= 0]
+    leaving = [
+        t
+        for t in summarized
+        if consumers.get(t.idx, set()) - {p.ops[t.producer].module} or t.idx not in consumers
+    ]
+    return {
+        "tensors": [len(leaving), len(summarized)],
+        "elements": [sum(t.numel for t in leaving), sum(t.numel for t in summarized)],
+    }
+
+
 def build(layers: int, seq: int, batch: int):
     import torch
     from transformers import GPT2Config, GPT2Model
@@ -300,6 +324,8 @@ def main() -> None:
 
     program.close()
     parts = summary_parts(structure_pass) if args.summary_parts else None
+    if parts:
+        parts["module_boundaries"] = boundary_share(forward)
     base = statistics.median(untraced)
     prog = statistics.median(program_untraced)
     res = {
@@ -411,6 +437,11 @@ def main() -> None:
             f"summaries of one pass: {parts['tensors']} tensors, {parts['elements'] / 1e6:.1f} M "
             f"elements ({parts['bytes'] / 2**20:.0f} MiB as float32); worker-thread CPU s: "
             + ", ".join(f"{k} {v:.3f}" for k, v in parts["thread_cpu_s"].items())
+        )
+        (bt, st), (be, se) = parts["module_boundaries"].values()
+        print(
+            f"of a recording's {st} summarized operator outputs, {bt} leave the leaf module "
+            f"that made them: {be / 1e6:.1f} of {se / 1e6:.1f} M elements ({be / se:.0%})"
         )
     if args.json:
         with open(args.json, "w") as f:
