@@ -487,17 +487,21 @@ def _region_lines(x: _FixInput) -> tuple[list[int], list[int]]:
     return lines_w, lines_e
 
 
-def _lines_with_origins(x: _FixInput) -> tuple[list[int], list[int]]:
-    """The region's user lines on each side plus that side's origin line, where the
-    origin is in the side's own script (a value set in another module is not part of
-    the statements to compare or port)."""
-    lines_w, lines_e = _region_lines(x)
-    ow, oe = x.origins.get(x.w), x.origins.get(x.e)
-    if ow is not None and ow.line and _same_file(ow.file or "", x.pw.run.script or ""):
-        lines_w = [*lines_w, ow.line]
-    if oe is not None and oe.line and _same_file(oe.file or "", x.pe.run.script or ""):
-        lines_e = [*lines_e, oe.line]
-    return lines_w, lines_e
+def _own_origin_line(x: _FixInput, side: str) -> int:
+    """The line of `side`'s origin when it is in that side's own script, else 0: a value
+    set in another module is not part of the statements to compare or port (and line 0
+    is in no statement)."""
+    o = x.origins.get(side)
+    script = (x.pw if side == x.w else x.pe).run.script or ""
+    return o.line if o is not None and o.line and _same_file(o.file or "", script) else 0
+
+
+def _lines_with_origins(
+    x: _FixInput, lines_w: list[int], lines_e: list[int]
+) -> tuple[list[int], list[int]]:
+    """The region's user lines on each side plus that side's own origin line."""
+    ow, oe = _own_origin_line(x, x.w), _own_origin_line(x, x.e)
+    return ([*lines_w, ow] if ow else lines_w), ([*lines_e, oe] if oe else lines_e)
 
 
 def _value_port_is_partial(x: _FixInput) -> bool:
@@ -513,7 +517,7 @@ def _value_port_is_partial(x: _FixInput) -> bool:
     lines_w, lines_e = _region_lines(x)
     if not lines_w or not lines_e:
         return False
-    lines_w, lines_e = _lines_with_origins(x)
+    lines_w, lines_e = _lines_with_origins(x, lines_w, lines_e)
     bw = statement_block(x.pw.run.script or "", lines_w)
     be = statement_block(x.pe.run.script or "", lines_e)
     if bw is None or be is None:
@@ -524,10 +528,7 @@ def _value_port_is_partial(x: _FixInput) -> bool:
             _normal(b.idx.code(st)) for st in b.statements if not b.idx.span(st).contains_line(line)
         ]
 
-    # an origin in another module sets nothing aside (line 0 is in no statement)
-    own_w = ow.line if _same_file(ow.file or "", x.pw.run.script or "") else 0
-    own_e = oe.line if _same_file(oe.file or "", x.pe.run.script or "") else 0
-    return rest(bw, own_w) != rest(be, own_e)
+    return rest(bw, _own_origin_line(x, x.w)) != rest(be, _own_origin_line(x, x.e))
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -538,7 +539,9 @@ def _code_fix(x: _FixInput, fix: Fix, with_origins: bool = False) -> None:
     """Different code on the two sides: port the efficient side's statements (with
     `with_origins`, the statements of the origins' values too)."""
     pw, pe, base = x.pw, x.pe, x.base
-    lines_w, lines_e = _lines_with_origins(x) if with_origins else _region_lines(x)
+    lines_w, lines_e = _region_lines(x)
+    if with_origins:
+        lines_w, lines_e = _lines_with_origins(x, lines_w, lines_e)
     bw = statement_block(pw.run.script, lines_w) if lines_w else None
     be = statement_block(pe.run.script, lines_e) if lines_e else None
     if bw is not None and be is None:

@@ -374,13 +374,10 @@ def user_sites(p: Profile, ops: list[int]) -> list[str]:
     """The script's lines (innermost frame in the run's own script) through which `ops`
     were reached, most interpreter energy first."""
     interp = interp_energy(p)
-    script = os.path.abspath(p.run.script) if p.run.script else ""
     sites: dict[str, float] = {}
     for o in ops:
         frames = p.ops[o].frames
-        fidx = next(
-            (i for i in reversed(frames) if os.path.abspath(p.frames[i].file) == script), None
-        )
+        fidx = next((i for i in reversed(frames) if frame_key(p, i)[0] == SCRIPT_FILE), None)
         if fidx is not None:
             label = frame_label(p, fidx)
             sites[label] = sites.get(label, 0.0) + (float(interp[o]) if interp is not None else 0.0)
