@@ -89,6 +89,56 @@ def _cpu_ref() -> float:
     return time.perf_counter() - t0
 
 
+def _statements(prof, fills: list, tmp: Path) -> list[dict]:
+    """Each engine statement's wall time in one save into an empty DB and one after the
+    fill, with the engine's checkpoint deferred to a statement of its own at the end of
+    the save (`magneton record` checkpoints after each COPY that fills the WAL, which
+    puts the checkpoint's cost inside whichever COPY triggered it)."""
+    import ladybug
+
+    from magneton.graphdb import db as dbmod
+    from magneton.graphdb import engine
+
+    times: list[tuple[str, float]] = []
+    execute, open_database = dbmod.ProfileDB._execute, engine.open_database
+
+    def timed_execute(self, cypher: str, params: dict | None = None):
+        t0 = time.perf_counter()
+        res = execute(self, cypher, params)
+        times.append((" ".join(cypher.split()[:2]), time.perf_counter() - t0))
+        return res
+
+    def deferred(file: Path, read_only: bool):
+        return ladybug.Database(
+            str(file), read_only=read_only, compression=False, auto_checkpoint=False
+        )
+
+    def one_save(db, p) -> dict[str, float]:
+        times.clear()
+        db.save_profile(p)
+        db._execute("CHECKPOINT")
+        out: dict[str, float] = {}
+        for what, s in times:
+            out[what] = out.get(what, 0.0) + s
+        return out
+
+    dbmod.ProfileDB._execute, engine.open_database = timed_execute, deferred
+    try:
+        with open_db(tmp / "stmt_empty") as db:
+            empty = one_save(db, prof)
+        with open_db(tmp / "stmt_nth") as db:
+            for p in fills:
+                db.save_profile(p)
+                db._execute("CHECKPOINT")
+            nth = one_save(db, prof)
+    finally:
+        dbmod.ProfileDB._execute, engine.open_database = execute, open_database
+    return [
+        {"statement": k, "empty_s": empty.get(k, 0.0), "nth_s": nth.get(k, 0.0)}
+        for k in dict.fromkeys([*empty, *nth])
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ops", type=int, default=10_000, help="operators in the profile")
@@ -97,6 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="OUT", help="write the numbers as JSON")
     ap.add_argument("--real", action="store_true", help="record a HF GPT-2 run instead")
     ap.add_argument("--no-pin", action="store_true", help="leave glibc malloc's thresholds dynamic")
+    ap.add_argument(
+        "--statements",
+        action="store_true",
+        help="also time each engine statement of two saves, the checkpoint on its own",
+    )
     args = ap.parse_args(argv)
     if not args.no_pin:
         from magneton.tracer import allocator
@@ -138,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
 
     fills = [twin(k) for k in range(args.fill)]
     timings: dict[str, list[tuple[float, float]]] = {
-        k: [] for k in ("empty", "nth", "replace", "rm", "load")
+        k: [] for k in ("empty", "nth", "replace", "rm", "load", *map(str, range(args.fill)))
     }
 
     def timed(what: str, fn) -> object:
@@ -156,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
             with open_db(Path(tmp) / f"empty{i}") as db:
                 timed("empty", lambda db=db: db.save_profile(prof))
             with open_db(Path(tmp) / f"nth{i}") as db:
-                for p in fills:
-                    db.save_profile(p)
+                for k, p in enumerate(fills):  # the curve: a save into a DB of k runs
+                    timed(str(k), lambda db=db, p=p: db.save_profile(p))
                 timed("nth", lambda db=db: db.save_profile(prof))
                 back = timed("load", lambda db=db: db.load_profile("big"))
                 if not t.same(back, t.without_windows(prof)):
@@ -165,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                     return 1
                 timed("replace", lambda db=db: db.save_profile(prof, replace=True))
                 timed("rm", lambda db=db: db.delete_run("big"))
+        statements = _statements(prof, fills, Path(tmp)) if args.statements else []
     med = statistics.median
 
     def wall(what: str) -> float:
@@ -198,6 +254,12 @@ def main(argv: list[str] | None = None) -> int:
         "replace_per_save": paired("replace", "nth", 0),
         "rm_per_save": paired("rm", "nth", 0),
         "growth_cpu": paired("nth", "empty", 1),
+        # the same growth from the second save on: what stored runs add, without the
+        # engine's first COPY into an empty table (docs/benchmarks.md)
+        "growth_after_first": paired("nth", "1", 0) if args.fill > 1 else None,
+        "growth_after_first_cpu": paired("nth", "1", 1) if args.fill > 1 else None,
+        # median wall s of a save into a DB holding k runs, k = 0..fill
+        "save_curve_s": [wall(str(k)) for k in range(args.fill)] + [wall("nth")],
         "replace_per_save_cpu": paired("replace", "nth", 1),
         "rm_per_save_cpu": paired("rm", "nth", 1),
         "other_runs": args.fill,
@@ -237,6 +299,21 @@ def main(argv: list[str] | None = None) -> int:
         f"wall, {result['replace_per_save_cpu']:.2f}x CPU; rm / save {result['rm_per_save']:.2f}x "
         f"wall, {result['rm_per_save_cpu']:.2f}x CPU (goals: <= 1.2x, <= 1.5x, <= 1.5x)"
     )
+    if result["growth_after_first"] is not None:
+        curve = ", ".join(f"{k}: {s:.2f}" for k, s in enumerate(result["save_curve_s"]))
+        Console().print(
+            f"save s into a DB holding k runs (k: s) {curve}; growth from the second save "
+            f"{result['growth_after_first']:.2f}x wall, {result['growth_after_first_cpu']:.2f}x CPU"
+        )
+    if statements:
+        result["statements"] = statements
+        st = Table(title="engine statements of one save, checkpoint deferred to the end")
+        for col in ("statement", "into an empty DB s", f"after {args.fill} runs s"):
+            st.add_column(col, justify="left" if col == "statement" else "right")
+        for row in statements:
+            if max(row["empty_s"], row["nth_s"]) >= 0.01:
+                st.add_row(row["statement"], f"{row['empty_s']:.3f}", f"{row['nth_s']:.3f}")
+        Console().print(st)
     Console().print(", ".join(f"{k}={v}" for k, v in rows.items()))
     Console().print(
         f"load average {load_start:.1f} -> {os.getloadavg()[0]:.1f} on {result['cpus']} CPUs; "
