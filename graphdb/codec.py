@@ -109,6 +109,40 @@ def _group(n: int, owner: np.ndarray, pos: np.ndarray, value: np.ndarray) -> lis
     return [vals[a:b] for a, b in zip(starts, ends, strict=True)]
 
 
+def _f64_blob(values: list[float]) -> bytes:
+    return np.asarray(values, dtype="<f8").tobytes()
+
+
+def blobs_as_lists(table: pa.Table) -> pa.Table:
+    """`table` with every BLOB column read as the float64 lists it holds (its DOUBLE[]
+    layout before schema v4): loads decode with it, and run checksums hash it, so the
+    checksum of a run saved as DOUBLE[] still verifies after `magneton migrate`."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_binary(f.type):
+            table = table.set_column(i, f.name, _blobs_to_lists(table.column(i)))
+    return table
+
+
+def _blobs_to_lists(col: pa.ChunkedArray) -> pa.ListArray:
+    arr = col.combine_chunks() if col.num_chunks else pa.array([], pa.binary())
+    n = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], np.int32, n + 1, arr.offset * 4) if n else None
+    if offsets is None or offsets[-1] == offsets[0]:
+        values = np.empty(0, "<f8")
+    else:
+        values = np.frombuffer(arr.buffers()[2], "<f8", (offsets[-1] - offsets[0]) // 8, offsets[0])
+    starts = (offsets - offsets[0]) // 8 if offsets is not None else np.zeros(1, np.int32)
+    return pa.ListArray.from_arrays(pa.array(starts, pa.int32()), pa.array(values, pa.float64()))
+
+
+def conform(col: pa.ChunkedArray, typ: pa.DataType) -> pa.Array | pa.ChunkedArray:
+    """A column read from the DB as the type the current schema stores: a cast, except
+    DOUBLE[] read from a DB of schema v3 where v4 stores BLOBs (`magneton migrate`)."""
+    if pa.types.is_binary(typ) and pa.types.is_list(col.type):
+        return pa.array([_f64_blob(v or []) for v in col.to_pylist()], pa.binary())
+    return col.cast(typ)
+
+
 def _profile_tables(p: Profile) -> list[tuple[S.Table, pa.Table]]:
     """Every table of one run as COPY-ready Arrow, in load order (nodes, then rels)."""
     run = p.run.name
@@ -167,7 +201,15 @@ def _node_tables(p: Profile, uids: _RunUids) -> list[tuple[S.Table, pa.Table]]:
             input_shapes=[dumps(o.input_shapes) for o in ops],
             output_shapes=[dumps(o.output_shapes) for o in ops],
         ),
-        _node_table(S.TENSOR, run, p.tensors, uids.tensor),
+        _node_table(
+            S.TENSOR,
+            run,
+            p.tensors,
+            uids.tensor,
+            stats=[_f64_blob(t.stats) for t in p.tensors],
+            invariant=[_f64_blob(t.invariant) for t in p.tensors],
+            quantiles=[_f64_blob(t.quantiles) for t in p.tensors],
+        ),
         _node_table(S.MODULE, run, p.modules, uids.module),
         _node_table(S.FRAME, run, p.frames, uids.frame),
         _node_table(S.KERNEL, run, p.kernels, uids.kernel),

@@ -35,6 +35,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .model import MagnetonError
 
 DEFAULT_ROW_LIMIT = 10_000
@@ -55,9 +57,14 @@ class QueryStream:
 
 def plain(v: Any) -> Any:
     """A JSON-safe value: NaN/inf → null, the engine's INT128 sums (Decimal) → numbers,
-    nodes and rels → their properties without the engine's `_`-internals."""
+    nodes and rels → their properties without the engine's `_`-internals, BLOBs (a
+    tensor's summaries, graphdb/schema.py) → the float64 arrays they hold."""
     if isinstance(v, float) and not math.isfinite(v):
         return None
+    if isinstance(v, bytes):
+        if len(v) % 8:  # not one of Magneton's; say what it is rather than guess
+            return v.hex()
+        return plain(np.frombuffer(v, "<f8").tolist())
     if isinstance(v, list | tuple):
         return [plain(x) for x in v]
     if isinstance(v, dict):

@@ -80,6 +80,8 @@ from .codec import (
     _rows_table,
     _run_row,
     _run_table,
+    blobs_as_lists,
+    conform,
 )
 from .guard import _query_error, _refused, find_write_clause, query_params, statement_count
 from .model import (
@@ -147,6 +149,23 @@ class QueryResult:
 # --------------------------------------------------------------------------------------
 # Opening
 # --------------------------------------------------------------------------------------
+
+# Schema versions `magneton migrate` converts (graphdb/migrate.py): v3 stored a tensor's
+# summaries as DOUBLE[], v4 as BLOBs. Only the migration reads them (`reading_old_schema`).
+CONVERTIBLE_VERSIONS = frozenset({"3"})
+_readable_versions = frozenset({str(SCHEMA_VERSION)})
+
+
+@contextlib.contextmanager
+def reading_old_schema() -> Iterator[None]:
+    """Let `open_db` open a DB of a convertible older schema, for the migration to read."""
+    global _readable_versions
+    saved = _readable_versions
+    _readable_versions = saved | CONVERTIBLE_VERSIONS
+    try:
+        yield
+    finally:
+        _readable_versions = saved
 
 
 def open_db(
@@ -343,7 +362,12 @@ class ProfileDB:
                 "use another --db"
             )
         version = meta.get("schema_version", "?")
-        if version != str(SCHEMA_VERSION):
+        if version in CONVERTIBLE_VERSIONS and version not in _readable_versions:
+            raise MagnetonError(
+                f"{self.file} holds schema v{version} of an earlier Magneton, this one needs "
+                f"v{SCHEMA_VERSION}; convert it once with `magneton migrate --db {self.file.parent}`"
+            )
+        if version not in _readable_versions:
             raise MagnetonError(
                 f"DB schema v{version}, this magneton needs v{SCHEMA_VERSION}; re-record or "
                 "use a matching magneton version"
@@ -570,7 +594,7 @@ class ProfileDB:
         got = self._execute(cypher, _used(cypher, params)).get_as_arrow()
         target = S.arrow_schema(spec)
         return pa.Table.from_arrays(
-            [got.column(i).cast(f.type) for i, f in enumerate(target)], schema=target
+            [conform(got.column(i), f.type) for i, f in enumerate(target)], schema=target
         )
 
     def _claim_name(self, name: str, replace: bool) -> None:
@@ -660,6 +684,7 @@ class ProfileDB:
             f"RETURN {', '.join(f'n.{c} AS {c}' for c in cols)} ORDER BY {order}",
             run,
         )
+        tbl = blobs_as_lists(tbl)  # a tensor's summaries: float64 BLOBs
         return {c: tbl.column(c).to_pylist() for c in cols}
 
     def _rel(self, cypher: str, run: str, n: int) -> list[list[int]]:

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from .codec import blobs_as_lists
 from .model import MagnetonError, RunInfo
 
 if TYPE_CHECKING:
@@ -63,11 +64,13 @@ def run_digest(run: RunInfo, tables: list[tuple[object, pa.Table]]) -> str:
     """SHA-256 of one run: its Run properties and its COPY-ready tables (in load order).
 
     The Arrow IPC stream of a table built by `db._profile_tables` is a function of the
-    row values only, so the tables rebuilt from a correct load hash the same."""
+    row values only, so the tables rebuilt from a correct load hash the same. BLOB
+    columns are hashed as the DOUBLE[] they were before schema v4 (`blobs_as_lists`)."""
     h = hashlib.sha256()
     props = {f.name: getattr(run, f.name) for f in fields(RunInfo) if f.name not in _UNHASHED}
     h.update(json.dumps(props, sort_keys=True, default=str).encode())
-    for _, table in tables:
+    for _, stored in tables:
+        table = blobs_as_lists(stored)  # the layout every stored checksum was taken over
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table)

@@ -1,9 +1,14 @@
-"""Convert a Magneton DB of the Kùzu era (`DIR/profile.kuzu`) to the current engine.
+"""Convert a Magneton DB of the Kùzu era (`DIR/profile.kuzu`) to the current engine, or a
+`DIR/profile.lbug` of an older schema to the current schema.
 
-    magneton migrate --db DIR          (needs the old engine: pip install "magneton[kuzu]")
+    magneton migrate --db DIR          (a Kùzu-era DB needs: pip install "magneton[kuzu]")
 
 Magneton first stored runs in Kùzu 0.11.3, whose files the current engine (LadybugDB,
-graphdb/engine.py) cannot open. Choices and the failures they prevent:
+graphdb/engine.py) cannot open. Schema v3 stored a tensor's summaries as DOUBLE[]
+columns, v4 as BLOBs (graphdb/schema.py says why); `graphdb.db.CONVERTIBLE_VERSIONS`
+are the versions converted, and the version check names this command for them. An
+older `profile.lbug` is converted in the same way (read, written anew, checked) and
+kept beside the new one as `profile.lbug.vN`. Choices and the failures they prevent:
 
 - Every table is copied row for row (read as Arrow, written with one bulk write per
   table into a fresh file), not run by run through the data model: stored diff results,
@@ -50,10 +55,11 @@ class MigrationResult:
 
 
 def migrate(path: str | Path, say: Callable[[str], None] = print) -> MigrationResult:
-    """Convert the Kùzu-era DB in `path` into `path`/profile.lbug (see the module doc)."""
+    """Convert the Kùzu-era DB in `path` into `path`/profile.lbug, or a `profile.lbug` of
+    an older schema into the current one (see the module doc)."""
     old = engine.old_file(path)
     if old is None:
-        raise MagnetonError(f"no Kùzu-era Magneton DB ({engine.KUZU_FILENAME}) at {path}")
+        return _upgrade(Path(path), say)
     new = old.with_name(engine.DB_FILENAME)
     if new.exists():
         raise MagnetonError(
@@ -66,7 +72,7 @@ def migrate(path: str | Path, say: Callable[[str], None] = print) -> MigrationRe
         tables = _read_dump(Path(tmp))
         staging = new.with_name(new.name + ".migrating")
         say(f"writing {len(runs)} run(s) into {new} ...")
-        _write_and_check(staging, tables, runs)
+        _write_and_check(staging, _current_meta(tables), runs)
         os.replace(staging, new)
     rows = {spec.name: t.num_rows for spec, t in tables}
     return MigrationResult(old, new, runs, rows, time.perf_counter() - t0)
@@ -128,22 +134,83 @@ def _write_and_check(staging: Path, tables: list, runs: list[str]) -> None:
     pdb.close()
 
 
+def _upgrade(path: Path, say: Callable[[str], None]) -> MigrationResult:
+    """A `profile.lbug` of an older schema, rewritten in the current one: the converted
+    file is written beside it and checked, the old file stays as `profile.lbug.vN` (a
+    hard link, made before the new file takes its name, so no crash loses it)."""
+    from .db import db_file, open_db, reading_old_schema
+    from .integrity import seal
+    from .model import SCHEMA_VERSION
+
+    file = db_file(path)
+    if not file.is_file():
+        raise MagnetonError(
+            f"no Magneton DB to convert at {path} (neither a Kùzu-era "
+            f"{engine.KUZU_FILENAME} nor an older {engine.DB_FILENAME})"
+        )
+    t0 = time.perf_counter()
+    with reading_old_schema(), open_db(path, read_only=True, wait_s=0) as pdb:
+        res = pdb._execute("MATCH (m:Meta {key: 'schema_version'}) RETURN m.value").get_all()
+        version = res[0][0] if res else "?"
+        if version == str(SCHEMA_VERSION):
+            raise MagnetonError(f"{file} is already schema v{version}; nothing to convert")
+        say(f"reading {file} (schema v{version}) ...")
+        tables, runs = _read_tables(pdb)
+    kept = file.with_name(f"{file.name}.v{version}")
+    if kept.exists():
+        raise MagnetonError(f"{kept} exists already; move it away to convert {file} again")
+    staging = file.with_name(file.name + ".migrating")
+    say(f"writing {len(runs)} run(s) as schema v{SCHEMA_VERSION} ...")
+    _write_and_check(staging, _current_meta(tables), runs)
+    os.link(file, kept)
+    os.replace(staging, file)
+    seal(file)
+    rows = {spec.name: t.num_rows for spec, t in tables}
+    return MigrationResult(kept, file, runs, rows, time.perf_counter() - t0)
+
+
+def _read_tables(pdb) -> tuple[list, list[str]]:
+    """Every table of an open DB as COPY-ready Arrow of the current schema (nodes first),
+    and its run names."""
+    from . import schema as S
+
+    present = pdb._table_names()
+    specs = sorted(S.all_tables(), key=lambda t: isinstance(t, S.RelTable))
+    tables = [(spec, pdb._kept_rows(spec, {}, {}, {})) for spec in specs if spec.name in present]
+    return tables, [r.name for r in pdb.list_runs()]
+
+
+def _current_meta(tables: list) -> list:
+    """The tables with Meta's schema_version set to the version they were converted to."""
+    import pyarrow as pa
+
+    from .model import SCHEMA_VERSION
+
+    out = []
+    for spec, data in tables:
+        if spec.name == "Meta":
+            keys = data.column("key").to_pylist()
+            values = [
+                str(SCHEMA_VERSION) if k == "schema_version" else v
+                for k, v in zip(keys, data.column("value").to_pylist(), strict=True)
+            ]
+            data = data.set_column(data.schema.get_field_index("value"), "value", pa.array(values))
+        out.append((spec, data))
+    return out
+
+
 def _dump(old: Path, out: Path) -> None:
     """Child side: every table of the old DB as an Arrow IPC file, and the run names."""
     import pyarrow as pa
 
-    from . import schema as S
-    from .db import open_db
+    from .db import open_db, reading_old_schema
 
-    with open_db(old, read_only=True, wait_s=0) as pdb:
-        present = pdb._table_names()
-        for spec in S.all_tables():
-            if spec.name in present:
-                data = pdb._kept_rows(spec, {}, {}, {})
-                with pa.OSFile(str(out / f"{spec.name}{_DUMP_SUFFIX}"), "wb") as sink:
-                    with pa.ipc.new_file(sink, data.schema) as writer:
-                        writer.write_table(data)
-        names = [r.name for r in pdb.list_runs()]
+    with reading_old_schema(), open_db(old, read_only=True, wait_s=0) as pdb:
+        tables, names = _read_tables(pdb)
+    for spec, data in tables:
+        with pa.OSFile(str(out / f"{spec.name}{_DUMP_SUFFIX}"), "wb") as sink:
+            with pa.ipc.new_file(sink, data.schema) as writer:
+                writer.write_table(data)
     (out / "runs.json").write_text(json.dumps(names))
 
 

@@ -24,7 +24,7 @@ from typing import Any
 # Re-exported: the operator vocabularies live in `vocab.py`; much code imports this one here.
 from .vocab import BOOKKEEPING_OPS  # noqa: F401
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 @contextlib.contextmanager

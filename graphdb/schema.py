@@ -83,6 +83,7 @@ _ARROW_SCALARS = {
     "INT64": pa.int64(),
     "DOUBLE": pa.float64(),
     "BOOL": pa.bool_(),
+    "BLOB": pa.binary(),
 }
 
 
@@ -196,6 +197,13 @@ OPERATOR = NodeTable(
     "One operator call (one node per call, not per operator type).",
 )
 
+# A tensor's value summaries are float64 arrays stored as BLOBs of their little-endian
+# bytes, not DOUBLE[] (schema v4): the engine's checkpoint of DOUBLE[] columns took 3-4 s
+# of a 10k-operator save, every other checkpoint 8x the one before it, and a BLOB of the
+# same values 0.05 s (docs/benchmarks.md). Nothing queries them element by element;
+# Python reads one with numpy.frombuffer(value, "<f8").
+_F64 = " (float64 little-endian bytes)"
+
 TENSOR = NodeTable(
     "Tensor",
     _per_run(
@@ -211,11 +219,11 @@ TENSOR = NodeTable(
         Column("device", "STRING", "device"),
         Column("numel", "INT64", "number of elements"),
         Column("is_view", "BOOL", "is a view of another tensor"),
-        Column("stats", "DOUBLE[]", "[sum, abs_sum, min, max, mean, std] (float tensors)"),
+        Column("stats", "BLOB", "[sum, abs_sum, min, max, mean, std] (float tensors)" + _F64),
         Column("value_hash", "STRING", "exact content hash (integer/bool tensors)"),
-        Column("invariant", "DOUBLE[]", "multi-mode SVD invariant (spectra, concatenated)"),
+        Column("invariant", "BLOB", "multi-mode SVD invariant (spectra, concatenated)" + _F64),
         Column("invariant_splits", "INT64[]", "length of each unfolding's spectrum"),
-        Column("quantiles", "DOUBLE[]", "evenly spaced quantiles of the values"),
+        Column("quantiles", "BLOB", "evenly spaced quantiles of the values" + _F64),
     ),
     "One tensor value (in-place writes make a new one). Holds summaries, never data.",
 )

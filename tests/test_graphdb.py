@@ -659,7 +659,7 @@ def test_query_output_formats(shared: dict, capsys) -> None:
         "query",
         "--db",
         str(dbdir),
-        "MATCH (t:Tensor) WHERE t.run = 'a' AND t.idx = 0 RETURN t.shape AS shape, t.stats[1] / 0.0 * 0.0 AS nan",
+        "MATCH (t:Tensor) WHERE t.run = 'a' AND t.idx = 0 RETURN t.shape AS shape, t.numel / 0.0 * 0.0 AS nan",
         "--json",
         capsys=capsys,
     )

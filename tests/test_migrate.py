@@ -138,4 +138,4 @@ def test_migrate_keeps_every_run_diff_and_failure(old_db, tmp_path: Path) -> Non
 def test_migrate_without_an_old_db_is_one_line(tmp_path: Path) -> None:
     res = _run(["-m", "magneton", "migrate", "--db", str(tmp_path / "nothing")])
     assert res.returncode != 0 and res.stderr.count("\n") == 1
-    assert "no Kùzu-era Magneton DB" in res.stderr
+    assert "no Magneton DB to convert" in res.stderr

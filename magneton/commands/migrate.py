@@ -1,9 +1,9 @@
-"""`magneton migrate --db DIR`: convert a DB written on Kùzu 0.11 to the current engine.
+"""`magneton migrate --db DIR`: convert a DB written by an earlier Magneton to this one.
 
-Earlier Magneton versions stored runs in Kùzu 0.11.3 (`DIR/profile.kuzu`); this one uses
-LadybugDB (`DIR/profile.lbug`), which cannot open those files, so every other command
-names this one when it meets an old DB. The conversion and its checks are in
-graphdb/migrate.py; the old file is left as it was.
+Earlier Magneton versions stored runs in Kùzu 0.11.3 (`DIR/profile.kuzu`), which
+LadybugDB (`DIR/profile.lbug`) cannot open, or in an older schema of `profile.lbug`;
+every other command names this one when it meets such a DB. The conversion and its
+checks are in graphdb/migrate.py; the old file is kept as it was.
 """
 
 from __future__ import annotations
@@ -14,14 +14,15 @@ import argparse
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "migrate",
-        help="convert a DB written by an earlier Magneton (Kùzu 0.11) to this version",
+        help="convert a DB written by an earlier Magneton (Kùzu 0.11, or an older schema)",
         description=(
-            "Copy every run, stored diff and rule of DIR/profile.kuzu into DIR/profile.lbug, "
-            "check that each run loads with its checksum, and leave the old file as it was. "
-            'Needs the old engine: pip install "magneton[kuzu]".'
+            "Copy every run, stored diff and rule of DIR/profile.kuzu into DIR/profile.lbug "
+            "(or of an older schema's DIR/profile.lbug into the current schema, the old file "
+            "kept as profile.lbug.vN), check that each run loads with its checksum, and leave "
+            'the old file as it was. A Kùzu-era DB needs: pip install "magneton[kuzu]".'
         ),
     )
-    p.add_argument("--db", required=True, help="profile DB directory holding profile.kuzu")
+    p.add_argument("--db", required=True, help="profile DB directory to convert")
     p.set_defaults(func=run)
 
 
