@@ -1,4 +1,4 @@
-"""How fast a recorded run goes into and out of the Kùzu DB (`save_profile` / `load_profile`).
+"""How fast a recorded run goes into and out of the DB (`save_profile` / `load_profile`).
 
 Builds a synthetic GPT-2-shaped profile of N operators (default 10k; realistic tensor,
 dataflow, frame and kernel counts: see tests/test_graphdb.py::synthetic_profile), saves
@@ -9,11 +9,16 @@ goals are stated in (growth = save after the fill / save into an empty DB; repla
 and rm / save in the same DB), each by wall and by CPU time; `--json OUT` writes them.
 
     python benchmarks/load_speed.py [--ops 10000] [--repeat 3] [--json OUT] [--real]
+                                     [--statements]
 
 Each repetition saves into a fresh empty DB and into a fresh filled one, a minute apart at
 most; the growth is the median over repetitions of that pair's ratio. With one
 repetition, three runs on a fresh clone gave 1.18x, 1.34x and 1.23x: a single save into
-an empty DB moved 4.6-5.5 s between runs, and the ratio with it.
+an empty DB moved 4.6-5.5 s between runs, and the ratio with it. The fill saves are
+timed too: the curve of a save into a DB holding k runs, and the growth from the second
+save on (what stored runs add, without the engine's cheaper first COPY into an empty
+table). `--statements` times each engine statement of one save into an empty DB and one
+after the fill, with the checkpoint deferred to a statement of its own.
 
 glibc malloc's thresholds are pinned first, as `magneton record` has them when it saves
 (tracer/allocator.py); `--no-pin` leaves them dynamic.
@@ -275,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         result["note"] = f"measured with {len(prof.ops)} operators"
 
     table = Table(
-        title=f"Kùzu load speed, {len(prof.ops)} operators ({total_rows} node+rel rows, "
+        title=f"DB load speed, {len(prof.ops)} operators ({total_rows} node+rel rows, "
         f"{result['profile']})"
     )
     for col in ("step", "wall s (median)", "CPU s", "rows/s (wall)"):
