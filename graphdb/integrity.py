@@ -213,11 +213,13 @@ def _probe(file: Path) -> dict[str, str]:
     check every complete run. Prints each step before it starts, so the parent can say
     where a crash happened. Returns the damaged runs and why."""
     from . import schema as S
-    from .db import open_db
+    from .db import open_db, reading_old_schema
 
     damaged: dict[str, str] = {}
     unexplained: list[str] = []  # tables that failed a full scan
-    with open_db(file, read_only=True) as db:
+    # a DB of a convertible older schema is probed too: `magneton migrate` reads it next,
+    # and every other command's own open refuses it with the command that converts it
+    with reading_old_schema(), open_db(file, read_only=True) as db:
         present = db._table_names()
         specs = [t for t in S.all_tables() if t.name in present]
         for spec in specs:

@@ -66,6 +66,8 @@ def test_migrate_rewrites_v3_with_every_run_and_keeps_the_old_file(v3_db, tmp_pa
     original, before = v3_db
     db = tmp_path / "db"
     shutil.copytree(original, db)
+    # unsealed, as after a copy by hand: the damage probe's child reads it first
+    (db / "profile.lbug.sha256").unlink()
     old_bytes = (db / "profile.lbug").read_bytes()
     res = _run(["-m", "magneton", "migrate", "--db", str(db)])
     assert res.returncode == 0, res.stderr[-2000:]
