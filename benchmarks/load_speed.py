@@ -86,12 +86,12 @@ def _recorded_gpt2(n_ops: int):
     return magneton.record(forward, (model, ids), run="big", options=opts)
 
 
-def stored_form(prof):
-    """`prof` as a load gives it back: no `windows_ns`, and the per-operator energy
-    series kept to 4 significant digits (`RunEnergy.to_config`)."""
+def stored_form(prof, t):
+    """`prof` as a load gives it back: no `windows_ns` (`t`: the test helpers of
+    `_synthetic`), and the per-operator energy series kept to 4 significant digits
+    (`RunEnergy.to_config`)."""
     from magneton.graphdb.model import RunEnergy
 
-    t = _synthetic()
     want = t.without_windows(prof)
     want.energy, _ = RunEnergy.from_config(prof.energy.to_config())
     return want
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                     timed(str(k), lambda db=db, p=p: db.save_profile(p))
                 timed("nth", lambda db=db: db.save_profile(prof))
                 back = timed("load", lambda db=db: db.load_profile("big"))
-                if not t.same(back, stored_form(prof)):
+                if not t.same(back, stored_form(prof, t)):
                     print("round trip differs", file=sys.stderr)
                     return 1
                 timed("replace", lambda db=db: db.save_profile(prof, replace=True))

@@ -51,15 +51,14 @@ DUMP_RUNS = textwrap.dedent(
 )
 
 
-def _old_release(tmp: Path) -> Path:
-    """The last Kùzu-era tree of this repository, extracted from git."""
+def _old_release(tmp: Path, commit: str = LAST_KUZU_RELEASE) -> Path:
+    """The tree of this repository at `commit` (an earlier release), extracted from git."""
     where = tmp / "old"
     archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", "--format=tar", LAST_KUZU_RELEASE],
-        capture_output=True,
+        ["git", "-C", str(ROOT), "archive", "--format=tar", commit], capture_output=True
     )
     if archive.returncode != 0:  # a shallow clone without that commit
-        pytest.skip(f"commit {LAST_KUZU_RELEASE} is not in this clone's history")
+        pytest.skip(f"commit {commit} is not in this clone's history")
     where.mkdir()
     tar = tmp / "old.tar"
     tar.write_bytes(archive.stdout)
@@ -78,10 +77,9 @@ def _run(argv: list[str], old: Path | None = None, cwd: Path | None = None):
     )
 
 
-@pytest.fixture(scope="module")
-def old_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
-    tmp = tmp_path_factory.mktemp("migrate")
-    old = _old_release(tmp)
+def _record_old_db(old: Path, tmp: Path) -> tuple[Path, dict]:
+    """A DB written by the release in `old`: runs a and b, a failed run and a stored
+    diff; and every run as that release loads it (DUMP_RUNS)."""
     db = tmp / "db"
     for run in ("a", "b"):
         rec = _run(
@@ -96,10 +94,18 @@ def old_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
     assert failed.returncode != 0
     diff = _run(["-m", "magneton", "diff", "--db", str(db), "a", "b", "--no-rerun"], old)
     assert diff.returncode == 0, diff.stderr[-2000:]
-    assert (db / "profile.kuzu").is_file() and not (db / "profile.lbug").exists()
     before = _run(["-c", DUMP_RUNS, str(db)], old)
     assert before.returncode == 0, before.stderr[-2000:]
-    return old, db, json.loads(before.stdout)
+    return db, json.loads(before.stdout)
+
+
+@pytest.fixture(scope="module")
+def old_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
+    tmp = tmp_path_factory.mktemp("migrate")
+    old = _old_release(tmp)
+    db, before = _record_old_db(old, tmp)
+    assert (db / "profile.kuzu").is_file() and not (db / "profile.lbug").exists()
+    return old, db, before
 
 
 def test_commands_on_an_old_db_say_how_to_convert_it(old_db, tmp_path: Path) -> None:

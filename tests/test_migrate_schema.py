@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
-from test_migrate import DUMP_RUNS, ROOT, WORKLOAD, _run
+from test_migrate import DUMP_RUNS, WORKLOAD, _old_release, _record_old_db, _run
 
 # the last commit of schema v3 (LadybugDB, summaries as DOUBLE[])
 LAST_V3 = "8b802fa"
@@ -25,33 +23,7 @@ LAST_V3 = "8b802fa"
 @pytest.fixture(scope="module")
 def v3_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     tmp = tmp_path_factory.mktemp("v3")
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", "--format=tar", LAST_V3], capture_output=True
-    )
-    if archive.returncode != 0:  # a shallow clone without that commit
-        pytest.skip(f"commit {LAST_V3} is not in this clone's history")
-    old = tmp / "old"
-    old.mkdir()
-    (tmp / "old.tar").write_bytes(archive.stdout)
-    with tarfile.open(tmp / "old.tar") as t:
-        t.extractall(old, filter="tar")
-    db = tmp / "db"
-    for run in ("a", "b"):
-        rec = _run(
-            ["-m", "magneton", "record", str(WORKLOAD), "--db", str(db), "--run", run, "-q"], old
-        )
-        assert rec.returncode == 0, rec.stderr[-2000:]
-    bad = tmp / "raises.py"
-    bad.write_text("def setup():\n    return ()\n\ndef main():\n    raise ValueError('x')\n")
-    failed = _run(
-        ["-m", "magneton", "record", str(bad), "--db", str(db), "--run", "broken", "-q"], old
-    )
-    assert failed.returncode != 0
-    diff = _run(["-m", "magneton", "diff", "--db", str(db), "a", "b", "--no-rerun"], old)
-    assert diff.returncode == 0, diff.stderr[-2000:]
-    before = _run(["-c", DUMP_RUNS, str(db)], old)
-    assert before.returncode == 0, before.stderr[-2000:]
-    return db, json.loads(before.stdout)
+    return _record_old_db(_old_release(tmp, LAST_V3), tmp)
 
 
 def test_commands_on_a_v3_db_name_the_conversion(v3_db) -> None:
