@@ -9,7 +9,7 @@ worse, pointing at its line.
 import torch
 import torch.nn.functional as F
 
-BATCH, SEQ, VOCAB = 2, 128, 8000
+BATCH, SEQ, VOCAB = 4, 256, 8000
 
 
 def setup():

@@ -7,7 +7,7 @@ See a.py for the expected diagnosis.
 import torch
 import torch.nn.functional as F
 
-BATCH, SEQ, VOCAB = 2, 128, 8000
+BATCH, SEQ, VOCAB = 4, 256, 8000
 
 
 def setup():
