@@ -218,10 +218,11 @@ def main(argv: list[str] | None = None) -> int:
         timings[what].append((time.perf_counter() - t0, time.process_time() - c0))
         return out
 
-    from context import context, line
+    from context import OtherCpu, context, line
 
     ctx = context()
     load_start = ctx["load_avg_1m"]
+    others = OtherCpu()
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeat):
             with open_db(Path(tmp) / f"empty{i}") as db:
@@ -237,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                 timed("replace", lambda db=db: db.save_profile(prof, replace=True))
                 timed("rm", lambda db=db: db.delete_run("big"))
         statements = _statements(prof, fills, Path(tmp)) if args.statements else []
+    ctx.update(others.report())
     med = statistics.median
 
     def wall(what: str) -> float:

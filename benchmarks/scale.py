@@ -263,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     ctx = context()
     console.print(" ".join(f"{k}={v}" for k, v in ctx.items()))
+    from context import OtherCpu
+
+    others = OtherCpu()
     if args.engine_queries:
         rows = run_engine_queries(args.ops, console)
         out = {"context": ctx, "engine_queries": rows}
@@ -277,7 +280,11 @@ def main(argv: list[str] | None = None) -> int:
         _table(console, results)
         out = {"context": ctx, "pairs": [asdict(r) for r in results]}
     ctx["load_after"] = os.getloadavg()[0]
-    console.print(f"load average before {ctx['load_before']}, after {ctx['load_after']}")
+    ctx.update(others.report())
+    console.print(
+        f"load average before {ctx['load_before']}, after {ctx['load_after']}; other "
+        f"processes used {ctx['other_cpu_s']} CPU s (largest: {ctx['other_cpu_top']})"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
     return 0

@@ -233,10 +233,11 @@ def main() -> None:
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             return func(*args, **kwargs) if kwargs else func(*args)
 
-    from context import context, line
+    from context import OtherCpu, context, line
 
     ctx = context()
     load_start = ctx["load_avg_1m"]
+    others = OtherCpu()
     model, ids = build(args.layers, args.seq, args.batch)
 
     def forward():
@@ -323,6 +324,7 @@ def main() -> None:
                 structure_cpu.append(cpu)
 
     program.close()
+    ctx.update(others.report())
     parts = summary_parts(structure_pass) if args.summary_parts else None
     if parts:
         parts["module_boundaries"] = boundary_share(forward)
