@@ -15,8 +15,10 @@ Measures the three ways Magneton can observe a forward call:
                           CPU clock per operator, which the timing pass prices under load;
   * structure pass      — full dataflow/values/stacks/profiler capture (runs once per
                           recording, separately, so its cost never reaches energy numbers).
-Calls are interleaved (A B C A B C ...) and summarised by the median, so drift in machine
-load hits all variants equally; results are ratios against the untraced median.
+Calls are interleaved (A B C A B C ...), in an order rotated each round so no variant
+always follows the same one, and summarised by the median, so drift in machine load hits
+all variants equally; results are ratios against the untraced median, and for the timing
+passes also the median of each round's ratio to that round's untraced call (paired).
 
 The structure pass is measured as a recording pays for it: each run starts with an empty
 summary cache (a recording summarizes every parameter once), and it is paired with an
@@ -250,35 +252,53 @@ def main() -> None:
     from magneton.tracer.timing import CpuTimingCapture
 
     program = ProgramBaseline(args.layers, args.seq, args.batch, user_policy)
-    untraced, program_untraced, empty, timing, timing_cpu, kineto, ops = [], [], [], [], [], [], 0
-    for _ in range(args.iters):
+    untraced, program_untraced, empty, timing, timing_cpu, kineto = [], [], [], [], [], []
+    ops = 0
+
+    def run_untraced() -> float:
         t0 = time.perf_counter()
         forward()
-        untraced.append(time.perf_counter() - t0)
-        program_untraced.append(program.call()[0])
+        return time.perf_counter() - t0
+
+    def run_empty() -> float:
         t0 = time.perf_counter()
         with EmptyMode():
             forward()
-        empty.append(time.perf_counter() - t0)
-        tc = TimingCapture()
+        return time.perf_counter() - t0
+
+    def run_captured(capture) -> float:
+        nonlocal ops
         t0 = time.perf_counter()
-        with tc:
+        with capture:
             forward()
-        timing.append(time.perf_counter() - t0)
-        ops = len(tc.events)
-        tc = CpuTimingCapture()
-        t0 = time.perf_counter()
-        with tc:
-            forward()
-        timing_cpu.append(time.perf_counter() - t0)
+        wall = time.perf_counter() - t0
+        ops = len(capture.events)
+        return wall
+
+    def run_kineto() -> float:
         prof = profile(use_cpu=True, use_kineto=True)
         with _fd2_silenced():
             prof.__enter__()
         t0 = time.perf_counter()
         forward()
-        kineto.append(time.perf_counter() - t0)
+        wall = time.perf_counter() - t0
         with _fd2_silenced():
             prof.__exit__(None, None, None)
+        return wall
+
+    light = [
+        (untraced, run_untraced),
+        (empty, run_empty),
+        (timing, lambda: run_captured(TimingCapture())),
+        (timing_cpu, lambda: run_captured(CpuTimingCapture())),
+        (kineto, run_kineto),
+    ]
+    for i in range(args.iters):
+        program_untraced.append(program.call()[0])
+        # the in-process variants in a rotated order each round: no variant always runs
+        # right after the program's process (or any other) and inherits its cache state
+        for series, fn in light[i % len(light) :] + light[: i % len(light)]:
+            series.append(fn())
 
     def structure_pass(parts_off: tuple[str, ...] = ()) -> tuple[float, float]:
         """One structure pass as a recording runs it, with `parts_off` switched off
@@ -341,6 +361,13 @@ def main() -> None:
         "timing_overhead_ratio": statistics.median(timing) / base,
         "timing_cpu_pass_s": statistics.median(timing_cpu),
         "timing_cpu_overhead_ratio": statistics.median(timing_cpu) / base,
+        # each pass over the untraced call of its own round: the window's speed cancels
+        "timing_paired_ratio": statistics.median(
+            t / u for t, u in zip(timing, untraced, strict=True)
+        ),
+        "timing_cpu_paired_ratio": statistics.median(
+            t / u for t, u in zip(timing_cpu, untraced, strict=True)
+        ),
         "kineto_cpu_only_s": statistics.median(kineto),
         "kineto_cpu_only_ratio": statistics.median(kineto) / base,
         "structure_overhead_ratio": statistics.median(structure) / statistics.median(struct_base),
@@ -425,6 +452,10 @@ def main() -> None:
             f"{row['structure_pass_s'] / statistics.median(struct_program):.2f}",
         )
     Console().print(table)
+    print(
+        f"timing pass paired round by round with the untraced call: "
+        f"{res['timing_paired_ratio']:.3f}x, with the CPU clock {res['timing_cpu_paired_ratio']:.3f}x"
+    )
     print(
         f"structure pass CPU time: {res['structure_pass_cpu_s']:.3f} s vs untraced "
         f"{res['structure_untraced_cpu_s']:.3f} s = {res['structure_overhead_cpu_ratio']:.2f}x "
