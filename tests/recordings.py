@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 WORKLOADS = Path(__file__).parent / "workloads"
+
+
+def takes_ctrl_c() -> None:
+    """`preexec_fn` of a child a test sends SIGINT to: Ctrl-C's default action, as in a
+    program run from a terminal. A test run started with `&` from a script inherits
+    SIGINT as ignored and passes that on; the child then ignored the test's Ctrl-C, the
+    test timed out after minutes, and the recording ran on, loading the machine."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def record_once(db: Path, script: Path, run: str, *extra: str) -> None:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from recordings import copy_db
+from recordings import copy_db, takes_ctrl_c
 
 WORKLOADS = Path(__file__).parent / "workloads"
 
@@ -79,6 +79,7 @@ def _start_slow(db: Path, run: str, tmp_path: Path, *extra: str) -> subprocess.P
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "MAGNETON_TEST_READY": str(ready)},
+        preexec_fn=takes_ctrl_c,
     )
     deadline = time.monotonic() + 240  # a bound on a hang, not a timing assertion
     while not ready.exists():
@@ -195,6 +196,7 @@ def _start_paused_write(db: Path, run: str, tmp_path: Path, *extra: str):
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "MAGNETON_TEST_READY": str(ready), "MAGNETON_TEST_GO": str(go)},
+        preexec_fn=takes_ctrl_c,
     )
     deadline = time.monotonic() + 240  # a bound on a hang, not a timing assertion
     while not ready.exists():

@@ -53,3 +53,54 @@ def test_an_unwinding_that_ends_is_not_cut_short():
     # KeyboardInterrupt, not the watchdog's line
     assert "still unwinding" not in done.stderr
     assert done.returncode != 143
+
+
+# A Ctrl-C whose handler runs inside a weakref callback: CPython prints "Exception
+# ignored" and drops the KeyboardInterrupt. `raise_signal` runs the handler at the next
+# bytecode, which is still the callback's. The workload then goes on calling operators.
+LOST_IN_CALLBACK = textwrap.dedent(
+    """
+    import signal, weakref
+    import torch
+    from magneton.tracer import signals
+    from magneton.tracer.capture import ModuleTracker, StructureCapture, TimingCapture
+    from magneton.tracer.timing import CpuTimingCapture
+
+    class Box:
+        pass
+
+    def workload():
+        box = Box()
+        ref = weakref.ref(box, lambda _r: signal.raise_signal(signal.SIGINT))
+        del box  # the callback runs here, and the Ctrl-C is raised inside it
+        x = torch.ones(4)
+        for _ in range(3):
+            x = x + 1
+        return x
+
+    with signals.interruptible():
+        try:
+            with {capture}:
+                workload()
+        except KeyboardInterrupt:
+            print("interrupted")
+        else:
+            print("ran to the end")
+    """
+)
+
+
+def test_a_ctrl_c_lost_in_a_weakref_callback_still_stops_the_workload():
+    for capture in (
+        "TimingCapture()",
+        "CpuTimingCapture()",
+        "StructureCapture(ModuleTracker(dict()))",
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-c", LOST_IN_CALLBACK.format(capture=capture)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "Exception ignored" in proc.stderr, proc.stderr  # CPython did drop it
+        assert proc.stdout.strip() == "interrupted", (capture, proc.stdout, proc.stderr[-2000:])

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from recordings import takes_ctrl_c
 
 from magneton.tracer import allocator
 from magneton.tracer.warm import WarmWorker, WorkerError, common_imports
@@ -185,6 +186,7 @@ def test_caller_interrupted_or_killed_leaves_nothing_behind(sides, tmp_path, sig
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        preexec_fn=takes_ctrl_c,
     )
     try:
         info = json.loads(caller.stdout.readline())

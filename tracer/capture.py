@@ -52,6 +52,7 @@ from magneton.graphdb.model import (
     gc_paused,
 )
 from magneton.graphdb.vocab import BOOKKEEPING_OPS, IN_PLACE_WRITE_OPS
+from magneton.tracer import signals as _signals
 from magneton.tracer.invariants import SummaryPool
 from magneton.tracer.nested import recorded_view
 
@@ -246,6 +247,14 @@ class RecorderMode(TorchDispatchMode):
             cls._dynamo_disabled = True
         return super().__enter__()
 
+    def __exit__(self, exc_type, exc_value, tb):
+        out = super().__exit__(exc_type, exc_value, tb)
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            _signals.delivered()
+        elif exc_type is None:
+            _signals.raise_undelivered()  # a Ctrl-C discarded since the last operator
+        return out
+
 
 def _dynamo_compiled() -> bool:
     """Whether dynamo has processed a frame in this process (its own frame counter); a
@@ -280,6 +289,8 @@ class TimingCapture(RecorderMode):
         self._append = self.raw.append
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None, _clock=time.perf_counter_ns):
+        if _signals._undelivered is not None:  # a discarded Ctrl-C (tracer/signals.py)
+            _signals.raise_undelivered()
         t0 = _clock()
         out = func(*args, **kwargs) if kwargs else func(*args)
         self._append((func, t0, _clock()))
@@ -460,6 +471,8 @@ class StructureCapture(RecorderMode):
         # when recorded and again when the events are parsed. Only the operator itself
         # (inside its tag) is recorded; other threads keep recording (the switch is
         # thread-local), so `other_thread_ops` still sees them.
+        if _signals._undelivered is not None:  # a Ctrl-C discarded in `_forget`, say
+            _signals.raise_undelivered()
         _record_functions(False)
         try:
             return self._dispatch(func, args, kwargs or {})

@@ -44,9 +44,36 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 STOP_GRACE_S = 60.0
 
 
+# The stop signal a handler raised last, until a frame is seen to receive it. A handler
+# runs wherever the main thread is, and CPython discards an exception raised inside a
+# weakref callback or a `__del__` ("Exception ignored in ..."): 1 of 12 Ctrl-Cs sent
+# during a structure pass landed in the capture's weakref callback, and the recording ran
+# on until killed. The recorders' dispatch modes raise it again (`raise_undelivered`) at
+# the next operator and when they exit, both ordinary frames.
+_undelivered: int | None = None
+
+
 def _raise_interrupt(signum: int, frame: Any) -> None:
-    _arm_stop_watchdog(signum)
+    global _undelivered
+    _undelivered = signum
+    if signum == signal.SIGTERM:
+        _arm_stop_watchdog(signum)
     raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+def raise_undelivered() -> None:
+    """Raise a stop signal's exception again if it may have been discarded (see
+    `_undelivered`); a second KeyboardInterrupt while the first unwinds changes nothing."""
+    global _undelivered
+    signum, _undelivered = _undelivered, None
+    if signum is not None:
+        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+def delivered() -> None:
+    """The stop signal's exception reached a frame that handles it."""
+    global _undelivered
+    _undelivered = None
 
 
 def _arm_stop_watchdog(signum: int) -> None:
@@ -82,16 +109,23 @@ def stop_message(e: KeyboardInterrupt) -> tuple[str, int]:
 @contextlib.contextmanager
 def interruptible() -> Iterator[None]:
     """Turn SIGTERM into `Terminated` (a KeyboardInterrupt) inside the block, so a
-    `timeout` or a CI cancel leaves the same record as Ctrl-C instead of dying silently.
-    Handlers can only be set from the main thread; elsewhere the block runs as is."""
+    `timeout` or a CI cancel leaves the same record as Ctrl-C instead of dying silently,
+    and keep both from being lost (`_undelivered`). Handlers can only be set from the
+    main thread; elsewhere the block runs as is."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    # Ctrl-C too, through the same handler (`_undelivered`), unless it is ignored (a
+    # script's background job): that stays ignored, as Python itself leaves it
+    signals = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signals.append(signal.SIGINT)
+    old = {s: signal.signal(s, _raise_interrupt) for s in signals}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 @contextlib.contextmanager

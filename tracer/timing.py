@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from magneton.tracer import signals as _signals
 from magneton.tracer.capture import TimingCapture, _op_name
 
 TARGET_REL = 0.02  # 95% CI half-width of the mean iteration cost, relative
@@ -51,6 +52,8 @@ class CpuTimingCapture(TimingCapture):
         _clock=time.perf_counter_ns,
         _cpu=time.process_time_ns,
     ):
+        if _signals._undelivered is not None:  # a discarded Ctrl-C (tracer/signals.py)
+            _signals.raise_undelivered()
         c0 = _cpu()
         t0 = _clock()
         out = func(*args, **kwargs) if kwargs else func(*args)
