@@ -15,8 +15,8 @@ WORKLOADS = Path(__file__).parent / "workloads"
 def takes_ctrl_c() -> None:
     """`preexec_fn` of a child a test sends SIGINT to: Ctrl-C's default action, as in a
     program run from a terminal. A test run started with `&` from a script inherits
-    SIGINT as ignored and passes that on; the child then ignored the test's Ctrl-C, the
-    test timed out after minutes, and the recording ran on, loading the machine."""
+    SIGINT as ignored and would pass that on: the child would ignore the test's Ctrl-C
+    (rightly, as a background job), and the test would time out."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
