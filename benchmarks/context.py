@@ -95,9 +95,11 @@ class OtherCpu:
         """{pid: (command name, CPU seconds since construction)} of every process outside
         this one's tree."""
         now = _cpu_by_process()
-        ours = {os.getpid()}
-        for _ in range(8):  # descendants: children of what is already ours
-            ours |= {pid for pid, (ppid, _, _) in now.items() if ppid in ours}
+        ours: set[int] = set()
+        grown = {os.getpid()}
+        while grown:  # descendants: children of what is already ours
+            ours |= grown
+            grown = {pid for pid, (ppid, _, _) in now.items() if ppid in ours} - ours
         return {
             pid: (name, cpu - self.start.get(pid, (0, "", 0.0))[2])
             for pid, (_, name, cpu) in now.items()

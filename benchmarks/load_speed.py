@@ -365,10 +365,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# the figures `--processes` tabulates per process: (JSON key, column, format)
+# the figures `--processes` tabulates per process: (JSON key, column, format); {fill}
+# stands for `--fill`
 _PER_PROCESS = (
     ("save_into_empty_db_s", "save into empty s", "{:.2f}"),
-    ("save_after_5_same_size_runs_s", "after 5 runs s", "{:.2f}"),
+    ("save_after_{fill}_same_size_runs_s", "after {fill} runs s", "{:.2f}"),
     ("growth", "growth", "{:.2f}x"),
     ("growth_cpu", "growth CPU", "{:.2f}x"),
     ("growth_after_first", "from 2nd save", "{:.2f}x"),
@@ -382,7 +383,7 @@ def _across_processes(args: argparse.Namespace) -> int:
     """The whole measurement in `args.processes` fresh processes, one after another, and
     the median of each figure over them. A save into an empty DB took 1.15-1.50 s from
     one process to the next with nothing else running (repetitions inside one process
-    agree far better), so the growth measured in one process moved 1.49-1.90x between
+    agree far better), so the growth measured in one process moved 1.38-1.90x between
     runs: a process is the unit that varies, as `magneton record` saves once per process."""
     from context import OtherCpu, context, line
 
@@ -397,20 +398,18 @@ def _across_processes(args: argparse.Namespace) -> int:
             subprocess.run([*child, "--json", str(out)], check=True, stdout=subprocess.DEVNULL)
             results.append(json.loads(out.read_text()))
     ctx.update(others.report(), load_avg_1m_end=os.getloadavg()[0])
-    if args.fill != 5:  # the key names five runs; tabulate what was measured
-        for r in results:
-            r["save_after_5_same_size_runs_s"] = r[f"save_after_{args.fill}_same_size_runs_s"]
+    figures = [(k.format(fill=args.fill), c.format(fill=args.fill), f) for k, c, f in _PER_PROCESS]
     median = {
         key: statistics.median(r[key] for r in results)
-        for key, _, _ in _PER_PROCESS
+        for key, _, _ in figures
         if all(isinstance(r.get(key), float) for r in results)
     }
     table = Table(title=f"DB load speed in {args.processes} fresh processes ({args.ops} operators)")
     table.add_column("process")
-    for _, col, _ in _PER_PROCESS:
+    for _, col, _ in figures:
         table.add_column(col, justify="right")
     for k, r in enumerate([*results, median]):
-        cells = [fmt.format(r[key]) if key in median else "" for key, _, fmt in _PER_PROCESS]
+        cells = [fmt.format(r[key]) if key in median else "" for key, _, fmt in figures]
         table.add_row(str(k + 1) if k < len(results) else "median", *cells)
     Console().print(table)
     Console().print(line(ctx))

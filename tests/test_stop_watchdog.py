@@ -104,3 +104,22 @@ def test_a_ctrl_c_lost_in_a_weakref_callback_still_stops_the_workload():
         )
         assert "Exception ignored" in proc.stderr, proc.stderr  # CPython did drop it
         assert proc.stdout.strip() == "interrupted", (capture, proc.stdout, proc.stderr[-2000:])
+
+
+def test_a_ctrl_c_the_workload_handles_itself_is_not_raised_again():
+    lost = (
+        "    ref = weakref.ref(box, lambda _r: signal.raise_signal(signal.SIGINT))\n"
+        "    del box  # the callback runs here, and the Ctrl-C is raised inside it\n"
+    )
+    assert lost in LOST_IN_CALLBACK
+    caught = LOST_IN_CALLBACK.format(capture="TimingCapture()").replace(
+        lost,
+        "    try:  # a training loop that stops early on Ctrl-C and goes on to save\n"
+        "        signal.raise_signal(signal.SIGINT)\n"
+        "    except KeyboardInterrupt:\n"
+        "        pass\n",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", caught], capture_output=True, text=True, timeout=120
+    )
+    assert proc.stdout.strip() == "ran to the end", proc.stderr[-2000:]

@@ -249,10 +249,7 @@ class RecorderMode(TorchDispatchMode):
 
     def __exit__(self, exc_type, exc_value, tb):
         out = super().__exit__(exc_type, exc_value, tb)
-        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
-            _signals.delivered()
-        elif exc_type is None:
-            _signals.raise_undelivered()  # a Ctrl-C discarded since the last operator
+        _signals.settle(exc_type)  # a Ctrl-C discarded since the last operator is raised
         return out
 
 
@@ -289,7 +286,7 @@ class TimingCapture(RecorderMode):
         self._append = self.raw.append
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None, _clock=time.perf_counter_ns):
-        if _signals._undelivered is not None:  # a discarded Ctrl-C (tracer/signals.py)
+        if _signals.undelivered is not None:  # a discarded Ctrl-C (tracer/signals.py)
             _signals.raise_undelivered()
         t0 = _clock()
         out = func(*args, **kwargs) if kwargs else func(*args)
@@ -471,7 +468,7 @@ class StructureCapture(RecorderMode):
         # when recorded and again when the events are parsed. Only the operator itself
         # (inside its tag) is recorded; other threads keep recording (the switch is
         # thread-local), so `other_thread_ops` still sees them.
-        if _signals._undelivered is not None:  # a Ctrl-C discarded in `_forget`, say
+        if _signals.undelivered is not None:  # a Ctrl-C discarded in `_forget`, say
             _signals.raise_undelivered()
         _record_functions(False)
         try:

@@ -44,36 +44,51 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 STOP_GRACE_S = 60.0
 
 
-# The stop signal a handler raised last, until a frame is seen to receive it. A handler
-# runs wherever the main thread is, and CPython discards an exception raised inside a
-# weakref callback or a `__del__` ("Exception ignored in ..."): 1 of 12 Ctrl-Cs sent
-# during a structure pass landed in the capture's weakref callback, and the recording ran
-# on until killed. The recorders' dispatch modes raise it again (`raise_undelivered`) at
-# the next operator and when they exit, both ordinary frames.
-_undelivered: int | None = None
+# A stop signal whose KeyboardInterrupt CPython discarded. A handler runs wherever the
+# main thread is, and an exception raised inside a weakref callback or a `__del__` goes
+# to `sys.unraisablehook` ("Exception ignored in ...") instead of up the stack: 1 of 12
+# Ctrl-Cs sent during a structure pass landed in the capture's weakref callback, and the
+# recording ran on until killed. `interruptible` notes such a discard here (an interrupt
+# the program caught itself is not one); the recorders' dispatch modes raise it again at
+# the next operator and when they exit, both ordinary frames. They read it inline: a call
+# per operator would cost the timing pass more than the read.
+undelivered: int | None = None
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
-    global _undelivered
-    _undelivered = signum
-    if signum == signal.SIGTERM:
-        _arm_stop_watchdog(signum)
+    _arm_stop_watchdog(signum)
     raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
+def _noting_discards(previous: Any) -> Any:
+    """A `sys.unraisablehook` that notes a discarded stop signal, then does as `previous`."""
+
+    def hook(unraisable: Any) -> None:
+        global undelivered
+        exc_type = unraisable.exc_type
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            undelivered = signal.SIGTERM if issubclass(exc_type, Terminated) else signal.SIGINT
+        previous(unraisable)
+
+    return hook
+
+
 def raise_undelivered() -> None:
-    """Raise a stop signal's exception again if it may have been discarded (see
-    `_undelivered`); a second KeyboardInterrupt while the first unwinds changes nothing."""
-    global _undelivered
-    signum, _undelivered = _undelivered, None
+    """Raise a stop signal's exception again if CPython discarded it (see `undelivered`)."""
+    global undelivered
+    signum, undelivered = undelivered, None
     if signum is not None:
         raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
-def delivered() -> None:
-    """The stop signal's exception reached a frame that handles it."""
-    global _undelivered
-    _undelivered = None
+def settle(exc_type: type[BaseException] | None) -> None:
+    """At the end of a block: raise a discarded stop signal again if the block ends
+    normally, forget it if the block ends by an exception anyway."""
+    global undelivered
+    if exc_type is None:
+        raise_undelivered()
+    else:
+        undelivered = None
 
 
 def _arm_stop_watchdog(signum: int) -> None:
@@ -110,22 +125,25 @@ def stop_message(e: KeyboardInterrupt) -> tuple[str, int]:
 def interruptible() -> Iterator[None]:
     """Turn SIGTERM into `Terminated` (a KeyboardInterrupt) inside the block, so a
     `timeout` or a CI cancel leaves the same record as Ctrl-C instead of dying silently,
-    and keep both from being lost (`_undelivered`). Handlers can only be set from the
-    main thread; elsewhere the block runs as is."""
+    and note either one CPython discards (`undelivered`). Handlers can only be set from
+    the main thread; elsewhere the block runs as is."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    # Ctrl-C too, through the same handler (`_undelivered`), unless it is ignored (a
-    # script's background job): that stays ignored, as Python itself leaves it
-    signals = [signal.SIGTERM]
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signals.append(signal.SIGINT)
-    old = {s: signal.signal(s, _raise_interrupt) for s in signals}
+    old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    old_hook, sys.unraisablehook = sys.unraisablehook, _noting_discards(sys.unraisablehook)
+    exc_type: type[BaseException] | None = None
     try:
         yield
+    except BaseException as e:
+        exc_type = type(e)
+        raise
     finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
+        signal.signal(signal.SIGTERM, old)
+        sys.unraisablehook = old_hook
+        # none stays noted for a later block (`magneton.record` called again in the same
+        # process); one discarded after the last operator is raised now
+        settle(exc_type)
 
 
 @contextlib.contextmanager

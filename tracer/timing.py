@@ -52,7 +52,7 @@ class CpuTimingCapture(TimingCapture):
         _clock=time.perf_counter_ns,
         _cpu=time.process_time_ns,
     ):
-        if _signals._undelivered is not None:  # a discarded Ctrl-C (tracer/signals.py)
+        if _signals.undelivered is not None:  # a discarded Ctrl-C (tracer/signals.py)
             _signals.raise_undelivered()
         c0 = _cpu()
         t0 = _clock()
