@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     # imported only now, so they bind the simulated pynvml
     from zeus.monitor import ZeusMonitor
 
-    from magneton.graphdb.model import OpRecord, Profile, RunInfo
+    from magneton.model import OpRecord, Profile, RunInfo
     from magneton.tracer.energy import EnergySession, attribute_traces
     from magneton.tracer.lsq import solve_trace
     from magneton.tracer.replay import replay_ops_detailed

@@ -94,7 +94,7 @@ def stored_form(prof, t):
     """`prof` as a load gives it back: no `windows_ns` (`t`: the test helpers of
     `_synthetic`), and the per-operator energy series kept to 4 significant digits
     (`RunEnergy.to_config`)."""
-    from magneton.graphdb.model import RunEnergy
+    from magneton.model import RunEnergy
 
     want = t.without_windows(prof)
     want.energy, _ = RunEnergy.from_config(prof.energy.to_config())
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     total_rows = sum(rows.values())
     from magneton.graphdb.codec import _profile_tables
-    from magneton.graphdb.model import gc_paused
+    from magneton.model import gc_paused
 
     # Python -> Arrow conversion alone (part of every save)
     build_s = []

@@ -32,7 +32,7 @@ import torch
 
 from magneton.diagnose.matching.equivalence import TensorIndex, match_tensors
 from magneton.diagnose.matching.match import build_graph, match_runs
-from magneton.graphdb.model import Profile
+from magneton.model import Profile
 from magneton.tracer.invariants import summarize
 from magneton.tracer.record import RecordOptions, record_callable
 

@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from magneton.diagnose.matching.equivalence import DEFAULT_TAU, distance, signature, tolerance
-from magneton.graphdb.model import TensorRecord
+from magneton.model import TensorRecord
 from magneton.tracer.invariants import summarize
 
 SHAPES = [(2, 16, 64), (4, 32, 128), (2, 128, 256)]

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from magneton.graphdb.model import OpRecord, Profile
+from magneton.model import OpRecord, Profile
 
 ROOT_LABEL = "(root)"
 

@@ -46,8 +46,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from magneton.graphdb.model import DiffResult, MagnetonError, Profile, Region
 from magneton.graphdb.store import DBArg
+from magneton.model import DiffResult, MagnetonError, Profile, Region
 
 from .matching.detect import DEFAULT_THRESHOLD, check_threshold
 from .matching.equivalence import DEFAULT_TAU

@@ -1,17 +1,18 @@
-"""magneton.graphdb: the data model and its Kùzu store.
+"""magneton.graphdb: the store of runs (LadybugDB, Kùzu's line).
 
-`model` is importable without kuzu (diagnosis and reports work on loaded profiles);
-the DB names below are imported lazily for the same reason.
+The model it stores lives in `magneton.model`; the DB names below are imported lazily, so
+importing this package costs neither the engine nor pyarrow.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .model import SCHEMA_VERSION, MagnetonError, Profile
+from magneton.model import MagnetonError, Profile
 
 if TYPE_CHECKING:
     from .db import ProfileDB, QueryResult, RunRow, find_write_clause, open_db
+    from .schema import SCHEMA_VERSION
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -33,6 +34,10 @@ def __getattr__(name: str) -> Any:
         from . import db
 
         return getattr(db, name)
+    if name == "SCHEMA_VERSION":  # schema.py imports pyarrow: only when asked
+        from .schema import SCHEMA_VERSION
+
+        return SCHEMA_VERSION
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from magneton.model import Profile, RunInfo, stored_config
+
 from . import schema as S
-from .model import Profile, RunInfo, stored_config
 
 # Operator properties holding JSON text (nested lists Kùzu would need fixed-depth types for).
 _JSON_OP_COLUMNS = ("input_shapes", "output_shapes")

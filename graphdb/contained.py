@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from .model import MagnetonError
+from magneton.model import MagnetonError
 
 DEFAULT_ROW_LIMIT = 10_000
 DEFAULT_MEMORY_MB = 2048

@@ -65,6 +65,22 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from magneton.model import (
+    EnergySpread,
+    FrameRecord,
+    KernelRecord,
+    MagnetonError,
+    ModuleRecord,
+    OpRecord,
+    PowerSeries,
+    Profile,
+    RunEnergy,
+    RunInfo,
+    TensorRecord,
+    gc_paused,
+    split_stored_config,
+)
+
 from . import engine, integrity, lock
 from . import schema as S
 from .codec import (
@@ -84,22 +100,6 @@ from .codec import (
     conform,
 )
 from .guard import _query_error, _refused, find_write_clause, query_params, statement_count
-from .model import (
-    SCHEMA_VERSION,
-    EnergySpread,
-    FrameRecord,
-    KernelRecord,
-    MagnetonError,
-    ModuleRecord,
-    OpRecord,
-    PowerSeries,
-    Profile,
-    RunEnergy,
-    RunInfo,
-    TensorRecord,
-    gc_paused,
-    split_stored_config,
-)
 from .opening import (
     DBNotWritable,
     _first_line,
@@ -112,6 +112,7 @@ from .opening import (
     ghost_message,
     out_of_space_message,
 )
+from .schema import SCHEMA_VERSION
 
 DB_FILENAME = engine.DB_FILENAME
 APP = "magneton"

@@ -99,7 +99,7 @@ def old_file(path: str | Path) -> Path | None:
 def refuse_old_engine(path: str | Path) -> None:
     """Raise the one-line conversion hint when `path` holds only a Kùzu-era DB (the
     migration's own reader, bound to Kùzu, reads it instead)."""
-    from .model import MagnetonError
+    from magneton.model import MagnetonError
 
     old = None if DB_FILENAME == KUZU_FILENAME else old_file(path)
     if old is not None:

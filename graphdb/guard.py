@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 
-from .model import MagnetonError
+from magneton.model import MagnetonError
+
 from .opening import _first_line
 
 _WRITE_CLAUSES = {

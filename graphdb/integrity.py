@@ -41,8 +41,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from magneton.model import MagnetonError, RunInfo
+
 from .codec import blobs_as_lists
-from .model import MagnetonError, RunInfo
 
 if TYPE_CHECKING:
     from .db import ProfileDB

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .model import MagnetonError
+from magneton.model import MagnetonError
 
 DEFAULT_WAIT_S = 120.0
 _POLL_S = 0.05

@@ -34,7 +34,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING
 
-from .model import DiffResult, Finding, MagnetonError, Region, RunSummary, SavingInterval
+from magneton.model import DiffResult, Finding, MagnetonError, Region, RunSummary, SavingInterval
 
 if TYPE_CHECKING:
     from .db import ProfileDB

@@ -39,8 +39,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from magneton.model import MagnetonError
+
 from . import engine
-from .model import MagnetonError
 
 _DUMP_SUFFIX = ".arrow"
 
@@ -140,7 +141,7 @@ def _upgrade(path: Path, say: Callable[[str], None]) -> MigrationResult:
     hard link, made before the new file takes its name, so no crash loses it)."""
     from .db import db_file, open_db, reading_old_schema
     from .integrity import seal
-    from .model import SCHEMA_VERSION
+    from .schema import SCHEMA_VERSION
 
     file = db_file(path)
     if not file.is_file():
@@ -184,7 +185,7 @@ def _current_meta(tables: list) -> list:
     """The tables with Meta's schema_version set to the version they were converted to."""
     import pyarrow as pa
 
-    from .model import SCHEMA_VERSION
+    from .schema import SCHEMA_VERSION
 
     out = []
     for spec, data in tables:

@@ -23,9 +23,10 @@ import threading
 import time
 from pathlib import Path
 
+from magneton.model import MagnetonError
+
 from . import engine, lock
 from .lock import DBLocked
-from .model import MagnetonError
 
 # Resolved DB file → modes currently open in this process ("rw" / "ro").
 _OPEN: dict[Path, list[str]] = {}

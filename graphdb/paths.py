@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .vocab import DATA_MOVING_OPS, IGNORED_OPS  # noqa: F401  (DATA_MOVING_OPS: re-export)
+from magneton.model.vocab import DATA_MOVING_OPS, IGNORED_OPS  # noqa: F401  (DATA_MOVING_OPS: re-export)
 
 if TYPE_CHECKING:
     from .db import ProfileDB

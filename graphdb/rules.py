@@ -21,8 +21,8 @@ import hashlib
 import json
 from typing import TYPE_CHECKING
 
-from magneton.graphdb.model import DiffResult
 from magneton.knowledge.base import KnowledgeBase
+from magneton.model import DiffResult
 
 if TYPE_CHECKING:
     from magneton.graphdb.db import ProfileDB

@@ -10,10 +10,10 @@ silently widen).
 
 Key conventions
 - Every per-run node has `uid = f"{run}/{idx}"` (primary key) plus `run` and `idx`.
-  `idx` is the run-local index from `graphdb/model.py`; the integer suffix keeps uids
+  `idx` is the run-local index of the model (`magneton.model`); the integer suffix keeps uids
   unique across runs even when a run name contains "/".
 - Rel tables between per-run nodes never cross runs.
-- Changing a *core* table needs a bump of `model.SCHEMA_VERSION` (old DBs are refused
+- Changing a *core* table needs a bump of `SCHEMA_VERSION` (below) (old DBs are refused
   rather than misread). Tables in the extension section are created on open when
   missing (`CREATE ... IF NOT EXISTS`), so adding one needs no version bump.
 """
@@ -23,6 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
+
+# The layout of the core tables below; a DB of another version is refused (or converted
+# by `magneton migrate`), never misread.
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from magneton.graphdb.model import MagnetonError
-from magneton.graphdb.vocab import FRAMEWORK_NAMES, framework_of
+from magneton.model import MagnetonError
+from magneton.model.vocab import FRAMEWORK_NAMES, framework_of
 
 RULES_DIR = Path(__file__).with_name("rules")
 

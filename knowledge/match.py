@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
-from magneton.graphdb.model import RuleRef
 from magneton.knowledge.base import Evidence, KnowledgeBase, Rule
+from magneton.model import RuleRef
 
 
 @dataclass

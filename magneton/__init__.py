@@ -41,7 +41,7 @@ _LAZY = {
     "record_script": ("magneton.tracer.record", "record_script"),
     "RecordOptions": ("magneton.tracer.record", "RecordOptions"),
     "open_db": ("magneton.graphdb", "open_db"),
-    "MagnetonError": ("magneton.graphdb.model", "MagnetonError"),
+    "MagnetonError": ("magneton.model", "MagnetonError"),
     "window": ("magneton.tracer.program", "window"),
     "step": ("magneton.tracer.program", "step"),
 }

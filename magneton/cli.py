@@ -26,7 +26,7 @@ import pkgutil
 import sys
 from typing import Any
 
-from magneton.graphdb.model import MagnetonError
+from magneton.model import MagnetonError
 from magneton.tracer.signals import interruptible, stop_message
 
 # Display order in --help; commands not listed here follow alphabetically.

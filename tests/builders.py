@@ -12,7 +12,7 @@ import math
 import random
 from collections.abc import Iterable
 
-from magneton.graphdb.model import (
+from magneton.model import (
     DiffResult,
     Finding,
     FrameRecord,

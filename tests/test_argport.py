@@ -209,7 +209,7 @@ def _setting_fix_of(tmp_path, a: str, b: str, line_a: int, line_b: int, statemen
 
     from magneton.diagnose.fix.plan import RunPair, _FixInput, _setting_fix
     from magneton.diagnose.source.dataflow import Origin
-    from magneton.graphdb.model import Finding, Fix, Region
+    from magneton.model import Finding, Fix, Region
 
     (tmp_path / "a.py").write_text(a)
     (tmp_path / "b.py").write_text(b)

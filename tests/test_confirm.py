@@ -32,7 +32,7 @@ from magneton.diagnose.matching.confirm import (
     unconfirmable,
 )
 from magneton.diagnose.matching.detect import confident, saving_interval
-from magneton.graphdb.model import (
+from magneton.model import (
     Finding,
     Profile,
     Region,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from magneton.graphdb.matches import finding_from_record, finding_record
-from magneton.graphdb.model import Finding, Region
+from magneton.model import Finding, Region
 
 DIVERGENCE = {
     "level": "python",

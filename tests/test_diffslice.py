@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 from magneton.diagnose.source.diffslice import program_difference
-from magneton.graphdb.model import FrameRecord, OpRecord, Profile, RunInfo
+from magneton.model import FrameRecord, OpRecord, Profile, RunInfo
 
 
 def _profile(script: Path, op_lines: list[list[tuple[int, str]]], args: str = "") -> Profile:

@@ -8,7 +8,7 @@ import json
 
 from magneton.diagnose.jobs.ranks import timeline
 from magneton.graphdb import open_db
-from magneton.graphdb.model import (
+from magneton.model import (
     CollectiveTimes,
     DistInfo,
     OpRecord,

@@ -38,7 +38,7 @@ from magneton.diagnose.jobs.ranks import (
 )
 from magneton.diagnose.pipeline import diff_jobs
 from magneton.graphdb import open_db
-from magneton.graphdb.model import (
+from magneton.model import (
     FrameRecord,
     MagnetonError,
     OpRecord,

@@ -19,8 +19,8 @@ from recordings import load_module, record_scripts
 from magneton.diagnose.cause.divergence import find_divergence
 from magneton.diagnose.cause.rootcause import diagnose_result
 from magneton.graphdb import open_db
-from magneton.graphdb.model import Finding
 from magneton.graphdb.paths import DIVERGENCE_QUERY, bookkeeping
+from magneton.model import Finding
 from magneton.tracer.record import RecordOptions, record_callable
 
 WORK = """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from magneton.graphdb.model import OpRecord, Profile, RunInfo
+from magneton.model import OpRecord, Profile, RunInfo
 from magneton.tracer.energy import EnergySession, Trace, attribute_traces
 from magneton.tracer.power import MODELS, load_model
 
@@ -200,7 +200,7 @@ def test_model_profile_from_file_and_env(tmp_path, monkeypatch):
     assert s.source_name == "model:mine" and s.model.p_static_w == 5.0
     monkeypatch.setenv("MAGNETON_ENERGY_MODEL", "a100")
     assert EnergySession.create("model").source_name == "model:a100"
-    from magneton.graphdb.model import MagnetonError
+    from magneton.model import MagnetonError
 
     with pytest.raises(MagnetonError, match="unknown energy model"):
         EnergySession.create("model:nope")

@@ -6,7 +6,7 @@ import pytest
 from builders import profile
 
 from magneton.diagnose.breakdown import module_tree, operator_table, top_rows
-from magneton.graphdb.model import KernelRecord, ModuleRecord, OpRecord, Profile
+from magneton.model import KernelRecord, ModuleRecord, OpRecord, Profile
 
 
 def _profile(modules: list[tuple[str, str]], ops: list[tuple[str, str, float]]) -> Profile:

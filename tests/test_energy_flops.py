@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from magneton.graphdb.model import OpRecord
+from magneton.model import OpRecord
 from magneton.tracer.flops import count_op, count_work, dtype_bytes
 
 F32 = "float32"

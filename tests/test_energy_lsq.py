@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from magneton.graphdb.model import MagnetonError, OpRecord, Profile, RunInfo
+from magneton.model import MagnetonError, OpRecord, Profile, RunInfo
 from magneton.tracer.energy import GAP_TYPE, EnergySession, Trace
 from magneton.tracer.lsq import build_windows, solve, solve_trace, validate
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from fakes import RaplKernel, make_rapl_tree  # tests/ is on sys.path (rootdir mode)
 
-from magneton.graphdb.model import MagnetonError
+from magneton.model import MagnetonError
 from magneton.tracer.energy import EnergySession
 from magneton.tracer.record import RecordOptions, record_callable
 from magneton.tracer.replay import replay_ops, replay_ops_detailed

@@ -18,7 +18,7 @@ import pynvml as real_nvml
 import pytest
 from fakes import MAX_UJ, RaplKernel, make_rapl_tree
 
-from magneton.graphdb.model import MagnetonError, OpRecord, Profile, RunInfo
+from magneton.model import MagnetonError, OpRecord, Profile, RunInfo
 from magneton.tracer.energy import EnergySession
 from magneton.tracer.power import RaplSource, estimate_meter_offset, parse_meter_spec
 

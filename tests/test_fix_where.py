@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from magneton.diagnose.fix.plan import library_site
-from magneton.graphdb.model import FrameRecord, OpRecord, Profile, RunInfo
+from magneton.model import FrameRecord, OpRecord, Profile, RunInfo
 
 SITE = os.path.join(os.sep, "venv", "lib", "python3.11", "site-packages")
 USER = os.path.join(os.sep, "work", "a.py")

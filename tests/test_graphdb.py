@@ -28,8 +28,8 @@ from magneton.cli import main as cli_main
 from magneton.graphdb import db as dbmod
 from magneton.graphdb import engine, integrity, open_db
 from magneton.graphdb import schema as S
-from magneton.graphdb.model import (
-    SCHEMA_VERSION,
+from magneton.graphdb.schema import SCHEMA_VERSION
+from magneton.model import (
     FrameRecord,
     KernelRecord,
     MagnetonError,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from magneton.diagnose.cause.grouping import cause_key, group_by_cause
-from magneton.graphdb.model import Divergence, Finding, PathElement, Region, RootCause
+from magneton.model import Divergence, Finding, PathElement, Region, RootCause
 
 
 def finding(fid, saving, rc=None, site=None, verdict="waste", occurrences=1) -> Finding:

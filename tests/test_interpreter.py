@@ -16,7 +16,7 @@ from magneton.diagnose.matching.interpreter import (
     places,
 )
 from magneton.graphdb.matches import finding_from_record, finding_record
-from magneton.graphdb.model import FrameRecord, OpRecord, Profile, RunEnergy, RunInfo
+from magneton.model import FrameRecord, OpRecord, Profile, RunEnergy, RunInfo
 
 P_STATIC_W = 10.0
 LIB = "/env/lib/python3.11/site-packages/transformers/masking_utils.py"

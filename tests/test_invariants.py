@@ -19,7 +19,7 @@ from magneton.diagnose.matching.equivalence import (
     match_tensors,
     signature,
 )
-from magneton.graphdb.model import TensorRecord
+from magneton.model import TensorRecord
 from magneton.tracer import invariants
 from magneton.tracer.invariants import MAX_SPLITS, plan_splits, summarize
 

@@ -2,7 +2,7 @@
 
 Stages, lowest first; a module may import only its own stage and the stages below it:
 
-    graphdb.model, graphdb.vocab   the shared data model and vocabularies (any stage)
+    model                          the typed results and errors every stage exchanges
     knowledge                      the rule base
     graphdb                        the store (it stores the rule base: graphdb/rules.py)
     tracer                         recording; it writes runs into the store
@@ -34,6 +34,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGE_FOLDERS = {
+    "model": "model",
     "knowledge": "knowledge",
     "graphdb": "graphdb",
     "tracer": "tracer",
@@ -41,10 +42,9 @@ STAGE_FOLDERS = {
     "tui": "tui",
     "magneton": "magneton",
 }
-SHARED = {"magneton.graphdb.model", "magneton.graphdb.vocab"}
 # rank of each stage; equal ranks may not import each other
 RANK = {
-    "shared": 0,
+    "model": 0,
     "knowledge": 1,
     "graphdb": 2,
     "tracer": 3,
@@ -132,8 +132,6 @@ def imports(mods: dict[str, Path]) -> list[Edge]:
 
 
 def stage_of(module: str) -> str:
-    if module in SHARED:
-        return "shared"
     parts = module.split(".")
     if parts[:2] == ["magneton", "render"]:
         return "render"  # a folder of magneton/, below both front ends

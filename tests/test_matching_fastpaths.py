@@ -26,7 +26,7 @@ from magneton.diagnose.matching.match import (
     build_graph,
     match_runs,
 )
-from magneton.graphdb.model import Profile
+from magneton.model import Profile
 from magneton.tracer.record import RecordOptions, record_callable
 
 OPTS = RecordOptions(warmup=0, repeat=1, power="model", call_paths=False)

@@ -218,7 +218,7 @@ def test_diff_html_is_one_self_contained_page_of_the_diff(db: Path, tmp_path: Pa
 def test_job_diff_page_draws_each_finding_from_its_rank_pair() -> None:
     """A job diff has no profile per side: a finding's icicles come from the rank runs
     its `job` names, and text from a trace (C++ templates) is escaped."""
-    from magneton.graphdb.model import (
+    from magneton.model import (
         DiffResult,
         Finding,
         Fix,

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from magneton.graphdb.model import EnergySpread, Profile, RunInfo
+from magneton.model import EnergySpread, Profile, RunInfo
 from magneton.render.report import spread_line
 from magneton.tracer.program import MIN_TIMED_UNITS, parse_command
 

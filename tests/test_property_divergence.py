@@ -15,7 +15,7 @@ from fixcheck import assert_no_noop_fix
 
 from magneton.diagnose.cause.divergence import layout, operand_property
 from magneton.diagnose.source.argflow import observed, trace_both, trace_property
-from magneton.graphdb.model import OpRecord, Profile, RunInfo, TensorRecord
+from magneton.model import OpRecord, Profile, RunInfo, TensorRecord
 
 CASE = Path(__file__).resolve().parents[1] / "examples" / "cases" / "channels_last_setup"
 

@@ -17,7 +17,7 @@ from builders import synthetic_profile
 
 from magneton.graphdb import open_db, paths
 from magneton.graphdb.contained import stream_query, with_row_limit
-from magneton.graphdb.model import MagnetonError
+from magneton.model import MagnetonError
 
 N_OPS = 3000
 

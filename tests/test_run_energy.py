@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from magneton.graphdb import open_db
-from magneton.graphdb.model import EnergySpread, OpRecord, Profile, RunEnergy, RunInfo
+from magneton.model import EnergySpread, OpRecord, Profile, RunEnergy, RunInfo
 
 
 def test_run_energy_round_trips_through_the_db(tmp_path):

@@ -17,7 +17,7 @@ from builders import synthetic_profile
 from magneton.cli import main as cli_main
 from magneton.graphdb import open_db
 from magneton.graphdb import schema as S
-from magneton.graphdb.model import RunInfo
+from magneton.model import RunInfo
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "schema.md"
 

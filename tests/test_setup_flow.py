@@ -12,7 +12,7 @@ from recordings import record_scripts
 
 from magneton.diagnose.source.index import source_index
 from magneton.diagnose.source.setupflow import call_slice, setup_difference, setup_slice
-from magneton.graphdb.model import FrameRecord, OpRecord, Profile, RunInfo, TensorRecord
+from magneton.model import FrameRecord, OpRecord, Profile, RunInfo, TensorRecord
 
 SETUP = """
 import torch
@@ -246,7 +246,7 @@ def test_a_constant_both_files_define_is_not_the_difference_and_the_port_is_whol
     alike: the difference is the `scores` statement. Porting its value alone would feed
     flattened scores to unflattened labels, so the fix ports both statements."""
     from magneton.diagnose.fix.plan import RunPair, _FixInput, _setting_fix
-    from magneton.graphdb.model import Finding, Fix, Region
+    from magneton.model import Finding, Fix, Region
 
     a, b = tmp_path / "a.py", tmp_path / "b.py"
     a.write_text(LOSS.format(scores="logits.permute(0, 2, 1)", labels="labels"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from builders import profile
 
-from magneton.graphdb.model import EnergySpread, Profile
+from magneton.model import EnergySpread, Profile
 from magneton.render.report import spread_line
 
 

@@ -19,8 +19,8 @@ import pytest
         "magneton.diagnose.matching.confirm",
         "magneton.diagnose.matching.equivalence",
         "magneton.diagnose.matching.match",
-        "magneton.graphdb.model",
-        "magneton.graphdb.vocab",
+        "magneton.model",
+        "magneton.model.vocab",
         "magneton.tracer.unfoldings",
         # the tracer's contract with diagnosis (docs/architecture.md, Stages)
         "magneton.tracer.timeline",

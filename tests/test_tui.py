@@ -29,7 +29,7 @@ from tui_support import (
 )
 
 from magneton.graphdb import open_db
-from magneton.graphdb.model import (
+from magneton.model import (
     DiffResult,
     Divergence,
     Finding,
@@ -366,7 +366,7 @@ def test_ops_summary_folds_layers_and_drops_bookkeeping() -> None:
 
 
 def test_power_sparkline_uses_only_the_regions_op_windows() -> None:
-    from magneton.graphdb.model import OpRecord, PowerSeries, Profile, RunInfo
+    from magneton.model import OpRecord, PowerSeries, Profile, RunInfo
 
     ops = [
         OpRecord(0, "aten::mul", start_ns=100, end_ns=200),
@@ -549,7 +549,7 @@ def test_diagnosis_crash_keeps_the_findings(gelu_db) -> None:
 def test_finding_screen_shows_the_interval_and_whether_it_was_confirmed(gelu_db) -> None:
     """The finding screen says how sure the finding is: the saving's 95% interval, and
     whether interleaved re-measurement confirmed it (or why not)."""
-    from magneton.graphdb.model import SavingInterval
+    from magneton.model import SavingInterval
 
     _, db = gelu_db
     store = Store(db)

@@ -13,7 +13,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Footer
 from tui_support import SIZE, app_for, cells, flat, recorded_gelu, run_app, text_of, wait_for
 
-from magneton.graphdb.model import DiffResult, Finding, Region, RunSummary
+from magneton.model import DiffResult, Finding, Region, RunSummary
 from magneton.tui.app import MagnetonApp
 from magneton.tui.data import Store
 from magneton.tui.screens import FindingScreen, FindingsScreen

@@ -13,7 +13,7 @@ from magneton.diagnose.matching.detect import (
     run_samples,
     saving_interval,
 )
-from magneton.graphdb.model import OpRecord, Profile, RunEnergy, RunInfo
+from magneton.model import OpRecord, Profile, RunEnergy, RunInfo
 
 SEEDS = range(8)
 
@@ -81,7 +81,7 @@ def test_identical_work_measures_the_noise_between_recordings():
     energy ratio is the drift between the recordings, and it widens every interval."""
     from magneton.diagnose.matching.detect import between_runs_log_sd
     from magneton.diagnose.matching.match import RegionPair
-    from magneton.graphdb.model import Region
+    from magneton.model import Region
 
     def prof(energies, dtypes):
         ops = [

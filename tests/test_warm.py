@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from recordings import takes_ctrl_c
 
+from magneton.model import WorkerError
 from magneton.tracer import allocator
-from magneton.tracer.warm import WarmWorker, WorkerError, common_imports
+from magneton.tracer.warm import WarmWorker, common_imports
 
 PROBE = """
 import os, sys

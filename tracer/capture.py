@@ -43,7 +43,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from magneton.graphdb.model import (
+from magneton.model import (
     FrameRecord,
     KernelRecord,
     ModuleRecord,
@@ -51,7 +51,7 @@ from magneton.graphdb.model import (
     TensorRecord,
     gc_paused,
 )
-from magneton.graphdb.vocab import BOOKKEEPING_OPS, IN_PLACE_WRITE_OPS
+from magneton.model.vocab import BOOKKEEPING_OPS, IN_PLACE_WRITE_OPS
 from magneton.tracer import signals as _signals
 from magneton.tracer.invariants import SummaryPool
 from magneton.tracer.nested import recorded_view

@@ -33,8 +33,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from magneton.graphdb.model import CollectiveTimes, Profile
-from magneton.graphdb.vocab import is_collective
+from magneton.model import CollectiveTimes, Profile
+from magneton.model.vocab import is_collective
 
 
 @dataclass

@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from magneton.graphdb.vocab import sha256_file  # noqa: F401  (re-export: record.py uses it)
+from magneton.model.vocab import sha256_file  # noqa: F401  (re-export: record.py uses it)
 from magneton.tracer import allocator
 from magneton.tracer.preload import OMP_POLICY_TOO_LATE
 

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from magneton.graphdb.model import EnergySpread, MagnetonError, OpRecord, PowerSeries, Profile
+from magneton.model import EnergySpread, MagnetonError, OpRecord, PowerSeries, Profile
 
 from .flops import fill_work
 from .power import (

@@ -26,8 +26,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from magneton.graphdb.model import OpRecord
-from magneton.graphdb.vocab import ZERO_COST_OPS
+from magneton.model import OpRecord
+from magneton.model.vocab import ZERO_COST_OPS
 
 # Bytes per element. Keys are dtype names without the "torch." prefix.
 _DTYPE_BYTES = {

@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from magneton.graphdb.model import (
+from magneton.model import (
     DistInfo,
     FrameRecord,
     KernelRecord,

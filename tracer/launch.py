@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from magneton.graphdb.model import MagnetonError, RunInfo
+from magneton.model import MagnetonError, RunInfo, WorkloadError
 from magneton.tracer.merge import MergedRun, merge_shards, opened_db
 from magneton.tracer.rank import REPLAY_REFUSED, run_worker
 from magneton.tracer.rankenv import rank_env
@@ -83,10 +83,9 @@ def record_distributed(job: JobSpec, opts: Any) -> int:
     )
     if failed:
         others = "the others are in the DB" if len(failed) < len(merged) else "none recorded"
-        raise MagnetonError(
+        raise WorkloadError(
             f"{len(failed)} of {len(merged)} ranks failed ({', '.join(m.run for m in failed)}; "
-            f"errors kept in the DB, see `magneton runs`); {others}",
-            exit_code=1,
+            f"errors kept in the DB, see `magneton runs`); {others}"
         )
     return 0
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import nnls
 
-from magneton.graphdb.model import MagnetonError, OpRecord
+from magneton.model import MagnetonError, OpRecord
 
 from .timeline import GAP_TYPE, Trace, op_type, op_windows
 

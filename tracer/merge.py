@@ -17,8 +17,8 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from magneton.graphdb.model import MagnetonError
 from magneton.graphdb.store import DBArg, opened
+from magneton.model import MagnetonError
 from magneton.tracer.record import defer_sigint
 from magneton.tracer.shards import Shard, rank_run_name
 

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from magneton.graphdb.model import Profile
+from magneton.model import Profile
 
 from .energy import Attribution, model_attribution
 from .power.model import ModelCoefficients

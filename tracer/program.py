@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from magneton.graphdb.model import MagnetonError, Profile, RunInfo
+from magneton.model import MagnetonError, Profile, RunInfo, WorkloadError
 
 if TYPE_CHECKING:
     from magneton.graphdb.store import DBArg
@@ -607,7 +607,7 @@ def _run(spec: ProgramSpec) -> None:
         if isinstance(e, WorkloadExited) and e.code:
             raise  # `record_program` words it (where, and whether the window was done)
         if e.code not in (None, 0):
-            raise MagnetonError(f"the program exited with status {e.code}", exit_code=1) from None
+            raise WorkloadError(f"the program exited with status {e.code}") from None
 
 
 def _program_run_info(spec: ProgramSpec, run: str) -> RunInfo:
@@ -687,9 +687,7 @@ def record_program(spec: ProgramSpec, *, db: DBArg, run: str, options: Any = Non
         info.error = _exit_reason(
             e, spec.script, "the program", "" if rec.done else "before the window was recorded"
         )
-        raise MagnetonError(
-            f"{info.error}; {_record_failure(info, db, opts.replace)}", exit_code=1
-        ) from None
+        raise WorkloadError(f"{info.error}; {_record_failure(info, db, opts.replace)}") from None
     except Exception as e:
         rec.abort()
         raise _workload_raised(e, spec.script, info, db, opts.replace) from None

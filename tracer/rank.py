@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from magneton.graphdb.model import DistInfo, MagnetonError, Profile, RunInfo
+from magneton.model import DistInfo, MagnetonError, Profile, RunInfo
 from magneton.tracer.collectives import CollectiveRecorder, collective_times
 from magneton.tracer.rankenv import RankEnv, rank_env
 from magneton.tracer.shards import Shard, rank_run_name, shard_path, write_shard

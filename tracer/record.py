@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from magneton.graphdb.model import MagnetonError, Profile, RunInfo
 from magneton.graphdb.store import DBArg, opened
 from magneton.graphdb.wording import UNRECORDED_THREAD_OPS, unrecorded_threads_warning
+from magneton.model import MagnetonError, Profile, RunInfo, WorkloadError
 from magneton.tracer import allocator
 from magneton.tracer.capture import (
     ModuleTracker,
@@ -654,9 +654,7 @@ def record_script(
         ) from None
     except SystemExit as e:
         info.error = _exit_reason(e, script)
-        raise MagnetonError(
-            f"{info.error}; {_record_failure(info, db, opts.replace)}", exit_code=1
-        ) from None
+        raise WorkloadError(f"{info.error}; {_record_failure(info, db, opts.replace)}") from None
     except Exception as e:
         raise _workload_raised(e, script, info, db, opts.replace) from None
     finally:
@@ -728,10 +726,9 @@ def _workload_raised(
         traceback.print_exc()
     msg = " ".join(str(e).split()) or "(no message)"
     info.error = f"{type(e).__name__}{_user_location(e, script)}: {msg}"
-    return MagnetonError(
+    return WorkloadError(
         f"{os.path.basename(script)} raised {info.error}; "
-        f"{_record_failure(info, db, replace)} (MAGNETON_DEBUG=1 shows the traceback)",
-        exit_code=1,
+        f"{_record_failure(info, db, replace)} (MAGNETON_DEBUG=1 shows the traceback)"
     )
 
 

@@ -54,7 +54,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from magneton.graphdb.model import BOOKKEEPING_OPS, MagnetonError, OpRecord, Profile
+from magneton.model import MagnetonError, OpRecord, Profile
+from magneton.model.vocab import BOOKKEEPING_OPS
 
 from .energy import EnergySession
 from .flops import ZERO_COST_OPS, fill_work

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from magneton.graphdb.model import (
+from magneton.model import (
     FrameRecord,
     KernelRecord,
     MagnetonError,

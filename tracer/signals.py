@@ -24,7 +24,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from magneton.graphdb.model import MagnetonError
+from magneton.model import MagnetonError
 
 
 class Terminated(KeyboardInterrupt):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from magneton.graphdb.model import OpRecord, PowerSeries
+from magneton.model import OpRecord, PowerSeries
 
 if TYPE_CHECKING:  # a sampler's output type only; power/'s sources are not needed here
     from .power.sampler import ChannelSamples

@@ -33,7 +33,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-from magneton.graphdb.model import MagnetonError
+from magneton.model import MagnetonError
 
 # Largest plausible magnitude per unit suffix; the `_j` and `_s` bounds are those of the
 # DB's load check (graphdb/codec.py `_MAX_ENERGY_J`, `_MAX_TIME_S`; a test in

@@ -103,6 +103,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from magneton.model import WorkerError
+
 # set in the zygote while it imports (see the module docstring), never leaked to a job
 _NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
@@ -133,10 +135,6 @@ class WorkerStats:
     forking: bool = False
     why_not_forking: str = ""
     imported: list[str] = field(default_factory=list)  # the import statements it ran
-
-
-class WorkerError(Exception):
-    """The worker could not run a job (it died, or the job timed out)."""
 
 
 # --------------------------------------------------------------------------------------

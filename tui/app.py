@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from textual.app import App
 from textual.binding import Binding
 
-from magneton.graphdb.model import MagnetonError
+from magneton.model import MagnetonError
 
 from .data import Store, job_row
 from .jobs import cancel_all

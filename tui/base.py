@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from textual.screen import Screen
 
-from magneton.graphdb.model import RunSummary
+from magneton.model import RunSummary
 
 from .data import Store
 

@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from magneton.graphdb.model import (
-    BOOKKEEPING_OPS,
+from magneton.graphdb.wording import energy_wording
+from magneton.model import (
     DiffResult,
     Finding,
     MagnetonError,
     Profile,
 )
-from magneton.graphdb.wording import energy_wording
+from magneton.model.vocab import BOOKKEEPING_OPS
 
 if TYPE_CHECKING:
     from magneton.graphdb.contained import QueryStream

@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane, Tree
 
-from magneton.graphdb.model import Profile
+from magneton.model import Profile
 
 from .base import BaseScreen
 from .data import describe_energy, error_text, fmt_j, fmt_pct, fmt_s

@@ -24,7 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from magneton.graphdb.model import Finding, MagnetonError
+from magneton.model import Finding, MagnetonError
 
 
 def patch_text(finding: Finding) -> str:

@@ -15,7 +15,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Header, Input, Label, Static, TabbedContent, TabPane
 
-from magneton.graphdb.model import DiffResult, Finding, MagnetonError, Profile
+from magneton.model import DiffResult, Finding, MagnetonError, Profile
 
 from .base import BaseScreen
 from .data import default_patch_path, error_text, finding_runs, fmt_j, fmt_s, power_over

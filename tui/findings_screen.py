@@ -13,7 +13,7 @@ from textual.containers import Horizontal
 from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
 from textual.worker import get_current_worker
 
-from magneton.graphdb.model import DiffResult, Finding, RootCause
+from magneton.model import DiffResult, Finding, RootCause
 
 from .base import BaseScreen, row_summary
 from .data import fmt_pct

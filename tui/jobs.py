@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from magneton.graphdb.model import DiffResult
+from magneton.model import DiffResult
 
 
 @dataclass
@@ -84,7 +84,7 @@ def _diff(args: argparse.Namespace, out: IO[bytes]) -> int:
     is opened read-only: the pipeline stores nothing, and neither does the TUI."""
     from magneton.diagnose.pipeline import run_diff
     from magneton.graphdb import open_db
-    from magneton.graphdb.model import MagnetonError
+    from magneton.model import MagnetonError
 
     detected = False
 

@@ -25,8 +25,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Label, Sparkline, Static
 
-from magneton.graphdb.model import (
-    BOOKKEEPING_OPS,
+from magneton.graphdb.paths import IGNORED_OPS
+from magneton.model import (
     DiffResult,
     Divergence,
     Finding,
@@ -36,7 +36,7 @@ from magneton.graphdb.model import (
     RootCause,
     RuleRef,
 )
-from magneton.graphdb.paths import IGNORED_OPS
+from magneton.model.vocab import BOOKKEEPING_OPS
 
 from .data import (
     PowerSlice,

@@ -40,7 +40,8 @@ import linecache
 from dataclasses import replace
 from typing import Any
 
-from magneton.graphdb.model import (
+from magneton.graphdb.paths import PathPair, kernel_paths, path_pairs
+from magneton.model import (
     Divergence,
     Finding,
     FrameRecord,
@@ -50,7 +51,6 @@ from magneton.graphdb.model import (
     Profile,
     TensorRecord,
 )
-from magneton.graphdb.paths import PathPair, kernel_paths, path_pairs
 
 from ..source.argflow import layout
 from ..source.index import source_index

@@ -34,8 +34,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from magneton.graphdb.model import Finding
 from magneton.graphdb.names import family
+from magneton.model import Finding
 
 
 def cause_key(f: Finding) -> tuple:

@@ -42,10 +42,10 @@ from pathlib import Path
 
 import libcst as cst
 
-from magneton.graphdb.model import PathElement
 from magneton.knowledge.base import Knob, KnowledgeBase
+from magneton.model import PathElement, WorkerError
 from magneton.tracer.program import env_of, program_config
-from magneton.tracer.warm import WarmPool, WarmWorker, WorkerError
+from magneton.tracer.warm import WarmPool, WarmWorker
 
 from ..source.dataflow import (
     BackwardSlicer,

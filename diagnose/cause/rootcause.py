@@ -33,7 +33,9 @@ import time
 import traceback
 from collections.abc import Callable
 
-from magneton.graphdb.model import (
+from magneton.knowledge.base import KnowledgeBase, default_knowledge
+from magneton.knowledge.match import RuleMatch, SideFacts, match_rules
+from magneton.model import (
     DiffResult,
     Divergence,
     Finding,
@@ -44,9 +46,7 @@ from magneton.graphdb.model import (
     Profile,
     RootCause,
 )
-from magneton.graphdb.vocab import IGNORED_OPS
-from magneton.knowledge.base import KnowledgeBase, default_knowledge
-from magneton.knowledge.match import RuleMatch, SideFacts, match_rules
+from magneton.model.vocab import IGNORED_OPS
 from magneton.tracer.warm import WarmPool
 
 from ..fix.edits import Block, statement_block

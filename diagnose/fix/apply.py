@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from magneton.graphdb.model import MagnetonError
+from magneton.model import MagnetonError
 
 
 def _git_toplevel(path: str) -> str | None:

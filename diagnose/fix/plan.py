@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from magneton.graphdb.model import Finding, Fix, Profile
 from magneton.graphdb.paths import IGNORED_OPS
-from magneton.graphdb.vocab import framework_name, framework_of
 from magneton.knowledge.match import RuleMatch
+from magneton.model import Finding, Fix, Profile
+from magneton.model.vocab import framework_name, framework_of
 
 from ..source.dataflow import KeyVariable, Origin
 from ..source.index import Span, is_user_file, script_unchanged, source_index

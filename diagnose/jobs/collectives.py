@@ -17,8 +17,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from magneton.graphdb.model import OpRecord, Profile
-from magneton.graphdb.vocab import is_collective
+from magneton.model import OpRecord, Profile
+from magneton.model.vocab import is_collective
 
 # Frame files (relative to the torch package) whose functions issue collectives for a
 # known API. Join's own file is the signature of case c9.
@@ -162,7 +162,7 @@ def _join_with_line(p: Profile, ops: list[OpRecord]) -> tuple[Any, str]:
                 q == JOIN_API or q.endswith(".Join") for q in idx.qualified_names(call.func)
             ):
                 line = idx.line_of(node)
-                from magneton.graphdb.model import FrameRecord
+                from magneton.model import FrameRecord
 
                 return FrameRecord(idx=-1, file=script, line=line, function=""), idx.line_text(line)
     return None, ""

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from magneton.graphdb.model import (
+from magneton.model import (
     CollectiveInfo,
     DiffResult,
     Divergence,

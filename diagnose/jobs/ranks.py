@@ -44,9 +44,9 @@ import contextlib
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from magneton.graphdb.model import Profile
 from magneton.graphdb.store import DBArg, opened
-from magneton.graphdb.vocab import is_collective
+from magneton.model import Profile
+from magneton.model.vocab import is_collective
 
 if TYPE_CHECKING:
     from magneton.graphdb.db import ProfileDB, RunRow

@@ -85,9 +85,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import special  # t/normal quantiles; scipy.stats costs 0.6 s more to import
 
-from magneton.graphdb.model import Finding, Profile, SavingInterval
+from magneton.model import Finding, Profile, SavingInterval, WorkerError
 from magneton.tracer.warm import WarmPool, WarmWorker, unix_address
-from magneton.tracer.warm import WorkerError as WarmWorkerError
 
 from .detect import CONFIDENCE, cannot_reach, confident, ranked, undecided, verdict_of
 
@@ -98,10 +97,6 @@ BUDGET_S = 30.0  # wall seconds of rounds after which confirmation stops (once a
 NARROW_LOG = 0.02  # half-width of the paired interval (log units) that is narrow enough
 STARTUP_TIMEOUT_S = 240.0  # import + setup() + warm-up of a worker
 ROUND_TIMEOUT_MIN_S = 30.0
-
-
-class WorkerError(Exception):
-    """A worker failed, timed out or measured something else than the recording."""
 
 
 # --------------------------------------------------------------------------------------
@@ -326,7 +321,7 @@ class Worker:
                     s.close()
         with contextlib.suppress(OSError):
             os.unlink(self.sock_path)
-        with contextlib.suppress(Exception):  # WarmWorkerError: timed out (killed) or died
+        with contextlib.suppress(Exception):  # WorkerError: timed out (killed) or died
             self.warm.result(self.job, timeout_s=2.0)
 
 
@@ -656,7 +651,7 @@ def confirm_findings(
                     w.close()
                 if own is not None:
                     own.close()
-    except (WorkerError, WarmWorkerError, OSError, ValueError) as e:  # ValueError: garbled
+    except (WorkerError, OSError, ValueError) as e:  # ValueError: garbled
         why = str(e) or type(e).__name__
         return mark_unconfirmed(findings, why, threshold), f"findings unconfirmed: {why}"
     if att["a"] is None or att["b"] is None:

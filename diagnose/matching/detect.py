@@ -65,7 +65,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy import special  # t/normal quantiles; scipy.stats costs 0.6 s more to import
 
-from magneton.graphdb.model import Finding, MagnetonError, OpRecord, Profile, Region, SavingInterval
+from magneton.model import Finding, MagnetonError, OpRecord, Profile, Region, SavingInterval
 
 from .equivalence import Signature, signature
 from .match import MatchResult, RegionPair

@@ -25,7 +25,7 @@ Messages:
 
 from __future__ import annotations
 
-from magneton.graphdb.model import DiffResult, Profile, RunSummary
+from magneton.model import DiffResult, Profile, RunSummary
 
 from .detect import DEFAULT_THRESHOLD, check_threshold, detect, run_energy_j
 from .equivalence import DEFAULT_TAU

@@ -51,7 +51,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from magneton.graphdb.model import TensorRecord
+from magneton.model import TensorRecord
 from magneton.tracer.unfoldings import canonical_shape, plan_splits
 from magneton.tracer.unfoldings import dtype_class as _dtype_class
 

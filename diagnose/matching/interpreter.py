@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from magneton.graphdb.model import (
+from magneton.model import (
     Finding,
     Fix,
     OpRecord,

@@ -59,8 +59,8 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from magneton.graphdb.model import OpRecord, Profile, Region, TensorRecord, gc_paused
-from magneton.graphdb.vocab import FREE_OPS
+from magneton.model import OpRecord, Profile, Region, TensorRecord, gc_paused
+from magneton.model.vocab import FREE_OPS
 
 from .equivalence import DEFAULT_TAU, TensorIndex, match_tensors, tolerance
 

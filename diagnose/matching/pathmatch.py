@@ -26,7 +26,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from magneton.graphdb.model import (
+from magneton.model import (
     DiffResult,
     Divergence,
     Finding,

@@ -28,8 +28,8 @@ from typing import Any
 
 import libcst as cst
 
-from magneton.graphdb.model import OperandProperty, Profile, TensorRecord
-from magneton.graphdb.vocab import IGNORED_OPS
+from magneton.model import OperandProperty, Profile, TensorRecord
+from magneton.model.vocab import IGNORED_OPS
 
 from .dataflow import Origin, find_attribute_origin
 from .index import SourceIndex, source_index

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from magneton.graphdb.model import KeyVariableInfo, OriginInfo
 from magneton.knowledge.base import Knob
+from magneton.model import KeyVariableInfo, OriginInfo
 
 from .index import (
     NOT_LITERAL,

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from magneton.graphdb.model import Profile
+from magneton.model import Profile
 
 from .dataflow import Origin
 from .index import SourceIndex, source_index

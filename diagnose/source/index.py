@@ -33,8 +33,8 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
-from magneton.graphdb.model import Profile
-from magneton.graphdb.vocab import sha256_file
+from magneton.model import Profile
+from magneton.model.vocab import sha256_file
 
 N = TypeVar("N", bound=cst.CSTNode)  # the node type `nodes_of` looks for
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from magneton.graphdb.model import Profile
+from magneton.model import Profile
 
 from .dataflow import Origin
 from .index import SourceIndex, source_index

@@ -21,7 +21,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from magneton.graphdb.model import MagnetonError
+from magneton.model import MagnetonError
 
 
 def _find_case(name: str) -> Path:

@@ -38,8 +38,8 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from magneton.graphdb.model import DiffResult, Finding
 from magneton.graphdb.names import add_full_names
+from magneton.model import DiffResult, Finding
 from magneton.render.diff import CSV_COLUMNS, print_diagnosis, print_result, write_csv
 
 if TYPE_CHECKING:
@@ -195,8 +195,8 @@ def run(args: argparse.Namespace) -> int:
     from magneton.diagnose.matching.detect import check_threshold
     from magneton.diagnose.pipeline import run_diff, store_outcome
     from magneton.graphdb import open_db
-    from magneton.graphdb.model import MagnetonError
     from magneton.graphdb.names import set_full_names
+    from magneton.model import MagnetonError
 
     set_full_names(args.full_names)
     check_threshold(args.threshold)

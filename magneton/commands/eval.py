@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from magneton.graphdb.model import Finding, MagnetonError, RootCause
+from magneton.model import Finding, MagnetonError, RootCause
 
 if TYPE_CHECKING:
     from magneton.graphdb.db import ProfileDB

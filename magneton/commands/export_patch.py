@@ -38,7 +38,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from magneton.diagnose.fix.apply import _git_toplevel, git_apply_command
-from magneton.graphdb.model import Fix, MagnetonError
+from magneton.model import Fix, MagnetonError
 
 if TYPE_CHECKING:
     from magneton.graphdb.db import ProfileDB

@@ -48,7 +48,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from magneton.graphdb.model import OpRecord, Profile
+from magneton.model import OpRecord, Profile
 
 if TYPE_CHECKING:
     from magneton.tracer.kineto import HostEvents
@@ -87,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from magneton.diagnose.jobs.ranks import job_runs
     from magneton.graphdb import open_db
-    from magneton.graphdb.model import MagnetonError
+    from magneton.model import MagnetonError
     from magneton.tracer.kineto import KEPT_CATS
 
     with open_db(args.db, read_only=True) as db:

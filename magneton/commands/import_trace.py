@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from magneton.graphdb.model import MagnetonError, Profile
+from magneton.model import MagnetonError, Profile
 
 if TYPE_CHECKING:  # the parser loads numpy; `magneton --help` should not
     from magneton.tracer.kineto import TraceFile

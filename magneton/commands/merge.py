@@ -15,7 +15,7 @@ import argparse
 import contextlib
 from pathlib import Path
 
-from magneton.graphdb.model import MagnetonError
+from magneton.model import MagnetonError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -18,7 +18,7 @@ import sys
 import textwrap
 from typing import Any
 
-from magneton.graphdb.model import MagnetonError
+from magneton.model import MagnetonError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

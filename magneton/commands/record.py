@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from magneton.graphdb.model import MagnetonError
+from magneton.model import MagnetonError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

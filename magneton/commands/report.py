@@ -57,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
         top_rows,
     )
     from magneton.graphdb import open_db
-    from magneton.graphdb.model import MagnetonError
     from magneton.graphdb.names import set_full_names
+    from magneton.model import MagnetonError
 
     if args.top is not None and args.top < 1:
         raise MagnetonError("--top must be at least 1")

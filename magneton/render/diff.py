@@ -14,8 +14,8 @@ from __future__ import annotations
 import csv
 from typing import TYPE_CHECKING, Any, TextIO
 
-from magneton.graphdb.model import DiffResult, Finding, RunSummary
 from magneton.graphdb.names import COLUMN_MAX, names_are_full, short_name
+from magneton.model import DiffResult, Finding, RunSummary
 
 if TYPE_CHECKING:
     from magneton.diagnose.cause.grouping import CauseGroup

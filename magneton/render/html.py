@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from magneton.graphdb.model import (
+from magneton.model import (
     DiffResult,
     Finding,
     MagnetonError,

@@ -14,7 +14,7 @@ from typing import TextIO
 
 from rich.markup import escape
 
-from magneton.graphdb.model import Profile
+from magneton.model import Profile
 
 
 def report_json(profile, rows, tree, by, flatten_tree) -> dict:

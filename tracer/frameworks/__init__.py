@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from magneton.graphdb.model import MagnetonError
+from magneton.model import MagnetonError
 
 from .base import FRAMEWORKS, TracedProgram, detect_framework, require
 

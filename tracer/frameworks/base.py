@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from magneton.graphdb.model import (
+from magneton.model import (
     FrameRecord,
     KernelRecord,
     MagnetonError,
@@ -56,7 +56,7 @@ from magneton.graphdb.model import (
     RunInfo,
     TensorRecord,
 )
-from magneton.graphdb.vocab import framework_name
+from magneton.model.vocab import framework_name
 
 # framework -> (the modules a script imports, the module that must import, the extra)
 FRAMEWORKS: dict[str, tuple[tuple[str, ...], str, str]] = {

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from magneton.graphdb.model import MagnetonError, OpRecord, TensorRecord
+from magneton.model import MagnetonError, OpRecord, TensorRecord
 
 from .base import (
     FrameTable,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from magneton.graphdb.model import MagnetonError
+from magneton.model import MagnetonError
 
 from .base import Channel, PowerSource, SensorError
 

@@ -13,7 +13,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from magneton.graphdb.model import MagnetonError, OpRecord
+from magneton.model import MagnetonError, OpRecord
 
 from ..flops import count_op, dominant_dtype
 

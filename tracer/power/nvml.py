@@ -8,7 +8,7 @@ import importlib
 import os
 import re
 
-from magneton.graphdb.model import MagnetonError
+from magneton.model import MagnetonError
 
 from .base import Channel, PowerSource, SensorError
 

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from magneton.graphdb.model import MagnetonError
+from magneton.model import MagnetonError
 
 from .base import Channel, PowerSource, SensorError
 
