@@ -4,11 +4,11 @@ Offline = everything after recording, as one `run_diff` (what `magneton diff` ru
 matching, detection and confirmation ("diff", up to its "detected" progress), then
 diagnosis — divergence (Cypher), static analysis, the key-variable re-run of both
 scripts (for Python-level divergences) and the backward data-flow. Confirmation and the
-re-run share the diff's warm workers (tracer/warm.py `WarmPool`). Recording is done
+re-run share the diff's warm workers (tracer/timing/warm.py `WarmPool`). Recording is done
 first (or reused with --db-dir) and not timed: it is the recorder's cost.
 
 Reported per case: diff seconds, diagnosis seconds, the re-run's phases — the warm
-worker's imports (wall and CPU, tracer/warm.py), then per side (the slowest) the script's
+worker's imports (wall and CPU, tracer/timing/warm.py), then per side (the slowest) the script's
 own import, `setup()` and the traced call — the CPU time of this process and of the
 re-run's processes (`children CPU`), and whether the total meets the budget. CPU time is
 shown because this machine is shared: wall time includes waiting for other work.
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from magneton.commands.eval import case_dirs, load_expect, record, record_args
     from magneton.graphdb import open_db
-    from magneton.tracer import warm
+    from magneton.tracer.timing import warm
 
     tmp = None
     db_dir = args.db_dir
@@ -176,7 +176,7 @@ def _diagnose_case(db_path: str, name: str, mode: str, args: argparse.Namespace)
     with open_db(db_path) as db:
         k0, c0, t0 = _children_cpu_s(), time.process_time(), time.perf_counter()
         # one diff as `magneton diff` runs it: confirmation and diagnosis share the
-        # diff's warm workers (tracer/warm.py WarmPool)
+        # diff's warm workers (tracer/timing/warm.py WarmPool)
         out = run_diff(db, "a", "b", rerun=not args.no_rerun, progress=progress)
         t2, c2, k2 = time.perf_counter(), time.process_time(), _children_cpu_s()
     result = out.result

@@ -28,7 +28,7 @@ Then, in one run, every method measures the same operator executions:
   zeus       ZeusMonitor.begin_window / end_window around every op (paper's baseline)
   zeus-approx  the same with approx_instant_energy=True (instant power × time when the
              counter did not move inside the window)
-  replay     Magneton's replay (tracer/replay.py) with the counter session
+  replay     Magneton's replay (tracer/energy/replay.py) with the counter session
 
 Error per op type = (sum of estimated J - sum of true J) / sum of true J over all its
 executions in the recorded run. `--json OUT` writes every number; `replay_abs_error_pct`
@@ -289,9 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     from zeus.monitor import ZeusMonitor
 
     from magneton.model import OpRecord, Profile, RunInfo
-    from magneton.tracer.energy import EnergySession, attribute_traces
-    from magneton.tracer.lsq import solve_trace
-    from magneton.tracer.replay import replay_ops_detailed
+    from magneton.tracer.energy.lsq import solve_trace
+    from magneton.tracer.energy.replay import replay_ops_detailed
+    from magneton.tracer.energy.session import EnergySession, attribute_traces
 
     class TruthMode(TorchDispatchMode):
         """Bottom mode: every execution of every op lands on the true timeline."""

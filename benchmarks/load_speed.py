@@ -24,7 +24,7 @@ runs all of it in N fresh processes and reports each figure's median over them: 
 save into an empty DB varies more between processes than within one.
 
 glibc malloc's thresholds are pinned first, as `magneton record` has them when it saves
-(tracer/allocator.py); `--no-pin` leaves them dynamic.
+(tracer/programs/allocator.py); `--no-pin` leaves them dynamic.
 
 `--real` records the profile instead: a Hugging Face GPT-2 forward (from `GPT2Config`,
 random weights, enough layers for about `--ops` operators) through `magneton.record`, so
@@ -182,9 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.processes > 1:
         return _across_processes(args)
     if not args.no_pin:
-        from magneton.tracer import allocator
+        from magneton.tracer.programs import allocator
 
-        allocator.pin()  # as `magneton record` runs when it saves (tracer/allocator.py)
+        allocator.pin()  # as `magneton record` runs when it saves (tracer/programs/allocator.py)
 
     t = _synthetic()
     prof = _recorded_gpt2(args.ops) if args.real else t.synthetic_profile("big", args.ops, 1)

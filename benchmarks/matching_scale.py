@@ -1,7 +1,7 @@
 """Scalability of differential matching (paper §6.4, "Efficiency and Scalability").
 
 Records two pairs of real Hugging Face models with the real recorder
-(`magneton.tracer.record.record_callable`, built from config with random weights, no
+(`magneton.tracer.programs.record.record_callable`, built from config with random weights, no
 download) and times `match_runs` on them — recording excluded:
 
   gpt2_12l   GPT2Model, 12 layers, eager vs sdpa attention   (paper: 167 ms)
@@ -33,8 +33,8 @@ import torch
 from magneton.diagnose.matching.equivalence import TensorIndex, match_tensors
 from magneton.diagnose.matching.match import build_graph, match_runs
 from magneton.model import Profile
-from magneton.tracer.invariants import summarize
-from magneton.tracer.record import RecordOptions, record_callable
+from magneton.tracer.capture.invariants import summarize
+from magneton.tracer.programs.record import RecordOptions, record_callable
 
 SEQ = 16
 

@@ -1,7 +1,7 @@
 """Sensitivity of tensor matching to its tolerance τ (paper §6.4, Fig. 8).
 
 Labelled pairs are built so their ground truth is known by construction, each pair
-being two real tensors summarized with `magneton.tracer.invariants.summarize` and
+being two real tensors summarized with `magneton.tracer.capture.invariants.summarize` and
 compared with `magneton.diagnose.matching.equivalence.distance`:
 
 positives (same value, computed or laid out differently)
@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 from magneton.diagnose.matching.equivalence import DEFAULT_TAU, distance, signature, tolerance
 from magneton.model import TensorRecord
-from magneton.tracer.invariants import summarize
+from magneton.tracer.capture.invariants import summarize
 
 SHAPES = [(2, 16, 64), (4, 32, 128), (2, 128, 256)]
 

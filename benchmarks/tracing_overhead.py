@@ -6,7 +6,7 @@ Measures the three ways Magneton can observe a forward call:
                           `RecorderMode` base): the floor any Python dispatch mode pays;
   * timing pass         — `TimingCapture`, the only instrumentation present while energy is
                           measured (what the paper's 4.4% overhead figure is about);
-  * timing pass + CPU   — `CpuTimingCapture` (tracer/timing.py), which also reads the process
+  * timing pass + CPU   — `CpuTimingCapture` (tracer/timing/passes.py), which also reads the process
                           CPU clock around each op: what the model-priced recorder runs;
   * Kineto, CPU only    — the profiler's C++ `RecordFunction` path with CPU activity only
                           (no shapes, no stacks), started before and stopped after the
@@ -132,7 +132,7 @@ def summary_parts(structure_pass) -> dict:
     """One structure pass with the summary parts timed on the threads that run them."""
     import threading
 
-    from magneton.tracer import invariants
+    from magneton.tracer.capture import invariants
 
     lock = threading.Lock()
     cpu = {"quantiles": 0.0, "spectra": 0.0, "stats": 0.0}
@@ -220,8 +220,8 @@ def main() -> None:
     from rich.table import Table
     from torch.autograd.profiler import profile
 
-    from magneton.tracer import invariants
-    from magneton.tracer.capture import (
+    from magneton.tracer.capture import invariants
+    from magneton.tracer.capture.dispatch import (
         ModuleTracker,
         RecorderMode,
         StructureCapture,
@@ -229,7 +229,7 @@ def main() -> None:
         _fd2_silenced,
         run_structure_pass,
     )
-    from magneton.tracer.record import _roots_and_sources
+    from magneton.tracer.programs.record import _roots_and_sources
 
     class EmptyMode(RecorderMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -249,7 +249,7 @@ def main() -> None:
     for _ in range(3):
         forward()
 
-    from magneton.tracer.timing import CpuTimingCapture
+    from magneton.tracer.timing.passes import CpuTimingCapture
 
     program = ProgramBaseline(args.layers, args.seq, args.batch, user_policy)
     untraced, program_untraced, empty, timing, timing_cpu, kineto = [], [], [], [], [], []

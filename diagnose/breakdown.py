@@ -13,7 +13,7 @@ are two different norms, and the children of `Sequential(Linear, GELU, Linear)` 
 different layers - none of them is repetition.
 
 Average power is energy over *charged* time (the op's window plus its share of the time
-between ops, the nearest-op rule of tracer/energy.py), so a view op next to a long
+between ops, the nearest-op rule of tracer/energy/session.py), so a view op next to a long
 Python gap does not show hundreds of watts.
 
 Interpreter time between aten operators (Python, mask building, hooks) is real energy
@@ -310,14 +310,14 @@ def fold_path(path: str, foldable: set[str]) -> str:
 
 def charged_time_s(profile: Profile) -> dict[int, float]:
     """Seconds charged to each op per entry call: its own window plus its share of the time
-    between ops (the nearest-op rule of tracer/energy.py). Average power is energy over
+    between ops (the nearest-op rule of tracer/energy/session.py). Average power is energy over
     this time, so an op next to a long Python gap does not look hot.
 
     Attribution stores them in `profile.energy.charged_s`; without it, the first
     iteration's windows are re-tiled."""
     import numpy as np
 
-    from magneton.tracer.timeline import tile
+    from magneton.tracer.timing.timeline import tile
 
     vals = profile.energy.charged_s
     if len(vals) == len(profile.ops) and vals:

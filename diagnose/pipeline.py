@@ -27,14 +27,14 @@ that was drift between the recordings. `rerun=False` turns this off with the re-
 diagnosis (findings are then labelled unconfirmed).
 
 Both stages that re-run the scripts share one warm worker per recorded environment
-(tracer/warm.py `WarmPool`), started as soon as detection has candidates that can be
+(tracer/timing/warm.py `WarmPool`), started as soon as detection has candidates that can be
 confirmed and closed in a `finally` when the diff ends (also on errors, Ctrl-C and
 SIGTERM): confirmation's per-side workers and diagnosis's key-variable re-run are forks
 of it. Each stage starting its own processes imported the scripts' libraries three times
 per diff (5-7 s of CPU each for transformers), most of a diff's time.
 
 A name that is not a run but has runs `NAME/rank0`, `NAME/rank1`, ... is a multi-rank
-job (tracer/distributed.py records them so); two such names are compared rank by rank
+job (tracer/distributed/worker.py records them so); two such names are compared rank by rank
 (diagnose/jobs/jobdiff.py), whose redundant-collective findings come diagnosed. Their
 value-matched findings are not diagnosed: re-running one rank of a distributed script
 would block in its first collective, waiting for absent peers.
@@ -225,7 +225,7 @@ def diff_run_pair(
 
 
 def _start_pool(pa: Profile, pb: Profile, rerun: bool) -> Any:
-    """The diff's warm workers (tracer/warm.py `WarmPool`), importing the scripts'
+    """The diff's warm workers (tracer/timing/warm.py `WarmPool`), importing the scripts'
     libraries from now on, when confirmation will re-measure the runs; confirmation and
     the key-variable re-run both fork from them. None when nothing is re-run that way."""
     from .matching.confirm import not_confirmable, start_pool
@@ -276,7 +276,7 @@ def _confirm_and_diagnose(
     d.diagnose_all(result.findings, step)
     out.rerun_info = d.rerun_info
     out.diagnosed = True
-    # a confirmed difference with no software cause is not a finding (model.py)
+    # a confirmed difference with no software cause is not a finding (model/diff.py)
     result.dismiss_noise()
     kept = {f.id for f in result.findings}
     out.finding_of_region = {k: i for k, i in out.finding_of_region.items() if i in kept}

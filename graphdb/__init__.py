@@ -1,44 +1,80 @@
-"""magneton.graphdb: the store of runs (LadybugDB, Kùzu's line).
+"""magneton.graphdb: the store of runs (LadybugDB, Kùzu's line), and its one door.
 
-The model it stores lives in `magneton.model`; the DB names below are imported lazily, so
-importing this package costs neither the engine nor pyarrow.
+The model it stores lives in `magneton.model`. The front ends (the CLI, `render/`, the
+TUI) use the store only through the names here (tests/test_layering.py holds them to
+it); each is imported when first used, so importing this package costs neither the
+engine nor pyarrow.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from magneton.model import MagnetonError, Profile
 
 if TYPE_CHECKING:
-    from .db import ProfileDB, QueryResult, RunRow, find_write_clause, open_db
+    from .contained import DEFAULT_ROW_LIMIT, QueryStream, stream_query
+    from .db import (
+        ProfileDB,
+        QueryResult,
+        RunRow,
+        db_file,
+        find_write_clause,
+        ghost_message,
+        open_db,
+    )
+    from .matches import load_diff
+    from .migrate import migrate as migrate_db
     from .schema import SCHEMA_VERSION
 
 __all__ = [
+    "DEFAULT_ROW_LIMIT",
     "SCHEMA_VERSION",
     "MagnetonError",
     "Profile",
     "ProfileDB",
     "QueryResult",
+    "QueryStream",
     "RunRow",
+    "db_file",
     "find_write_clause",
+    "ghost_message",
+    "load_diff",
     "load_profile",
+    "migrate_db",
     "open_db",
+    "stream_query",
 ]
 
-_DB_NAMES = {"ProfileDB", "QueryResult", "RunRow", "find_write_clause", "open_db"}
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "ProfileDB",
+            "QueryResult",
+            "RunRow",
+            "db_file",
+            "find_write_clause",
+            "ghost_message",
+            "open_db",
+        ),
+        ".db",
+    ),
+    **dict.fromkeys(("DEFAULT_ROW_LIMIT", "QueryStream", "stream_query"), ".contained"),
+    "load_diff": ".matches",
+    "migrate_db": ".migrate",
+    "SCHEMA_VERSION": ".schema",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _DB_NAMES:
-        from . import db
-
-        return getattr(db, name)
-    if name == "SCHEMA_VERSION":  # schema.py imports pyarrow: only when asked
-        from .schema import SCHEMA_VERSION
-
-        return SCHEMA_VERSION
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # a name that is also a module here would be shadowed by the module once imported
+    # (`from magneton.graphdb import migrate` gives the module), hence `migrate_db`
+    attr = "migrate" if name == "migrate_db" else name
+    return getattr(importlib.import_module(module, __name__), attr)
 
 
 def load_profile(db_dir: str, run: str) -> Profile:

@@ -30,7 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from magneton.model import MagnetonError
-from magneton.model.vocab import FRAMEWORK_NAMES, framework_of
+from magneton.model.frameworks import BY_KEY, framework_of
 
 RULES_DIR = Path(__file__).with_name("rules")
 
@@ -197,7 +197,7 @@ class KnowledgeBase:
         ran = {framework_of(config_a), framework_of(config_b)}
         for knob in self.knobs.values():
             library = knob.key.split(".", 1)[0]
-            if library in FRAMEWORK_NAMES and ran != {library}:
+            if library in BY_KEY and ran != {library}:
                 continue
             for key in knob.snapshot_keys:
                 va, vb = config_a.get(key), config_b.get(key)

@@ -22,7 +22,7 @@ from typing import Any
 # The environment torch must find when it loads (Kineto's log level, OpenMP's wait
 # policy) is set by the tracer's preload module; importing it here, first, sets it before
 # anything can import torch. `OMP_POLICY_TOO_LATE` stays readable as `magneton.<name>`.
-from magneton.tracer.preload import OMP_POLICY_TOO_LATE  # noqa: F401
+from magneton.tracer.api import OMP_POLICY_TOO_LATE  # noqa: F401
 
 __all__ = [
     "record",
@@ -36,14 +36,14 @@ __all__ = [
 ]
 
 _LAZY = {
-    "record": ("magneton.tracer.record", "record_callable"),
-    "record_block": ("magneton.tracer.record", "record_block"),
-    "record_script": ("magneton.tracer.record", "record_script"),
-    "RecordOptions": ("magneton.tracer.record", "RecordOptions"),
+    "record": ("magneton.tracer.api", "record_callable"),
+    "record_block": ("magneton.tracer.api", "record_block"),
+    "record_script": ("magneton.tracer.api", "record_script"),
+    "RecordOptions": ("magneton.tracer.api", "RecordOptions"),
     "open_db": ("magneton.graphdb", "open_db"),
     "MagnetonError": ("magneton.model", "MagnetonError"),
-    "window": ("magneton.tracer.program", "window"),
-    "step": ("magneton.tracer.program", "step"),
+    "window": ("magneton.tracer.api", "window"),
+    "step": ("magneton.tracer.api", "step"),
 }
 
 

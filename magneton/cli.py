@@ -6,7 +6,7 @@ Keeping one file per command lets the stages grow their commands without editing
 shared dispatcher. Errors meant for users are `MagnetonError`s: one line, non-zero exit.
 
 What every command shares is handled here, once, not per command:
-- Ctrl-C and SIGTERM (tracer/signals.py): one line and 130/143; SIGTERM used to kill
+- Ctrl-C and SIGTERM (tracer/programs/signals.py): one line and 130/143; SIGTERM used to kill
   `diff` and `import-trace` silently with 143.
 - The output cannot be written (`> /dev/full`, a full disk, an I/O error): stdout is
   wrapped so only a failed write *to the output* becomes "cannot write the output: ...",
@@ -27,7 +27,7 @@ import sys
 from typing import Any
 
 from magneton.model import MagnetonError
-from magneton.tracer.signals import interruptible, stop_message
+from magneton.tracer.api import interruptible, stop_message
 
 # Display order in --help; commands not listed here follow alphabetically.
 _ORDER = [

@@ -15,7 +15,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from magneton.tracer.program import step
+from magneton.tracer.api import step
 
 
 class MagnetonCallback(TrainerCallback):

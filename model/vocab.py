@@ -8,7 +8,7 @@ made matching and divergence analysis disagree about the same operator. They are
 defined here once, each derived from the others where they overlap, so the differences
 between them are visible and deliberate.
 
-The module is torch-free (like `model.py`): diagnosis must classify operators of a saved
+The module is torch-free (like the whole model package): diagnosis must classify operators of a saved
 run on a machine that cannot run the workload.
 """
 
@@ -160,18 +160,3 @@ def sha256_file(path: str) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-# A run's framework: the `framework` config row tracer/frameworks writes (a PyTorch run
-# has none), and how output names it.
-FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX", "tf": "TensorFlow"}
-
-
-def framework_of(config: dict[str, str]) -> str:
-    """'torch', 'jax' or 'tf': the framework a run with `config` recorded."""
-    return config.get("framework", "torch")
-
-
-def framework_name(framework: str) -> str:
-    """How output names framework key `framework` ('tf' -> 'TensorFlow')."""
-    return FRAMEWORK_NAMES.get(framework, framework)

@@ -118,7 +118,7 @@ def gpt2_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Freeze what the imports made (torch, transformers, hypothesis, the test modules) out
     of the cyclic GC's reach. The recorder runs a full collection before each timing pass
-    (tracer/timing.py) so that none trips inside it; in this process, which records
+    (tracer/timing/passes.py) so that none trips inside it; in this process, which records
     hundreds of times over a session, each such collection otherwise walks some 400,000
     long-lived objects again (~40% of test_matching's time)."""
     gc.collect()

@@ -52,7 +52,7 @@ def record_scripts(db, proj: Path, tag: str) -> tuple:
     """Record proj/a.py and proj/b.py as a user's scripts (setup() outside the measured
     call, main() inside) into runs "a" and "b", in this process: no warm-up, one timed
     call, the model's energy (the tests pin the diagnosis, not the numbers)."""
-    from magneton.tracer.record import RecordOptions, record_callable
+    from magneton.tracer.programs.record import RecordOptions, record_callable
 
     opts = RecordOptions(warmup=0, repeat=1, power="model", call_paths=True)
     profiles = {}

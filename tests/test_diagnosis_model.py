@@ -1,4 +1,4 @@
-"""The typed diagnosis results (graphdb/model.py) write exactly the JSON keys of the
+"""The typed diagnosis results (model/diagnosis.py) write exactly the JSON keys of the
 `magneton diff --json` contract and read back what they wrote: stored diffs and the
 TUI's cached results go through this round trip."""
 

@@ -1,4 +1,4 @@
-"""One diff, one warm worker per recorded environment (tracer/warm.py `WarmPool`):
+"""One diff, one warm worker per recorded environment (tracer/timing/warm.py `WarmPool`):
 confirmation's re-measurement workers and diagnosis's key-variable re-run are forks of the
 same zygote, so a diff of an HF pair imports transformers once, not three times. Counted
 as interpreter launches by this process, which the diff's stages cannot hide."""
@@ -126,7 +126,7 @@ def test_a_diff_starts_one_warm_worker_per_environment(pool_db, monkeypatch, b, 
     assert result.findings, result.confirm_note
     # one interpreter per environment for the whole diff: confirmation and diagnosis
     assert len(launches) == environments, launches
-    assert all("magneton.tracer.warm" in argv for argv in launches)
+    assert all("magneton.tracer.timing.warm" in argv for argv in launches)
     f = result.findings[0]
     assert f.interval.confirmed, f.interval.unconfirmed
     assert f"in {environments} warm worker(s)" in result.confirm_note

@@ -189,7 +189,7 @@ def _program_config(script: Path, args: list[str]) -> dict[str, str]:
 
 
 def test_a_program_flag_read_inside_a_helper_is_the_root(tmp_path):
-    from magneton.tracer.program import ProgramSpec
+    from magneton.tracer.programs.program import ProgramSpec
 
     prog = _write(tmp_path, "train.py", PROGRAM)
     cfg = {s: _program_config(prog, ["--foreach", v]) for s, v in (("a", "0"), ("b", "1"))}
@@ -211,7 +211,7 @@ def test_a_program_flag_read_inside_a_helper_is_the_root(tmp_path):
 
 
 def test_a_store_true_switch_reads_as_given_or_not(tmp_path):
-    from magneton.tracer.program import command_line_origin
+    from magneton.tracer.programs.program import command_line_origin
 
     prog = _write(tmp_path, "train.py", PROGRAM)
     on = command_line_origin(

@@ -17,7 +17,7 @@ from magneton.model import (
     split_stored_config,
     stored_config,
 )
-from magneton.tracer.shards import Shard, read_shard, write_shard
+from magneton.tracer.distributed.shards import Shard, read_shard, write_shard
 
 
 def _ranked_profile() -> Profile:

@@ -5,7 +5,7 @@ imports, so overlapping them keeps the module fast on two cores):
 
 * case c9, Join side: `magneton record examples/ddp_join/join.py --nproc 2` (the launcher
   path: elastic agent, shards, merge);
-* case c9, manual side: `torchrun ... -m magneton.tracer.distributed ... --job manual`
+* case c9, manual side: `torchrun ... -m magneton.tracer.distributed.worker ... --job manual`
   (the multi-node recipe on one node), then `magneton merge`;
 * a job whose rank 1 dies (`os._exit`) after its last collective.
 
@@ -47,7 +47,7 @@ from magneton.model import (
     RunInfo,
     TensorRecord,
 )
-from magneton.tracer.shards import (
+from magneton.tracer.distributed.shards import (
     Shard,
     find_shards,
     profile_from_dict,
@@ -132,7 +132,7 @@ def jobs(tmp_path_factory):
     manual = _start(
         ["-m", "torch.distributed.run"]
         + f"--nproc-per-node 2 --master-addr 127.0.0.1 --master-port {port}".split()
-        + ["-m", "magneton.tracer.distributed", str(C9 / "manual.py")]
+        + ["-m", "magneton.tracer.distributed.worker", str(C9 / "manual.py")]
         + ["--job", "manual", "--shards", str(shards)]
         + FAST
     )

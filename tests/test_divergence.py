@@ -21,7 +21,7 @@ from magneton.diagnose.cause.rootcause import diagnose_result
 from magneton.graphdb import open_db
 from magneton.graphdb.paths import DIVERGENCE_QUERY, bookkeeping
 from magneton.model import Finding
-from magneton.tracer.record import RecordOptions, record_callable
+from magneton.tracer.programs.record import RecordOptions, record_callable
 
 WORK = """
 import torch

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from magneton.model import OpRecord, Profile, RunInfo
-from magneton.tracer.energy import EnergySession, Trace, attribute_traces
-from magneton.tracer.power import MODELS, load_model
+from magneton.tracer.energy.power import MODELS, load_model
+from magneton.tracer.energy.session import EnergySession, Trace, attribute_traces
 
 S = 1_000_000_000  # ns per second
 
@@ -212,7 +212,7 @@ def test_model_prices_process_cpu_time_and_keeps_interpreter_time_apart():
     """With the timing pass's CPU clock, preemption (wall time the process did not run)
     costs nothing; the CPU time between ops is the interpreter's share of the next op;
     each op is priced on its cheapest iteration and every iteration is kept as a sample."""
-    from magneton.tracer.timing import TimingPass
+    from magneton.tracer.timing.passes import TimingPass
 
     ms = 1_000_000
     # 3 iterations of two ops; wall windows: op 0 preempted for 20 ms in iteration 1
@@ -247,7 +247,7 @@ def test_an_ops_estimate_does_not_fall_with_the_number_of_iterations():
     minimum of 5 iterations means the same whatever the count."""
     import numpy as np
 
-    from magneton.tracer.energy import expected_min
+    from magneton.tracer.energy.session import expected_min
 
     x = np.array([[3.0], [1.0], [2.0], [5.0], [4.0]])
     assert expected_min(x, k=5)[0] == 1.0 and expected_min(x, k=1)[0] == 3.0

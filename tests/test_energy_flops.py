@@ -7,7 +7,7 @@ import math
 import pytest
 
 from magneton.model import OpRecord
-from magneton.tracer.flops import count_op, count_work, dtype_bytes
+from magneton.tracer.energy.flops import count_op, count_work, dtype_bytes
 
 F32 = "float32"
 

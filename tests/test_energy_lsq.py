@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from magneton.model import MagnetonError, OpRecord, Profile, RunInfo
-from magneton.tracer.energy import GAP_TYPE, EnergySession, Trace
-from magneton.tracer.lsq import build_windows, solve, solve_trace, validate
+from magneton.tracer.energy.lsq import build_windows, solve, solve_trace, validate
+from magneton.tracer.energy.session import GAP_TYPE, EnergySession, Trace
 
 TRUE = {"aten::mm": 300.0, "aten::add": 120.0, "aten::softmax": 200.0}
 IDLE = 50.0

@@ -9,9 +9,9 @@ import torch
 from fakes import RaplKernel, make_rapl_tree  # tests/ is on sys.path (rootdir mode)
 
 from magneton.model import MagnetonError
-from magneton.tracer.energy import EnergySession
-from magneton.tracer.record import RecordOptions, record_callable
-from magneton.tracer.replay import replay_ops, replay_ops_detailed
+from magneton.tracer.energy.replay import replay_ops, replay_ops_detailed
+from magneton.tracer.energy.session import EnergySession
+from magneton.tracer.programs.record import RecordOptions, record_callable
 
 
 def inplace_workload(x, w):

@@ -19,8 +19,8 @@ import pytest
 from fakes import MAX_UJ, RaplKernel, make_rapl_tree
 
 from magneton.model import MagnetonError, OpRecord, Profile, RunInfo
-from magneton.tracer.energy import EnergySession
-from magneton.tracer.power import RaplSource, estimate_meter_offset, parse_meter_spec
+from magneton.tracer.energy.power import RaplSource, estimate_meter_offset, parse_meter_spec
+from magneton.tracer.energy.session import EnergySession
 
 
 def test_rapl_reads_package_and_dram_only(tmp_path):

@@ -354,7 +354,7 @@ _UNFINISHED_COMMIT = """
     timeout -s KILL 25 $python - "$D/db" <<'PY' 2>/dev/null
 import sys
 import magneton.graphdb.opening as dbm
-from magneton.tracer.record import RecordOptions, record_script
+from magneton.tracer.programs.record import RecordOptions, record_script
 dbm._SPACE_RESERVE_B = dbm._SPACE_PER_ROW_BYTE = 0
 record_script("tests/workloads/tiny.py", db=sys.argv[1], run="a", options=RecordOptions(repeat=1))
 PY

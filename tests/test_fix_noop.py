@@ -19,7 +19,7 @@ from fixcheck import noop_reason
 from magneton.diagnose.fix.plan import RunPair, _FixInput, refuse_noop
 from magneton.diagnose.source.dataflow import find_attribute_origin
 from magneton.model import Divergence, Finding, Fix, PathElement, Region
-from magneton.tracer.program import parse_command
+from magneton.tracer.programs.program import parse_command
 
 PROGRAM = """\
 import argparse

@@ -836,7 +836,7 @@ def main(model, x):
 
 
 def test_record_then_runs_and_query_end_to_end(tmp_path: Path, capsys) -> None:
-    pytest.importorskip("magneton.tracer.record")
+    pytest.importorskip("magneton.tracer.programs.record")
     script = tmp_path / "tiny.py"
     script.write_text(_SCRIPT)
     db = tmp_path / "db"

@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from magneton.graphdb import open_db
-from magneton.tracer.kineto import estimate_energy, profile_from_trace, read_trace
-from magneton.tracer.power import MODELS
+from magneton.tracer.capture.kineto import estimate_energy, profile_from_trace, read_trace
+from magneton.tracer.energy.power import MODELS
 
 REPO = Path(__file__).resolve().parents[1]
 # shipped next to the repo; MAGNETON_HTA_TRACES points elsewhere (e.g. from a worktree)

@@ -1,4 +1,4 @@
-"""Layout-invariant tensor summaries (tracer/invariants.py) and the equivalence built on
+"""Layout-invariant tensor summaries (tracer/capture/invariants.py) and the equivalence built on
 them (diagnose/matching/equivalence.py): what a user relies on is that the same value laid out
 differently matches and a perturbed value does not."""
 
@@ -20,8 +20,8 @@ from magneton.diagnose.matching.equivalence import (
     signature,
 )
 from magneton.model import TensorRecord
-from magneton.tracer import invariants
-from magneton.tracer.invariants import MAX_SPLITS, plan_splits, summarize
+from magneton.tracer.capture import invariants
+from magneton.tracer.capture.invariants import MAX_SPLITS, plan_splits, summarize
 
 
 def rec(t: torch.Tensor, idx: int = 0) -> TensorRecord:

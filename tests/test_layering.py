@@ -39,6 +39,7 @@ STAGE_FOLDERS = {
     "graphdb": "graphdb",
     "tracer": "tracer",
     "diagnose": "diagnose",
+    "render": "render",
     "tui": "tui",
     "magneton": "magneton",
 }
@@ -55,11 +56,20 @@ RANK = {
 }
 DIAGNOSE_RANK = {"source": 0, "matching": 1, "fix": 2, "cause": 3, "jobs": 4, "": 5}
 TRACER_CONTRACT = {
-    "magneton.tracer.unfoldings",  # a tensor summary's layout (matching reads summaries)
-    "magneton.tracer.timeline",  # which operator each instant of a run is charged to
-    "magneton.tracer.pricing",  # a re-measurement priced like its recording
-    "magneton.tracer.warm",  # the warm workers that re-run a recorded program
-    "magneton.tracer.program",  # a recorded program's config, and running one window of it
+    "magneton.tracer.capture.unfoldings",  # a tensor summary's layout (matching reads summaries)
+    "magneton.tracer.timing.timeline",  # which operator each instant of a run is charged to
+    "magneton.tracer.energy.pricing",  # a re-measurement priced like its recording
+    "magneton.tracer.timing.warm",  # the warm workers that re-run a recorded program
+    "magneton.tracer.programs.program",  # a recorded program's config, and running one window of it
+}
+# The front ends (render, the CLI, the TUI) reach each stage below them through one door:
+# the store through its package, recording and diagnosis through their `api` modules.
+# Everything else of those stages is theirs to rearrange.
+FRONT_ENDS = {"render", "magneton", "tui"}
+DOORS = {
+    "graphdb": {"magneton.graphdb"},
+    "tracer": {"magneton.tracer.api"},
+    "diagnose": {"magneton.diagnose.api"},
 }
 # Known cycles left in place, each with why. graphdb/db.py and graphdb/integrity.py are
 # being rewritten for the LadybugDB engine; the check after a crash (integrity) opens the
@@ -133,8 +143,6 @@ def imports(mods: dict[str, Path]) -> list[Edge]:
 
 def stage_of(module: str) -> str:
     parts = module.split(".")
-    if parts[:2] == ["magneton", "render"]:
-        return "render"  # a folder of magneton/, below both front ends
     return parts[1] if len(parts) > 1 and parts[1] in STAGE_FOLDERS else "magneton"
 
 
@@ -154,6 +162,8 @@ def violations(edges: list[Edge]) -> list[str]:
             ps, pd = diagnose_part(e.src), diagnose_part(e.dst)
             if ps != pd and DIAGNOSE_RANK[pd] >= DIAGNOSE_RANK[ps]:
                 out.append(f"{where} (diagnose/{pd or '.'} is not below diagnose/{ps or '.'})")
+        if s in FRONT_ENDS and d in DOORS and e.dst not in DOORS[d]:
+            out.append(f"{where} (a front end uses {d} only through {sorted(DOORS[d])})")
         if s == "diagnose" and d == "tracer" and e.dst not in TRACER_CONTRACT:
             out.append(
                 f"{where} (diagnose may use the tracer only through {sorted(TRACER_CONTRACT)})"
@@ -202,13 +212,16 @@ def test_the_checks_can_fail(tmp_path):
     (tmp_path / "diagnose" / "pipeline.py").write_text("")
     (tmp_path / "knowledge" / "a.py").write_text("from . import b\n")
     (tmp_path / "knowledge" / "b.py").write_text("from .a import x\n")
-    (tmp_path / "tui" / "t.py").write_text("from magneton.commands import export_patch\n")
+    (tmp_path / "tui" / "t.py").write_text(
+        "from magneton.commands import export_patch\nfrom magneton.diagnose import pipeline\n"
+    )
     (tmp_path / "magneton" / "commands").mkdir()
     (tmp_path / "magneton" / "commands" / "export_patch.py").write_text("")
     edges = imports(modules(tmp_path))
     bad = violations(edges)
     assert any(v.startswith("magneton.tracer.x:2 imports magneton.diagnose.pipeline") for v in bad)
     assert any(v.startswith("magneton.tui.t:1 imports magneton.commands.export_patch") for v in bad)
+    assert any(v.startswith("magneton.tui.t:2 imports magneton.diagnose.pipeline") for v in bad)
     assert {"magneton.knowledge.a", "magneton.knowledge.b"} in cycles(edges)
 
 

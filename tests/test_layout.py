@@ -22,7 +22,7 @@ def test_every_mapped_stage_is_linked_under_magneton():
 
 def test_root_imports_resolve_without_site_packages():
     # -S: no site-packages, so no editable finder: only the folders themselves
-    code = "import magneton.model.vocab as v, magneton.tracer.unfoldings as u; print(v.__file__)"
+    code = "import magneton.model.vocab as v, magneton.tracer.capture.unfoldings as u; print(v.__file__)"
     out = subprocess.run(
         [sys.executable, "-S", "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )

@@ -17,7 +17,7 @@ from magneton.diagnose.matching.detect import detect
 from magneton.diagnose.matching.diff import diff_profiles
 from magneton.diagnose.matching.match import FREE_OPS, align, build_graph, match_runs
 from magneton.model import MagnetonError, Profile
-from magneton.tracer.record import RecordOptions, record_callable
+from magneton.tracer.programs.record import RecordOptions, record_callable
 
 OPTS = RecordOptions(warmup=0, repeat=1, power="model", call_paths=False)
 

@@ -27,7 +27,7 @@ from magneton.diagnose.matching.match import (
     match_runs,
 )
 from magneton.model import Profile
-from magneton.tracer.record import RecordOptions, record_callable
+from magneton.tracer.programs.record import RecordOptions, record_callable
 
 OPTS = RecordOptions(warmup=0, repeat=1, power="model", call_paths=False)
 

@@ -1,10 +1,10 @@
-"""Names as every view prints them (graphdb/names.py): C++ kernel signatures from real GPU
+"""Names as every view prints them (model/names.py): C++ kernel signatures from real GPU
 traces shortened the way trace viewers do, short names left alone, the full name kept on
 demand, and the kernel family findings without a cause are grouped by."""
 
 from __future__ import annotations
 
-from magneton.graphdb.names import MAX_CHARS, family, full_names, short_name
+from magneton.model.names import MAX_CHARS, family, full_names, short_name
 
 # two of the kernels in ../shared/traces/hta/trace_diff_*.json.gz, verbatim
 ADD = (

@@ -4,7 +4,7 @@ An eval `nn.TransformerEncoder` run with autograd off takes PyTorch's fast path:
 batch with a key-padding mask is packed into a nested tensor and each layer is one fused
 operator on the real tokens. Nested tensors have no single size, and the recorder once
 failed on them ("NestedTensorImpl doesn't support sizes"). They are now recorded through
-their packed components (`tracer/nested.py`); these tests check the recording succeeds
+their packed components (`tracer/capture/nested.py`); these tests check the recording succeeds
 through the CLI and that what it stores describes those components, so value matching
 can pair them with the same tokens gathered densely.
 """
@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from magneton.graphdb import open_db
-from magneton.tracer.invariants import summarize
-from magneton.tracer.nested import recorded_view
+from magneton.tracer.capture.invariants import summarize
+from magneton.tracer.capture.nested import recorded_view
 
 SCRIPT = """
 import torch

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from magneton.model import EnergySpread, Profile, RunInfo
 from magneton.render.report import spread_line
-from magneton.tracer.program import MIN_TIMED_UNITS, parse_command
+from magneton.tracer.programs.program import MIN_TIMED_UNITS, parse_command
 
 PROGRAMS = Path(__file__).parent / "workloads" / "programs"
 

@@ -119,7 +119,7 @@ def test_diff_finds_and_root_causes_the_argument(hf_db):
 
 def test_stored_command_line_reruns_the_same_window(hf_db, capsys):
     from magneton.graphdb import load_profile
-    from magneton.tracer.program import ProgramSpec, run_program_window
+    from magneton.tracer.programs.program import ProgramSpec, run_program_window
 
     config = load_profile(str(hf_db), "sdpa").config
     spec = ProgramSpec.from_config(config)
@@ -222,7 +222,7 @@ def test_markers_are_no_ops_outside_a_recording():
 
 
 def test_command_line_origin_names_the_option_and_its_value(tmp_path):
-    from magneton.tracer.program import command_line_origin, parse_command
+    from magneton.tracer.programs.program import command_line_origin, parse_command
 
     cmd = ["python", str(TRAIN), "--attn-implementation", "eager", "--lr=1e-3"]
     config = parse_command(cmd, steps="1:1:3").to_config()

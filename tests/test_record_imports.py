@@ -1,7 +1,7 @@
 """What a recording imports: torch wraps every dispatch mode in `torch._dynamo.disable`,
 which would import dynamo and inductor (1.1 s) into every recording and cost ~2 µs per
 operator; Magneton's modes apply that wrapper only when dynamo has compiled something in
-the workload's process (tracer/capture.py `RecorderMode`). Each side of that rule, through
+the workload's process (tracer/capture/dispatch.py `RecorderMode`). Each side of that rule, through
 the CLI."""
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ PROBE = """
 import sys
 from magneton.cli import main
 rc = main(["record", sys.argv[1], "--db", sys.argv[2], "--run", "a", "--repeat", "1", "-q"])
-from magneton.tracer.capture import StructureCapture
-from magneton.tracer.timing import CpuTimingCapture
+from magneton.tracer.capture.dispatch import StructureCapture
+from magneton.tracer.timing.passes import CpuTimingCapture
 print(rc, "torch._dynamo" in sys.modules, "torch._inductor" in sys.modules,
       all(c.__dict__.get("_dynamo_disabled", False) for c in (StructureCapture, CpuTimingCapture)))
 """
@@ -81,7 +81,7 @@ if sys.argv[1] == "torch-first":
     import torch
 import magneton
 import torch
-from magneton.tracer.record import RecordOptions, record_callable
+from magneton.tracer.programs.record import RecordOptions, record_callable
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     p = record_callable(torch.relu, (torch.randn(64),), run="r",

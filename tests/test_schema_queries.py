@@ -53,7 +53,7 @@ def docdb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # internal energy rows that differ, or exist on one side only: queries 11-12 skip them
     a.config["energy.source"], b.config["energy.source"] = "model:a", "model:b"
     a.config["energy.iterations"] = "30"
-    # an imported trace's kept host events (tracer/kineto.py): internal, skipped too
+    # an imported trace's kept host events (tracer/capture/kineto.py): internal, skipped too
     a.config["trace.host_events"] = '{"cats":["cuda_runtime"],"names":[],"rows":[]}'
     b.config["trace.host_events"] = '{"cats":["cuda_driver"],"names":[],"rows":[]}'
     with open_db(d) as db:

@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 from magneton.graphdb import open_db
-from magneton.tracer.rankenv import rank_env
+from magneton.tracer.distributed.rankenv import rank_env
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""A SIGTERM always ends the process (tracer/signals.py): when the unwinding it starts
+"""A SIGTERM always ends the process (tracer/programs/signals.py): when the unwinding it starts
 is itself stuck, the process exits 143 after the grace period and says where it was,
 instead of running until a SIGKILL that says nothing."""
 
@@ -12,7 +12,7 @@ import textwrap
 STUCK = textwrap.dedent(
     """
     import sys, time
-    from magneton.tracer import signals
+    from magneton.tracer.programs import signals
     signals.STOP_GRACE_S = 1.0
     with signals.interruptible():
         try:
@@ -62,9 +62,9 @@ LOST_IN_CALLBACK = textwrap.dedent(
     """
     import signal, weakref
     import torch
-    from magneton.tracer import signals
-    from magneton.tracer.capture import ModuleTracker, StructureCapture, TimingCapture
-    from magneton.tracer.timing import CpuTimingCapture
+    from magneton.tracer.programs import signals
+    from magneton.tracer.capture.dispatch import ModuleTracker, StructureCapture, TimingCapture
+    from magneton.tracer.timing.passes import CpuTimingCapture
 
     class Box:
         pass

@@ -12,8 +12,8 @@ import time
 import pytest
 import torch
 
-from magneton.tracer import invariants
-from magneton.tracer.capture import ModuleTracker, StructureCapture, run_structure_pass
+from magneton.tracer.capture import invariants
+from magneton.tracer.capture.dispatch import ModuleTracker, StructureCapture, run_structure_pass
 
 
 class _Net(torch.nn.Module):
@@ -104,7 +104,7 @@ class _Masked(torch.nn.Module):
 
 def test_side_inputs_carry_no_summary_and_every_compared_tensor_has_one() -> None:
     from magneton.diagnose.matching.match import build_graph
-    from magneton.tracer.record import RecordOptions, record_callable
+    from magneton.tracer.programs.record import RecordOptions, record_callable
 
     torch.manual_seed(0)
     net, x = _Masked(), torch.randn(32, 64)
@@ -131,7 +131,7 @@ def test_inference_mode_tensors_of_any_size_are_summarized() -> None:
     cache, and every one of 64 K elements or more got an empty summary (so a serving
     program recorded under `torch.inference_mode` matched little beyond its small
     tensors)."""
-    from magneton.tracer.record import RecordOptions, record_callable
+    from magneton.tracer.programs.record import RecordOptions, record_callable
 
     torch.manual_seed(0)
     net, x = torch.nn.Linear(256, 512), torch.randn(512, 256)
@@ -150,7 +150,7 @@ def test_the_profiler_records_the_program_not_the_capture() -> None:
     detach, to, resolve_conj, resolve_neg) ran with the profiler recording: 65 extra
     events for this small net, 2,160 for a GPT-2 12L pass, each timed when recorded and
     parsed again after. Under each operator's dispatch only its tag is recorded now."""
-    from magneton.tracer.capture import _TAG, call_profiler
+    from magneton.tracer.capture.dispatch import _TAG, call_profiler
 
     torch.manual_seed(0)
     net, x = _Net(), torch.randn(512, 256)
@@ -173,7 +173,7 @@ def test_a_write_versions_only_tensors_of_the_written_storage() -> None:
     recorded as writing it (a wrong FLOWS edge: x's values "produced" by w's write). It
     happened in 6 of 30 iterations here; where two recordings of one program reused ids
     differently, it made the worker-vs-inline test above fail (seen in a suite run)."""
-    from magneton.tracer.capture import _storage_key
+    from magneton.tracer.capture.dispatch import _storage_key
 
     def forward(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         for _ in range(30):

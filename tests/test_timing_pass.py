@@ -6,7 +6,7 @@ import gc
 
 import torch
 
-from magneton.tracer.timing import relative_halfwidth, timed_iterations
+from magneton.tracer.timing.passes import relative_halfwidth, timed_iterations
 
 X = torch.randn(32, 32, generator=torch.Generator().manual_seed(0))
 # No test depends on the wall-clock budget except the one about it: on a loaded CI

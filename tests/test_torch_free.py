@@ -21,11 +21,11 @@ import pytest
         "magneton.diagnose.matching.match",
         "magneton.model",
         "magneton.model.vocab",
-        "magneton.tracer.unfoldings",
+        "magneton.tracer.capture.unfoldings",
         # the tracer's contract with diagnosis (docs/architecture.md, Stages)
-        "magneton.tracer.timeline",
-        "magneton.tracer.pricing",
-        "magneton.tracer.power.model",
+        "magneton.tracer.timing.timeline",
+        "magneton.tracer.energy.pricing",
+        "magneton.tracer.energy.power.model",
     ],
 )
 def test_diff_time_module_does_not_import_torch(module):
@@ -36,6 +36,6 @@ def test_diff_time_module_does_not_import_torch(module):
 
 def test_the_check_can_fail():
     """The same probe reports a module that does load torch (the tracer's summaries)."""
-    code = "import sys, magneton.tracer.invariants; print('torch' in sys.modules)"
+    code = "import sys, magneton.tracer.capture.invariants; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"

@@ -1,4 +1,4 @@
-"""Values from outside are checked at the boundary (issue 28, item 6; tracer/validate.py).
+"""Values from outside are checked at the boundary (issue 28, item 6; tracer/capture/validate.py).
 
 A torch.profiler trace and a shard are files anyone can write. Each bad value the issue
 found is fed through the CLI: `import-trace` of events with `"ts": "abc"`, NaN, 1e308, a
@@ -23,8 +23,8 @@ import torch
 
 from magneton.cli import main as cli
 from magneton.graphdb import open_db
-from magneton.tracer.shards import Shard, write_shard
-from magneton.tracer.validate import BOUNDS
+from magneton.tracer.capture.validate import BOUNDS
+from magneton.tracer.distributed.shards import Shard, write_shard
 
 
 def _run_cli(capsys, *args: str) -> tuple[int, str, str]:

@@ -1,4 +1,4 @@
-"""The warm worker (tracer/warm.py): jobs run in forks of one process that imported the
+"""The warm worker (tracer/timing/warm.py): jobs run in forks of one process that imported the
 scripts' common libraries once, each as a fresh process of its own folder would; timeouts
 and close() leave no process and no temporary directory behind."""
 
@@ -16,8 +16,8 @@ import pytest
 from recordings import takes_ctrl_c
 
 from magneton.model import WorkerError
-from magneton.tracer import allocator
-from magneton.tracer.warm import WarmWorker, common_imports
+from magneton.tracer.programs import allocator
+from magneton.tracer.timing.warm import WarmWorker, common_imports
 
 PROBE = """
 import os, sys
@@ -39,7 +39,7 @@ def report(arg):
         "ppid": os.getppid(),
         "total": total,
         "mailbox": "mailbox" in sys.modules,
-        "malloc": sys.modules["magneton.tracer.allocator"]._pinned,
+        "malloc": sys.modules["magneton.tracer.programs.allocator"]._pinned,
     }}
 
 
@@ -107,7 +107,7 @@ def test_jobs_run_in_forks_that_look_like_fresh_processes(sides, tmp_path):
         assert v["total"] == float(1 << 22)
         assert not v["mailbox"]  # only a's script imports it: never preloaded for b
         # glibc malloc's thresholds pinned before any import, as `magneton record` pins
-        # them before the script's (tracer/allocator.py)
+        # them before the script's (tracer/programs/allocator.py)
         assert v["malloc"] == allocator.pin() and v["malloc"].startswith("glibc")
     assert results["a"].value["ppid"] == results["b"].value["ppid"]  # one zygote
 
@@ -165,7 +165,7 @@ def test_without_fork_jobs_run_in_fresh_interpreters(sides):
 CALLER = """
 import json, sys, time
 from pathlib import Path
-from magneton.tracer.warm import WarmWorker
+from magneton.tracer.timing.warm import WarmWorker
 
 script, cwd, pid_file = sys.argv[1:4]
 with WarmWorker([script], tmp_prefix="magneton-rerun-") as w:

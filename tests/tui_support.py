@@ -36,7 +36,7 @@ def _record(script: Path, db: Path, run: str) -> None:
     wall-time noise on a shared 2-core CI box can out-rank the GELU finding. Energy then
     does not depend on time, so the timing pass runs its 2 calls and stops (no adaptive
     iterations until the time is stable)."""
-    from magneton.tracer.record import RecordOptions, record_script
+    from magneton.tracer.programs.record import RecordOptions, record_script
 
     opts = RecordOptions(warmup=1, repeat=2, power="model:work-only", adaptive=False)
     record_script(script, db=str(db), run=run, options=opts)

@@ -29,7 +29,7 @@ from .jobs import cancel_all
 from .screens import FindingsScreen, HelpScreen, QueryScreen, RunsScreen
 
 if TYPE_CHECKING:
-    from magneton.graphdb.db import RunRow
+    from magneton.graphdb import RunRow
 
 
 class MagnetonApp(App[int]):
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     store = Store(Path(args.db))
     try:
-        from magneton.diagnose.matching.detect import check_threshold
+        from magneton.diagnose.api import check_threshold
 
         check_threshold(args.threshold)  # the same bounds as `magneton diff`
         runs = store.check()

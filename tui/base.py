@@ -12,7 +12,7 @@ from magneton.model import RunSummary
 from .data import Store
 
 if TYPE_CHECKING:
-    from magneton.graphdb.db import RunRow
+    from magneton.graphdb import RunRow
 
     from .app import MagnetonApp
 

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from magneton.graphdb.wording import energy_wording
 from magneton.model import (
     DiffResult,
     Finding,
@@ -35,10 +34,10 @@ from magneton.model import (
     Profile,
 )
 from magneton.model.vocab import BOOKKEEPING_OPS
+from magneton.model.wording import energy_wording
 
 if TYPE_CHECKING:
-    from magneton.graphdb.contained import QueryStream
-    from magneton.graphdb.db import ProfileDB, RunRow
+    from magneton.graphdb import ProfileDB, QueryStream, RunRow
 
 
 class Store:
@@ -85,7 +84,7 @@ class Store:
     def query(self, cypher: str, limit: int) -> QueryStream:
         """A user's query, run as `magneton query` runs it (graphdb/contained.py: a child
         process, so an engine crash is an error line here, not the end of the TUI)."""
-        from magneton.graphdb.contained import stream_query
+        from magneton.graphdb import stream_query
 
         res = stream_query(self.path, cypher, limit=limit)
         res.rows = iter(list(res.rows))  # read all (at most `limit`) in the worker thread
@@ -102,7 +101,7 @@ def job_row(runs: Sequence[RunRow], name: str) -> RunRow | None:
     """A row standing for multi-rank job `name` (runs `name/rank0`, ...), or None when
     there is no such job: its time is the slowest rank's, its energy the ranks' sum (the
     diff replaces both with the job's own totals once it arrives)."""
-    from magneton.graphdb.db import RunRow
+    from magneton.graphdb import RunRow
 
     prefix = f"{name}/rank"
     ranks = [r for r in runs if r.name.startswith(prefix) and r.name[len(prefix) :].isdigit()]
@@ -217,9 +216,9 @@ def bar(fraction: float, width: int = 10) -> str:
 
 
 def short_op(name: str) -> str:
-    """An operator or kernel name as every view prints it (graphdb/names.py), without
+    """An operator or kernel name as every view prints it (model/names.py), without
     the `aten::` every operator has."""
-    from magneton.graphdb.names import short_name
+    from magneton.model.names import short_name
 
     return short_name(name.removeprefix("aten::"))
 

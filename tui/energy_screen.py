@@ -80,7 +80,7 @@ class EnergyScreen(BaseScreen):
 
     @work(thread=True, exclusive=True, group="energy")
     def load(self) -> None:
-        from magneton.diagnose.breakdown import module_tree, operator_table
+        from magneton.diagnose.api import module_tree, operator_table
 
         run, by, fold = self.run, self.by, self.fold
         try:
@@ -102,7 +102,7 @@ class EnergyScreen(BaseScreen):
             share.append(_mini_bar(r.share), style="magenta")
             table.add_row(
                 # interpreter time is not an operator: set apart, as `report` does
-                # one helper shortens names everywhere, the column capped (graphdb/names.py)
+                # one helper shortens names everywhere, the column capped (model/names.py)
                 Text(cell_name(r.name), style="yellow")
                 if r.kind == "python"
                 else cell_name(r.name),
@@ -156,7 +156,7 @@ class EnergyScreen(BaseScreen):
 
 def cell_name(name: str) -> str:
     """A name in a table cell: shortened, and cut to the name column's cap."""
-    from magneton.graphdb.names import COLUMN_MAX, names_are_full, short_name
+    from magneton.model.names import COLUMN_MAX, names_are_full, short_name
 
     text = short_name(name)
     if names_are_full() or len(text) <= COLUMN_MAX:

@@ -65,7 +65,7 @@ def check_applies(patch: Path, base_dir: Path | None) -> ApplyCheck:
     changed). Inside a git work tree git reads patch paths from the repository root and
     silently skips the others, so a plain `--check` in `base_dir` would pass without
     checking anything; `git_apply_command` adds the `--directory` that prevents this."""
-    from magneton.diagnose.fix.apply import git_apply_command
+    from magneton.diagnose.api import git_apply_command
 
     if shutil.which("git") is None or base_dir is None or not base_dir.is_dir():
         return ApplyCheck(None, "not checked (no git or no script folder)")

@@ -23,7 +23,7 @@ from .jobs import DiffJob
 from .widgets import FINDING_COLUMNS, Note, cause_text, energy_header, finding_row
 
 if TYPE_CHECKING:
-    from magneton.graphdb.db import RunRow
+    from magneton.graphdb import RunRow
 
 
 # --------------------------------------------------------------------------------------

@@ -82,7 +82,7 @@ def child_main(argv: list[str] | None = None) -> int:
 def _diff(args: argparse.Namespace, out: IO[bytes]) -> int:
     """Run the diff pipeline (diagnose/pipeline.py), sending its stages as events. The DB
     is opened read-only: the pipeline stores nothing, and neither does the TUI."""
-    from magneton.diagnose.pipeline import run_diff
+    from magneton.diagnose.api import run_diff
     from magneton.graphdb import open_db
     from magneton.model import MagnetonError
 

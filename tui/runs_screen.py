@@ -17,7 +17,7 @@ from .energy_screen import EnergyScreen
 from .widgets import Note
 
 if TYPE_CHECKING:
-    from magneton.graphdb.db import RunRow
+    from magneton.graphdb import RunRow
 
 
 # --------------------------------------------------------------------------------------

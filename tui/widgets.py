@@ -6,7 +6,7 @@ functions of the data contract (`Finding`, `Profile`), which keeps them testable
 a running app and keeps screen code about layout and keys only.
 
 Diagnosis fields (`divergence`, `root_cause`, `fix`) are the typed results of
-graphdb/model.py ("Diagnosis results"); each may be None here (a finding still being
+model/diagnosis.py; each may be None here (a finding still being
 diagnosed, or one diagnosis could not explain, must render, not crash), and a root
 cause's `note` and `error` are always shown, so "why nothing was found" is visible.
 """
@@ -25,7 +25,6 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Label, Sparkline, Static
 
-from magneton.graphdb.paths import IGNORED_OPS
 from magneton.model import (
     DiffResult,
     Divergence,
@@ -36,7 +35,7 @@ from magneton.model import (
     RootCause,
     RuleRef,
 )
-from magneton.model.vocab import BOOKKEEPING_OPS
+from magneton.model.vocab import BOOKKEEPING_OPS, IGNORED_OPS
 
 from .data import (
     PowerSlice,

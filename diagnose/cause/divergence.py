@@ -20,7 +20,7 @@ operand property (device, dtype, shape, layout) in which its twin operators diff
 channels-last weight or a column-major input that adds a layout copy is explained by
 the same walk back as a kernel-argument divergence.
 
-The result is a `Divergence` of graphdb/model.py whose elements are `PathElement`s;
+The result is a `Divergence` of model/diagnosis.py whose elements are `PathElement`s;
 `Divergence.to_json()` (documented in docs/diagnosis.md) writes:
 
     {"level": "python" | "dispatch" | "kernel",

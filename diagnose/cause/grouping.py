@@ -13,7 +13,7 @@ one line, its softmax at another) and one edit fixes both. Without a traced orig
 key and such findings group only with those diverging at the same place and kind. Noise
 never groups with a real finding. Findings with neither a traced origin nor a Python
 site (imported traces, matched by operator path) group by the *family* of the kernel
-where they diverge (`vectorized_elementwise_kernel`, `Memcpy DtoD`; graphdb/names.py)
+where they diverge (`vectorized_elementwise_kernel`, `Memcpy DtoD`; model/names.py)
 and the side that spends more: a diff of two real GPU traces listed 45 such findings one
 by one, 20 of them some `elementwise_kernel`, which one row says as well.
 
@@ -34,8 +34,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from magneton.graphdb.names import family
 from magneton.model import Finding
+from magneton.model.names import family
 
 
 def cause_key(f: Finding) -> tuple:
@@ -63,7 +63,7 @@ def cause_key(f: Finding) -> tuple:
 
 
 def kernel_family(f: Finding) -> str:
-    """The family (graphdb/names.py) of the kernel where a finding without a cause
+    """The family (model/names.py) of the kernel where a finding without a cause
     diverges, on the side that spends more (else the other); "" when none is named."""
     div = f.divergence
     if div is None or div.level != "kernel":

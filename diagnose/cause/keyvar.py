@@ -15,7 +15,7 @@ Paper §4.3 (FindKeyVar). Two situations:
   differently, or else the call target whose value differs, is the key variable. Each
   side runs in a process of its own: scripts set global flags at import (`torch.backends.
   mkldnn.enabled = False`) and must not leak them into Magneton or into each other. The
-  processes are forks of one warm worker (tracer/warm.py) that imported the libraries
+  processes are forks of one warm worker (tracer/timing/warm.py) that imported the libraries
   both scripts import once — two cold imports of transformers were over 90% of the
   re-run; the two sides run in parallel. In a diff (diagnose/pipeline.py) that worker is
   the diff's own (`WarmPool`), started when detection found candidates and already used
@@ -44,8 +44,8 @@ import libcst as cst
 
 from magneton.knowledge.base import Knob, KnowledgeBase
 from magneton.model import PathElement, WorkerError
-from magneton.tracer.program import env_of, program_config
-from magneton.tracer.warm import WarmPool, WarmWorker
+from magneton.tracer.programs.program import env_of, program_config
+from magneton.tracer.timing.warm import WarmPool, WarmWorker
 
 from ..source.dataflow import (
     BackwardSlicer,
@@ -65,7 +65,7 @@ RERUN_TIMEOUT_S = 240.0
 
 
 # --------------------------------------------------------------------------------------
-# Re-run of one side (a job of tracer/warm.py's worker, in a child process)
+# Re-run of one side (a job of tracer/timing/warm.py's worker, in a child process)
 # --------------------------------------------------------------------------------------
 
 # Frames that are call plumbing, skipped when recording who called a watched function.
@@ -261,8 +261,8 @@ def _trace_entry(spec: dict, script: str, tracer: _Tracer, phases: dict, t0: flo
 
 def _trace_program_window(program: dict, tracer: _Tracer, phases: dict, t0: float) -> None:
     """Re-run a recorded program (`magneton record -- python …`) with the tracer on for
-    exactly the unit its structure pass recorded (tracer/program.py)."""
-    from magneton.tracer.program import run_program_window
+    exactly the unit its structure pass recorded (tracer/programs/program.py)."""
+    from magneton.tracer.programs.program import run_program_window
 
     try:
         run_program_window(
@@ -274,7 +274,7 @@ def _trace_program_window(program: dict, tracer: _Tracer, phases: dict, t0: floa
 
 
 def run_side(spec: dict) -> dict:
-    """Re-run one side with the watches installed (a job of tracer/warm.py's worker, in a
+    """Re-run one side with the watches installed (a job of tracer/timing/warm.py's worker, in a
     child process of its own); the tracer's tables as JSON."""
     tracer = _Tracer(spec)
     result: dict = {"ok": False, "error": ""}
@@ -381,10 +381,10 @@ def watch_for(idx: SourceIndex, fn: cst.FunctionDef) -> Watch:
 class Rerun:
     """The re-run of both sides, started before the watch points are known.
 
-    The workers (tracer/warm.py) begin importing the scripts' libraries at once, so the
+    The workers (tracer/timing/warm.py) begin importing the scripts' libraries at once, so the
     caller's static analysis overlaps them; `run(watches)` then forks one child per side.
     Sides recorded in the same environment share one worker: the libraries both scripts
-    import are imported once. With `pool` (the diff's warm workers, tracer/warm.py
+    import are imported once. With `pool` (the diff's warm workers, tracer/timing/warm.py
     `WarmPool`, which confirmation already used), a group the pool has a worker for runs
     there, so a diff imports its libraries once in all; groups it lacks get a worker of
     their own. `close()` (or leaving the `with`) kills the processes of the workers it

@@ -20,7 +20,7 @@ A finding whose diagnosis fails for an unexpected reason keeps its measurement a
 root cause of kind "unknown" with the reason: one broken diagnosis must not hide the
 other findings (the error is kept in `RootCause.error`).
 
-The results are the typed `Divergence`, `RootCause` and `Fix` of graphdb/model.py, built
+The results are the typed `Divergence`, `RootCause` and `Fix` of model/diagnosis.py, built
 here directly (their `to_json` is the `diff --json` contract, docs/diagnosis.md).
 Diagnosis never writes the DB; `store_diagnosis` does, when a caller asks
 (diagnose/pipeline.py composes the two).
@@ -47,7 +47,7 @@ from magneton.model import (
     RootCause,
 )
 from magneton.model.vocab import IGNORED_OPS
-from magneton.tracer.warm import WarmPool
+from magneton.tracer.timing.warm import WarmPool
 
 from ..fix.edits import Block, statement_block
 from ..fix.plan import RunPair, framework, make_fix, user_lines
@@ -340,7 +340,7 @@ class Diagnoser:
         self.db = db
         self.result = result
         self.rerun = rerun
-        # the diff's warm workers (tracer/warm.py), owned by the caller: the re-run forks
+        # the diff's warm workers (tracer/timing/warm.py), owned by the caller: the re-run forks
         # from them instead of importing the scripts' libraries once more
         self.pool = pool
         self.kb = kb or default_knowledge()
@@ -651,7 +651,7 @@ def _cause_line(f: Finding, rc: RootCause) -> str:
 
 
 def _element_label(e: PathElement) -> str:
-    from magneton.graphdb.names import short_name
+    from magneton.model.names import short_name
 
     if e.kind == "frame":
         return f"{os.path.basename(e.file or '')}:{e.line} {e.function}"

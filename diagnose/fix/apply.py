@@ -18,7 +18,7 @@ import subprocess
 from magneton.model import MagnetonError
 
 
-def _git_toplevel(path: str) -> str | None:
+def git_toplevel(path: str) -> str | None:
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--show-toplevel"],
@@ -34,7 +34,7 @@ def _git_toplevel(path: str) -> str | None:
 
 def git_apply_command(base_dir: str, patch_file: str, check: bool = False) -> tuple[list[str], str]:
     """The git apply invocation (argv, cwd) that applies a base_dir-relative patch."""
-    top = _git_toplevel(base_dir)
+    top = git_toplevel(base_dir)
     argv = ["git", "apply"] + (["--check"] if check else [])
     if top:
         rel = os.path.relpath(os.path.realpath(base_dir), os.path.realpath(top))

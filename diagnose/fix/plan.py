@@ -23,7 +23,7 @@ import libcst as cst
 from magneton.graphdb.paths import IGNORED_OPS
 from magneton.knowledge.match import RuleMatch
 from magneton.model import Finding, Fix, Profile
-from magneton.model.vocab import framework_name, framework_of
+from magneton.model.frameworks import framework_name, framework_of
 
 from ..source.dataflow import KeyVariable, Origin
 from ..source.index import Span, is_user_file, script_unchanged, source_index

@@ -77,7 +77,7 @@ def _above_idle_j(p: Profile, ops: list[int], idle_w: float, charged_s: float) -
     it was obtained. With the energy model the idle draw is its static power, so this is
     exactly the operators' dynamic (FLOP and byte) energy; with a sensor it is their
     energy minus idle power times the time charged to them."""
-    from magneton.tracer.pricing import recorded_model
+    from magneton.tracer.energy.pricing import recorded_model
 
     coeffs = recorded_model(p) if p.run.energy_method == "estimated" else None
     if coeffs is not None:
@@ -97,7 +97,7 @@ def _charged_time_s(p: Profile, ops: list[int]) -> float:
     leave out the gap time whose energy they carry."""
     import numpy as np
 
-    from magneton.tracer.timeline import tile
+    from magneton.tracer.timing.timeline import tile
 
     timed = [op for op in p.ops if op.end_ns > op.start_ns]
     if not timed:

@@ -1,6 +1,6 @@
 """Multi-rank analysis: one report over all ranks of a job (`magneton report JOB`).
 
-A job recorded with `magneton record --nproc N --run NAME` (tracer/distributed.py) is the
+A job recorded with `magneton record --nproc N --run NAME` (tracer/distributed/worker.py) is the
 runs `NAME/rank0 … NAME/rank<N-1>`. This module reads them back and answers:
 
 * `rank_report(db, NAME)` - per rank: time and energy per entry call, time and energy in
@@ -88,7 +88,7 @@ def is_multirank(db: DBArg, name: str) -> bool:
 
 
 # --------------------------------------------------------------------------------------
-# Collective timings recorded by tracer/distributed.py
+# Collective timings recorded by tracer/distributed/worker.py
 # --------------------------------------------------------------------------------------
 
 

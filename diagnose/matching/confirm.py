@@ -6,10 +6,10 @@ Load, clock frequency and a busy neighbour change between them, and identical co
 drifted 10-30% between two recordings on a shared 2-core machine; detection's between-runs
 term widens the interval by the drift that identical work showed, but it cannot tell a
 setting that slows every kernel alike from load. So a candidate is confirmed before it is
-reported: one warm worker per side (tracer/remeasure.py, loaded like `magneton record`
+reported: one warm worker per side (tracer/timing/remeasure.py, loaded like `magneton record`
 loads the script, forked from the diff's zygote as below) runs the entry once per round, the rounds alternate between the sides
 (A B, B A, A B, ... so neither side always runs second), and each round's operator
-windows are priced with the recording's own pricing (tracer/pricing.py `reprice`). A round
+windows are priced with the recording's own pricing (tracer/energy/pricing.py `reprice`). A round
 gives each candidate one log ratio ln(E_wasteful / E_efficient) of two measurements taken
 seconds apart, so drift and load hit both sides alike and cancel in the ratio.
 
@@ -42,7 +42,7 @@ and remove their directory, and a worker whose diff died (even SIGKILLed) ends i
 
 A program run (`magneton record -- python ...`) is confirmed too, but it cannot be held
 warm: its model and its steps live in its `__main__`. Each of its rounds runs the program
-afresh up to the end of its recorded window (`ProgramWorker`, tracer/program.py
+afresh up to the end of its recorded window (`ProgramWorker`, tracer/programs/program.py
 `time_window`: the same steps, timed as the recording timed them), a round's value is
 the median over the window's timed steps, and the paired test runs on those. A round
 then costs the program's start-up (its model build and WAIT/WARMUP steps), not an import.
@@ -50,7 +50,7 @@ then costs the program's start-up (its model build and WAIT/WARMUP steps), not a
 Where the workers come from, and the failure each choice prevents:
 
 * **Jobs of the diff's warm worker, not fresh interpreters.** Each side's worker is a
-  job (`remeasure.serve`) forked from a zygote (tracer/warm.py `WarmPool`, one per
+  job (`remeasure.serve`) forked from a zygote (tracer/timing/warm.py `WarmPool`, one per
   recorded environment) that the diff starts as soon as detection has candidates and
   that the key-variable re-run of diagnosis reuses: a fresh interpreter per side, then
   another zygote for the re-run, imported transformers three times per diff (5-7 s of
@@ -86,7 +86,7 @@ import numpy as np
 from scipy import special  # t/normal quantiles; scipy.stats costs 0.6 s more to import
 
 from magneton.model import Finding, Profile, SavingInterval, WorkerError
-from magneton.tracer.warm import WarmPool, WarmWorker, unix_address
+from magneton.tracer.timing.warm import WarmPool, WarmWorker, unix_address
 
 from .detect import CONFIDENCE, cannot_reach, confident, ranked, undecided, verdict_of
 
@@ -180,9 +180,9 @@ def work_only(p: Profile) -> bool:
 # the modules a diff's warm workers preload: the jobs of confirmation and of the
 # key-variable re-run (diagnose/cause/keyvar.py), so neither imports Magneton's side in a child
 PRELOAD = (
-    "magneton.tracer.remeasure",
-    "magneton.tracer.record",
-    "magneton.tracer.program",
+    "magneton.tracer.timing.remeasure",
+    "magneton.tracer.programs.record",
+    "magneton.tracer.programs.program",
     "magneton.diagnose.cause.keyvar",
 )
 
@@ -190,7 +190,7 @@ PRELOAD = (
 def start_pool(pa: Profile, pb: Profile, tmp_prefix: str = "magneton-diff-") -> WarmPool:
     """The warm workers for re-running both sides of a diff (one per recorded
     environment), importing their libraries from now on."""
-    from magneton.tracer.program import env_of
+    from magneton.tracer.programs.program import env_of
 
     return WarmPool(
         {s: (p.run.script, env_of(p.config)) for s, p in (("a", pa), ("b", pb))},
@@ -200,14 +200,14 @@ def start_pool(pa: Profile, pb: Profile, tmp_prefix: str = "magneton-diff-") -> 
 
 
 def _covers(pool: WarmPool, profiles: dict[str, Profile]) -> bool:
-    from magneton.tracer.program import env_of
+    from magneton.tracer.programs.program import env_of
 
     return all(pool.worker([p.run.script], env_of(p.config)) for p in profiles.values())
 
 
 def _warm_of(side: str, p: Profile, pool: WarmPool) -> WarmWorker:
     """The diff's warm worker that serves run `p`'s script and environment."""
-    from magneton.tracer.program import env_of
+    from magneton.tracer.programs.program import env_of
 
     warm = pool.worker([p.run.script], env_of(p.config))
     if warm is None:
@@ -224,11 +224,11 @@ def _check_ops(side: str, names: list[str], p: Profile) -> None:
 
 
 class Worker:
-    """One side's re-measurement job (tracer/remeasure.py `serve`), forked from the
+    """One side's re-measurement job (tracer/timing/remeasure.py `serve`), forked from the
     diff's warm worker, and the Unix socket it answers on."""
 
     def __init__(self, side: str, p: Profile, pool: WarmPool):
-        from magneton.tracer.program import env_of
+        from magneton.tracer.programs.program import env_of
 
         self.side, self.profile = side, p
         self.warm = warm = _warm_of(side, p, pool)
@@ -251,7 +251,9 @@ class Worker:
                 "socket": self.sock_path,
             }
             self.job = warm.submit(
-                "magneton.tracer.remeasure:serve", spec, cwd=os.path.dirname(p.run.script) or None
+                "magneton.tracer.timing.remeasure:serve",
+                spec,
+                cwd=os.path.dirname(p.run.script) or None,
             )
         except BaseException:
             self._listener.close()
@@ -331,11 +333,11 @@ class ProgramWorker:
     called again: each round runs the program afresh as a job of the diff's warm worker
     (forked, so its libraries are imported already) up to the end of its recorded window,
     with the window's timing units timed as the recording timed them
-    (tracer/program.py `time_window`), and stops it there. A round therefore gives as many
+    (tracer/programs/program.py `time_window`), and stops it there. A round therefore gives as many
     rows as the window has timed units; `Rounds` reduces them to one value per round."""
 
     def __init__(self, side: str, p: Profile, pool: WarmPool):
-        from magneton.tracer.program import env_of, program_config
+        from magneton.tracer.programs.program import env_of, program_config
 
         self.side, self.profile = side, p
         self.warm = _warm_of(side, p, pool)
@@ -352,7 +354,9 @@ class ProgramWorker:
     def round(self) -> list[tuple[np.ndarray, np.ndarray | None]]:
         """One run of the program's window: [(wall, None)] per timed unit."""
         t0 = time.monotonic()
-        job = self.warm.submit("magneton.tracer.program:time_window", self.spec, cwd=self.cwd)
+        job = self.warm.submit(
+            "magneton.tracer.programs.program:time_window", self.spec, cwd=self.cwd
+        )
         res = self.warm.result(job, timeout_s=self.timeout_s)
         if not res.ok:
             raise WorkerError(f"side {self.side} raised {res.error}")
@@ -371,7 +375,7 @@ class ProgramWorker:
 
 def make_worker(side: str, p: Profile, pool: WarmPool) -> Worker | ProgramWorker:
     """The re-measurement worker for one side: a program run's or a script's."""
-    from magneton.tracer.program import program_config
+    from magneton.tracer.programs.program import program_config
 
     return (ProgramWorker if program_config(p.config) else Worker)(side, p, pool)
 
@@ -421,7 +425,7 @@ class Rounds:
         return sum(r < n for r in self.round_of[side])
 
     def priced(self, side: str, p: Profile):
-        from magneton.tracer.pricing import reprice
+        from magneton.tracer.energy.pricing import reprice
 
         k = self._rows(side)
         return reprice(p, np.stack(self.wall[side][:k]), _stacked(self.cpu[side][:k]))

@@ -129,7 +129,7 @@ def run_samples(p: Profile) -> np.ndarray | None:
     return s * scale
 
 
-SAMPLE_TOL = 1e-3  # the stored samples keep 4 significant digits (graphdb/model.py)
+SAMPLE_TOL = 1e-3  # the stored samples keep 4 significant digits (model/energy.py)
 
 
 def _within_samples(point: np.ndarray, s: np.ndarray) -> bool:

@@ -1,7 +1,7 @@
 """Tensor equivalence across two runs: "do these two records hold the same value?"
 
 A record never holds data, only the layout-invariant summary written by
-`magneton.tracer.invariants.summarize`. Two tensors are *equivalent* when
+`magneton.tracer.capture.invariants.summarize`. Two tensors are *equivalent* when
 
 * they are of the same dtype class (float / complex / integer / bool) and numel — a
   reshape keeps numel, and flattening ids for an embedding lookup must still match;
@@ -52,8 +52,8 @@ from functools import lru_cache
 import numpy as np
 
 from magneton.model import TensorRecord
-from magneton.tracer.unfoldings import canonical_shape, plan_splits
-from magneton.tracer.unfoldings import dtype_class as _dtype_class
+from magneton.tracer.capture.unfoldings import canonical_shape, plan_splits
+from magneton.tracer.capture.unfoldings import dtype_class as _dtype_class
 
 DEFAULT_TAU = 1e-3
 EPS_FACTOR = 2.0

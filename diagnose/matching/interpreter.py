@@ -2,7 +2,7 @@
 
 Where a run's attribution kept interpreter time apart (`RunEnergy.interp_j`: the process
 CPU time between one operator's end and the next one's start, priced by the energy
-model; tracer/energy.py), that energy belongs to the Python that ran, not to the
+model; tracer/energy/session.py), that energy belongs to the Python that ran, not to the
 operator it led to. `report` shows it as python rows; `diff` compares it place by place
 here, so "eager attention builds its mask in Python" is a finding of its own instead of
 inflating the `embedding` that follows the mask.

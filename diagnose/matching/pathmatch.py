@@ -5,7 +5,7 @@ trace from torch.profiler has none. Such runs are compared by what the trace doe
 
 * a *region* is every operator call with the same aten call path (the top-level
   operator's first dispatch chain, "aten::linear > aten::addmm"), together with the GPU
-  activities it launched (their `launched_by=` in `scalar_args`, tracer/kineto.py). Calls
+  activities it launched (their `launched_by=` in `scalar_args`, tracer/capture/kineto.py). Calls
   are pooled per path rather than aligned by position: the two runs may be different steps,
   batch counts or GPUs, and a position-wise alignment of thousands of calls would pair
   unrelated ones as soon as one extra call shifts the sequence;
@@ -113,7 +113,7 @@ def _short(name: str, limit: int = 70) -> str:
 
 
 def describe_deltas(deltas: list[KernelDelta], n: int = 3) -> str:
-    from magneton.graphdb.names import short_name
+    from magneton.model.names import short_name
 
     parts = []
     for d in deltas[:n]:

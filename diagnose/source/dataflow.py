@@ -779,7 +779,7 @@ def command_line_step(
     option's default), `option` the flag, `option_default` the default literal a patch
     may edit. Without this hop both sides' origins read `args.attn_implementation`, and
     a fix would "change" it to itself."""
-    from magneton.tracer.program import command_line_origin
+    from magneton.tracer.programs.program import command_line_origin
 
     if not config or not (isinstance(vnode, cst.Attribute) and isinstance(vnode.value, cst.Name)):
         return origin

@@ -472,7 +472,7 @@ def _option_lines(s: _Slice, dest: str) -> set[int]:
 def _option_difference(
     profs: dict[str, Profile], slices: dict[str, _Slice], configs: dict[str, dict]
 ) -> Difference | None:
-    from magneton.tracer.program import command_line_origin
+    from magneton.tracer.programs.program import command_line_origin
 
     from .dataflow import _option_default
 

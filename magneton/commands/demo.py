@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from magneton.cli import main as cli
-    from magneton.tracer.record import RecordOptions, record_script
+    from magneton.tracer.api import RecordOptions, record_script
 
     console = Console()
     case = Path(args.case) if args.case else _find_case("gelu_backend")
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     # the diff runs here rather than through the CLI so the hint below can name a
     # finding worth patching (finding 1 is the largest difference, which may be noise)
     from magneton.commands.diff import diff_progress
-    from magneton.diagnose.pipeline import run_diff, store_outcome
+    from magneton.diagnose.api import run_diff, store_outcome
     from magneton.graphdb import open_db
     from magneton.render.diff import print_diagnosis, print_result
 

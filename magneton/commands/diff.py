@@ -38,13 +38,13 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from magneton.graphdb.names import add_full_names
 from magneton.model import DiffResult, Finding
+from magneton.model.names import add_full_names
 from magneton.render.diff import CSV_COLUMNS, print_diagnosis, print_result, write_csv
 
 if TYPE_CHECKING:
-    from magneton.diagnose.pipeline import Progress
-    from magneton.graphdb.db import ProfileDB
+    from magneton.diagnose.api import Progress
+    from magneton.graphdb import ProfileDB
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -171,7 +171,7 @@ def below_gate(result: DiffResult, min_share: float) -> list[Finding]:
 
 def self_diff(db: ProfileDB, name: str, fmt: str) -> int:
     """`diff A A`: say that a run was compared with itself (nothing can differ)."""
-    from magneton.diagnose.pipeline import is_job
+    from magneton.diagnose.api import is_job
 
     if not is_job(db, name):
         db.require_run(name)
@@ -192,11 +192,10 @@ def self_diff(db: ProfileDB, name: str, fmt: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from magneton.diagnose.matching.detect import check_threshold
-    from magneton.diagnose.pipeline import run_diff, store_outcome
+    from magneton.diagnose.api import check_threshold, run_diff, store_outcome
     from magneton.graphdb import open_db
-    from magneton.graphdb.names import set_full_names
     from magneton.model import MagnetonError
+    from magneton.model.names import set_full_names
 
     set_full_names(args.full_names)
     check_threshold(args.threshold)
@@ -263,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-# config keys that name the hardware a run ran on (tracer/config.py, tracer/kineto.py)
+# config keys that name the hardware a run ran on (tracer/capture/config.py, tracer/capture/kineto.py)
 _HW_KEYS_CYPHER = (
     "MATCH (c:ConfigEntry) WHERE c.run IN [$a, $b] AND (c.key = 'trace.gpu' OR "
     "c.key = 'device.cpu' OR (c.key STARTS WITH 'device.cuda.' AND c.key ENDS WITH '.name')) "
@@ -273,7 +272,7 @@ _HW_KEYS_CYPHER = (
 
 def _config_run(db: ProfileDB, name: str) -> str:
     """The run whose config speaks for `name`: itself, or a job's rank 0."""
-    from magneton.diagnose.pipeline import is_job
+    from magneton.diagnose.api import is_job
 
     return f"{name}/rank0" if is_job(db, name) else name
 

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 from magneton.model import Finding, MagnetonError, RootCause
 
 if TYPE_CHECKING:
-    from magneton.graphdb.db import ProfileDB
+    from magneton.graphdb import ProfileDB
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -193,7 +193,7 @@ def record(target: list[str], db: str, run: str, args: list[str]) -> None:
 
 def relevant_finding(result, db: ProfileDB, region_ops: list[str]):
     """The finding whose regions contain one of `region_ops` (largest saving first)."""
-    from magneton.diagnose.cause.rootcause import side_facts
+    from magneton.diagnose.api import side_facts
 
     # interpreter findings hold the ops Python led to, not a matched region
     regions = [f for f in result.findings if f.kind != "interpreter"]
@@ -275,7 +275,7 @@ def _has_runs(db_path: str) -> bool:
 
 
 def eval_case(case: Path, db_dir: str, repeat: int, rerun: bool, reuse: bool = False) -> CaseResult:
-    from magneton.diagnose.pipeline import run_diff, store_outcome
+    from magneton.diagnose.api import run_diff, store_outcome
     from magneton.graphdb import open_db
 
     expect = load_expect(case)

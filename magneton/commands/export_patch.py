@@ -37,11 +37,11 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING
 
-from magneton.diagnose.fix.apply import _git_toplevel, git_apply_command
+from magneton.diagnose.api import git_apply_command, git_toplevel
 from magneton.model import Fix, MagnetonError
 
 if TYPE_CHECKING:
-    from magneton.graphdb.db import ProfileDB
+    from magneton.graphdb import ProfileDB
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -98,7 +98,7 @@ def confine(db: ProfileDB, a: str, b: str, fix: Fix) -> str:
     roots: list[str] = []
     for s in scripts:
         folder = os.path.dirname(s)
-        top = _git_toplevel(folder) if os.path.isdir(folder) else None
+        top = git_toplevel(folder) if os.path.isdir(folder) else None
         roots += [folder] + ([os.path.realpath(top)] if top else [])
     if not fix.base_dir or not any(_inside(base, r) for r in roots):
         raise MagnetonError(
@@ -132,9 +132,14 @@ def _patch_touches(patch_file: str, cwd: str) -> list[str]:
 
 
 def find_finding(db: ProfileDB, a: str, b: str, fid: int, rerun: bool):
-    from magneton.diagnose.cause.rootcause import store_diagnosis
-    from magneton.diagnose.pipeline import diagnose_findings, is_job, run_diff, store_outcome
-    from magneton.graphdb.matches import load_diff
+    from magneton.diagnose.api import (
+        diagnose_findings,
+        is_job,
+        run_diff,
+        store_diagnosis,
+        store_outcome,
+    )
+    from magneton.graphdb import load_diff
 
     job = is_job(db, a)
     loaded = None if job else load_diff(db, a, b)

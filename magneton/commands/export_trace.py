@@ -17,7 +17,7 @@ and Holistic Trace Analysis (HTA) read them as they read a profiler trace:
 * GPU activities with their own device timing (runs imported from a GPU trace) are
   `kernel` / `gpu_memcpy` / `gpu_memset` events on process = device, thread = stream, with
   `stream`, `device` and `correlation` args. The host events an import kept
-  (tracer/kineto.py `HostEvents`: `ProfilerStep#N` annotations, `cuda_runtime` /
+  (tracer/capture/kineto.py `HostEvents`: `ProfilerStep#N` annotations, `cuda_runtime` /
   `cuda_driver` / `cuda_sync` calls) are written back on their threads with their
   correlations, so HTA finds the same iterations and pairs the same launches with the
   same kernels as in the original trace (without the steps it counted the last, partial
@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 from magneton.model import OpRecord, Profile
 
 if TYPE_CHECKING:
-    from magneton.tracer.kineto import HostEvents
+    from magneton.tracer.api import HostEvents
 
 _CPU_PID = 1_000_000  # host process id; device ids (0..n) are the GPU "processes"
 _CORRELATION = re.compile(r"correlation=(\d+)")
@@ -85,10 +85,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from magneton.diagnose.jobs.ranks import job_runs
+    from magneton.diagnose.api import job_runs
     from magneton.graphdb import open_db
     from magneton.model import MagnetonError
-    from magneton.tracer.kineto import KEPT_CATS
+    from magneton.tracer.api import KEPT_CATS
 
     with open_db(args.db, read_only=True) as db:
         ranks = {} if db.has_run(args.run) else job_runs(db, args.run)
@@ -163,7 +163,7 @@ def folded_stacks(p: Profile) -> dict[str, int]:
     `report` splits it. A GPU activity stands under the operator that launched it.
     Integer µJ because the format's counts are integers; stacks that round to 0 are left
     out (a flame graph cannot draw them either)."""
-    from magneton.diagnose.matching.interpreter import interp_energy
+    from magneton.diagnose.api import interp_energy
 
     interp = interp_energy(p)
 
@@ -244,7 +244,7 @@ def _device_index(device: str) -> int:
 
 
 def _host_events(profile: Profile, us, tid_of: dict[int, int]) -> list[dict]:
-    from magneton.diagnose.matching.interpreter import interp_energy
+    from magneton.diagnose.api import interp_energy
 
     interp = interp_energy(profile)
     events = []
@@ -439,7 +439,7 @@ def _track_names(profile: Profile, threads: list[int], mod_tid: int) -> list[dic
 
 def build_trace(profile: Profile) -> dict:
     """The Kineto-style trace dict for a profile (see the module docstring)."""
-    from magneton.tracer.kineto import HostEvents
+    from magneton.tracer.api import HostEvents
 
     run = profile.run
     kept = HostEvents.from_config(profile.config)

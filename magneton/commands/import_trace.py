@@ -3,11 +3,11 @@
 A file becomes run NAME; a directory of per-rank traces (one file per rank, rank from each
 file's `distributedInfo`, else from a `rank<N>` in its name) becomes job NAME with runs
 `NAME/rank<r>`, stored through the same merge as a multi-rank recording
-(tracer/distributed.py), so `magneton diff NAME OTHER` compares the jobs rank by rank.
+(tracer/distributed/worker.py), so `magneton diff NAME OTHER` compares the jobs rank by rank.
 Every trace is parsed and priced before anything is written: a bad file in a directory
 leaves the DB untouched. A single file is saved without importing torch (the job path
-goes through tracer/distributed.py, which does), which keeps a 40k-event import's memory
-to the trace and the DB. What is read and how energy is obtained: tracer/kineto.py,
+goes through tracer/distributed/worker.py, which does), which keeps a 40k-event import's memory
+to the trace and the DB. What is read and how energy is obtained: tracer/capture/kineto.py,
 docs/traces.md.
 """
 
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from magneton.model import MagnetonError, Profile
 
 if TYPE_CHECKING:  # the parser loads numpy; `magneton --help` should not
-    from magneton.tracer.kineto import TraceFile
+    from magneton.tracer.api import TraceFile
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from magneton.tracer.kineto import find_trace_files, read_trace
+    from magneton.tracer.api import find_trace_files, read_trace
 
     if args.power and not args.power.startswith("meter:"):
         raise MagnetonError(f"--power must be meter:FILE[@OFFSET_S], not {args.power!r}")
@@ -71,8 +71,7 @@ def run(args: argparse.Namespace) -> int:
         _save_one(args.db, profiles[next(iter(profiles))][0], args.replace)
         return 0
     # a job is stored the way `magneton merge` stores a recorded one
-    from magneton.tracer.merge import merge_shards
-    from magneton.tracer.shards import Shard
+    from magneton.tracer.api import Shard, merge_shards
 
     world = max(max(w for _, w, _ in profiles.values()), len(profiles))
     shards = [Shard(args.run, r, world, p.run, p, path) for r, (p, _, path) in profiles.items()]
@@ -82,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _convert(tf: TraceFile, name: str, args: argparse.Namespace) -> Profile:
-    from magneton.tracer.kineto import estimate_energy, meter_energy, profile_from_trace
+    from magneton.tracer.api import estimate_energy, meter_energy, profile_from_trace
 
     profile, stats = profile_from_trace(tf, name)
     if not profile.ops:
@@ -92,7 +91,7 @@ def _convert(tf: TraceFile, name: str, args: argparse.Namespace) -> Profile:
         meter_energy(profile, args.power, base_time_ns=base)
     else:
         estimate_energy(profile, args.model)
-    from magneton.tracer.validate import check_profile
+    from magneton.tracer.api import check_profile
 
     check_profile(profile, str(tf.path))  # a power log's NaN, say: never stored as ok
     run = profile.run
@@ -108,7 +107,7 @@ def _convert(tf: TraceFile, name: str, args: argparse.Namespace) -> Profile:
 
 def _save_one(db_path: str, profile: Profile, replace: bool) -> None:
     from magneton.graphdb import open_db
-    from magneton.tracer.signals import defer_sigint
+    from magneton.tracer.api import defer_sigint
 
     with open_db(db_path) as db:
         if db.has_run(profile.run.name) and not replace:

@@ -1,7 +1,7 @@
 """`magneton merge --db DIR SHARD...`: load per-rank shards into the DB.
 
 The multi-node recipe (docs/distributed.md): the ranks are started by torchrun
-(`torchrun ... -m magneton.tracer.distributed SCRIPT --db DIR --job NAME`) or srun
+(`torchrun ... -m magneton.tracer.distributed.worker SCRIPT --db DIR --job NAME`) or srun
 (`srun magneton record SCRIPT --db DIR --run NAME`), which leaves one shard per rank under
 DIR/shards/NAME/; with DIR on a shared filesystem merge them here once the job is done,
 else copy those directories to one machine first. Shards are files or directories (searched recursively). Nothing is written when
@@ -38,8 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from magneton.tracer.merge import merge_shards
-    from magneton.tracer.shards import find_shards, read_shard
+    from magneton.tracer.api import find_shards, merge_shards, read_shard
 
     paths = find_shards(args.shards)
     shards = [read_shard(p) for p in paths]

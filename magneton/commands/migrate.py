@@ -27,9 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from magneton.graphdb.migrate import migrate
+    from magneton.graphdb import migrate_db
 
-    result = migrate(args.db)
+    result = migrate_db(args.db)
     rows = sum(result.rows.values())
     print(
         f"converted {len(result.runs)} run(s), {rows} rows in {len(result.rows)} tables, "

@@ -83,7 +83,7 @@ def _cell(v: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from magneton.graphdb.contained import DEFAULT_ROW_LIMIT, stream_query
+    from magneton.graphdb import DEFAULT_ROW_LIMIT, stream_query
 
     limit = DEFAULT_ROW_LIMIT if args.limit is None else max(0, args.limit)
     res = stream_query(args.db, args.cypher, _params(args.param), limit)

@@ -66,8 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from magneton.tracer.rankenv import rank_env
-    from magneton.tracer.record import RecordOptions, check_run_name, record_script
+    from magneton.tracer.api import RecordOptions, check_run_name, rank_env, record_script
 
     check_run_name(args.run)
     if args.warmup < 0 or args.repeat < 1:
@@ -89,14 +88,14 @@ def run(args: argparse.Namespace) -> int:
     # Under torchrun or srun every rank runs this command: each must write its own shard, never
     # the shared Kùzu DB (one writer only).
     if args.nproc > 1 or rank_env() is not None:
-        from magneton.tracer.launch import JobSpec, record_distributed
+        from magneton.tracer.api import JobSpec, record_distributed
 
         job = JobSpec(args.script, args.db, args.run, args.nproc, args.entry, args.setup)
         return record_distributed(job, opts)
     profile = record_script(
         args.script, db=args.db, run=args.run, entry=args.entry, setup=args.setup, options=opts
     )
-    from magneton.tracer.record import unrecorded_thread_warning
+    from magneton.tracer.api import unrecorded_thread_warning
 
     warning = unrecorded_thread_warning(profile)
     if warning:
@@ -123,7 +122,7 @@ def _print_spread(profile, db: str) -> None:
 
 
 def _record_program(args: argparse.Namespace, opts) -> int:
-    from magneton.tracer.program import parse_command, record_program
+    from magneton.tracer.api import parse_command, record_program
 
     command = ([args.script] if args.script else []) + list(args.command)
     if args.nproc > 1:
@@ -132,7 +131,7 @@ def _record_program(args: argparse.Namespace, opts) -> int:
         raise MagnetonError("--warmup/--repeat count calls of main(); for programs use --steps")
     spec = parse_command(command, steps=args.steps, window=args.window)
     profile = record_program(spec, db=args.db, run=args.run, options=opts)
-    from magneton.tracer.record import unrecorded_thread_warning
+    from magneton.tracer.api import unrecorded_thread_warning
 
     warning = unrecorded_thread_warning(profile)
     if warning:
@@ -152,14 +151,9 @@ def _record_program(args: argparse.Namespace, opts) -> int:
 
 def few_units_advice(spec, profile, db: str) -> str:
     """One line when a program run has too few timed units for a stable estimate
-    (tracer/program.py `MIN_TIMED_UNITS`), with a command that records enough; "" else.
+    (tracer/programs/program.py `MIN_TIMED_UNITS`), with a command that records enough; "" else.
     An unstable run already got the same command from its spread line."""
-    from magneton.tracer.program import (
-        MIN_TIMED_UNITS,
-        ProgramSpec,
-        suggested_steps,
-        timed_units,
-    )
+    from magneton.tracer.api import MIN_TIMED_UNITS, ProgramSpec, suggested_steps, timed_units
 
     spec = ProgramSpec.from_config(profile.config) or spec  # names the recorded window
     n = timed_units(spec.schedule)

@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from magneton.graphdb.names import add_full_names
+from magneton.model.names import add_full_names
 from magneton.render.report import (
     print_rank_breakdowns,
     print_report,
@@ -50,20 +50,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from magneton.diagnose.breakdown import (
-        flatten_tree,
-        module_tree,
-        operator_table,
-        top_rows,
-    )
+    from magneton.diagnose.api import flatten_tree, module_tree, operator_table, top_rows
     from magneton.graphdb import open_db
-    from magneton.graphdb.names import set_full_names
     from magneton.model import MagnetonError
+    from magneton.model.names import set_full_names
 
     if args.top is not None and args.top < 1:
         raise MagnetonError("--top must be at least 1")
     set_full_names(args.full_names)
-    from magneton.diagnose.jobs.ranks import rank_report
+    from magneton.diagnose.api import rank_report
     from magneton.render.ranks import print_rank_report
 
     per_rank = args.by != "op" or args.top is not None  # asked for a breakdown
@@ -74,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             db.require_run(args.run)
             profile = db.load_profile(args.run)
         elif per_rank and not args.json and not args.csv:
-            from magneton.diagnose.jobs.ranks import job_runs
+            from magneton.diagnose.api import job_runs
 
             runs = job_runs(db, args.run)
             ok = {s.rank for s in job.ranks if s.status == "ok"}
@@ -93,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
             + (f": {profile.run.error}" if profile.run.error else "")
             + "; record it again"
         )
-    from magneton.graphdb.wording import unrecorded_threads_warning
+    from magneton.model.wording import unrecorded_threads_warning
 
     warning = unrecorded_threads_warning(profile.config)
     if warning:  # the totals below leave that work out

@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from magneton.graphdb import open_db
-    from magneton.tracer.record import defer_sigint
+    from magneton.tracer.api import defer_sigint
 
     names = list(dict.fromkeys(args.runs))
     with open_db(args.db, create=False) as db:

@@ -54,8 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from magneton.graphdb import open_db
-    from magneton.graphdb.db import db_file, ghost_message
+    from magneton.graphdb import db_file, ghost_message, open_db
 
     with open_db(args.db, read_only=True) as db:
         runs = db.list_runs()
@@ -121,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
 def write_csv(runs: list, spreads: dict) -> None:
     """`runs --csv`: every RunRow field (script as stored, energy and time per call)
     plus the repeatability of its timed iterations (CV, blank when not measured)."""
-    from magneton.graphdb.db import RunRow
+    from magneton.graphdb import RunRow
 
     w = csv.writer(sys.stdout)
     cols = [f.name for f in fields(RunRow)]

@@ -8,7 +8,7 @@ two costs, kept apart and both stored:
 * **Per-operator windows from an unfused replay.** The program's graph (a jaxpr, a
   `tf.function`'s concrete graph) is replayed operator by operator, each one run eagerly
   and waited for, on the same inputs; its windows are what the energy attribution
-  (tracer/energy.py) charges, exactly as the PyTorch timing pass's windows are. This is
+  (tracer/energy/session.py) charges, exactly as the PyTorch timing pass's windows are. This is
   the only way to see one operator's cost; it is labelled "replayed, unfused"
   (`energy.windows` in the run's config), and its sum is the run's energy, so per-operator
   energies add up to the run's as for PyTorch.
@@ -24,7 +24,7 @@ same graph with the same control-flow decisions, so their operator sequences agr
 driver checks the names and falls back to the structure pass's windows ("combined") if
 they do not, as the PyTorch recorder does.
 
-Tensors carry the summaries of tracer/invariants.py, computed from the framework's arrays
+Tensors carry the summaries of tracer/capture/invariants.py, computed from the framework's arrays
 through NumPy (`summarize_array`), so a JAX tensor and a PyTorch tensor with the same
 values get the same summary and match.
 """
@@ -56,17 +56,12 @@ from magneton.model import (
     RunInfo,
     TensorRecord,
 )
-from magneton.model.vocab import framework_name
-
-# framework -> (the modules a script imports, the module that must import, the extra)
-FRAMEWORKS: dict[str, tuple[tuple[str, ...], str, str]] = {
-    "jax": (("jax", "flax", "optax"), "jax", "jax"),
-    "tf": (("tensorflow", "keras"), "tensorflow", "tf"),
-}
+from magneton.model.frameworks import BY_KEY, FRAMEWORKS, framework_name
 
 
 def detect_framework(script: str | Path) -> str:
-    """'torch', 'jax' or 'tf': the framework SCRIPT's imports name (anywhere in it).
+    """The key of the framework SCRIPT's imports name (anywhere in it): the first entry
+    of the registry (model/frameworks.py) whose import names it uses, else 'torch'.
 
     Only the imports are read (no code runs). A script that imports torch is a PyTorch
     program whatever else it imports (it may use NumPy-producing helpers of another
@@ -82,21 +77,19 @@ def detect_framework(script: str | Path) -> str:
             roots.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             roots.add(node.module.split(".")[0])
-    if "torch" in roots:
-        return "torch"
-    for name, (modules, _, _) in FRAMEWORKS.items():
-        if roots & set(modules):
-            return name
+    for fw in FRAMEWORKS:
+        if roots & set(fw.imports):
+            return fw.key
     return "torch"
 
 
 def require(framework: str) -> None:
     """Raise the one-line error saying what to install when FRAMEWORK cannot be imported."""
-    _, module, extra = FRAMEWORKS[framework]
-    if importlib.util.find_spec(module) is None:
+    fw = BY_KEY[framework]
+    if importlib.util.find_spec(fw.module) is None:
         raise MagnetonError(
-            f"this script is a {framework_name(framework)} program and {module} is not installed: "
-            f'pip install "magneton[{extra}]"'
+            f"this script is a {fw.name} program and {fw.module} is not installed: "
+            f'pip install "magneton[{fw.extra}]"'
         )
 
 
@@ -153,12 +146,12 @@ class TracedProgram(ABC):
 
 
 def summarize_array(a: Any) -> dict:
-    """The layout-invariant summary (tracer/invariants.py) of an array-like, as for a
+    """The layout-invariant summary (tracer/capture/invariants.py) of an array-like, as for a
     PyTorch tensor of the same values. bfloat16 and other NumPy extension types that
     torch cannot wrap are widened to float32 first (the values are unchanged)."""
     import torch
 
-    from magneton.tracer.invariants import summarize
+    from magneton.tracer.capture.invariants import summarize
 
     arr = np.asarray(a)
     if arr.dtype.kind not in "biufc":
@@ -269,8 +262,8 @@ def _until_stable(
 ) -> tuple[list[float], list[float], str]:
     """Run `once` (returns wall s, cost s) at least `floor` times, then until the cost's
     95% half-width is within `timing.TARGET_REL`, `cap` runs or `budget_s` (the timing
-    pass's stop rule, tracer/timing.py)."""
-    from magneton.tracer.timing import MIN_FOR_CI, TARGET_REL, relative_halfwidth
+    pass's stop rule, tracer/timing/passes.py)."""
+    from magneton.tracer.timing.passes import MIN_FOR_CI, TARGET_REL, relative_halfwidth
 
     walls: list[float] = []
     costs: list[float] = []
@@ -302,7 +295,7 @@ def _until_stable(
 
 def _end_to_end(cpu: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """CPU windows laid end to end. Between two replayed operators the CPU runs the
-    replay's own walker, not the program: priced as interpreter time (tracer/energy.py
+    replay's own walker, not the program: priced as interpreter time (tracer/energy/session.py
     charges CPU time between operators to the next one's Python) it became a finding of
     "Python in main" that the program does not have."""
     out: list[tuple[int, int]] = []
@@ -316,7 +309,7 @@ def _end_to_end(cpu: list[tuple[int, int]]) -> list[tuple[int, int]]:
 def _replay_pass(
     program: TracedProgram, floor: int, cap: int, cpu_clock: bool, step: Callable[[], None]
 ) -> ReplayPass:
-    from magneton.tracer.timing import BUDGET_S
+    from magneton.tracer.timing.passes import BUDGET_S
 
     rp = ReplayPass()
 
@@ -341,8 +334,8 @@ def _fused_timing(
 ) -> FusedTiming:
     """Time the program as it runs (see module docstring for how it is priced): the
     timing pass's stop rule, within a second (a fused call is short)."""
-    from magneton.tracer.power.model import dominant_dtype
-    from magneton.tracer.timing import MAX_ITERATIONS
+    from magneton.tracer.energy.power.model import dominant_dtype
+    from magneton.tracer.timing.passes import MAX_ITERATIONS
 
     def once() -> tuple[float, float]:
         w0, c0 = time.perf_counter_ns(), time.process_time_ns()
@@ -400,9 +393,9 @@ def record_traced(
 ) -> Profile:
     """Record PROGRAM as run RUN (the sequence of `record.record_callable`, with the unfused
     replay as its timing pass and the fused program timed after it); the caller saves it."""
-    from magneton.tracer.config import sha256_file, snapshot
-    from magneton.tracer.energy import EnergySession
-    from magneton.tracer.timing import MAX_ITERATIONS
+    from magneton.tracer.capture.config import sha256_file, snapshot
+    from magneton.tracer.energy.session import EnergySession
+    from magneton.tracer.timing.passes import MAX_ITERATIONS
 
     opts = options
     info = RunInfo(

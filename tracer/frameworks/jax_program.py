@@ -41,8 +41,7 @@ from typing import Any
 import numpy as np
 
 from magneton.model import MagnetonError, OpRecord, TensorRecord
-
-from .base import (
+from magneton.tracer.frameworks.base import (
     FrameTable,
     KernelTable,
     Structure,
@@ -117,7 +116,7 @@ def _params_text(eqn: Any) -> str:
         r = repr(v)
         parts.append(f"{k}={r if len(r) <= 60 else r[:57] + '...'}")
     if eqn.primitive.name == "dot_general":
-        # the contracted size, for FLOPs (tracer/flops.py): 2·K multiply-adds per output
+        # the contracted size, for FLOPs (tracer/energy/flops.py): 2·K multiply-adds per output
         (lc, _), _ = eqn.params["dimension_numbers"]
         shape = eqn.invars[0].aval.shape
         k = int(np.prod([shape[d] for d in lc])) if lc else 1

@@ -35,8 +35,7 @@ from typing import Any
 import numpy as np
 
 from magneton.model import MagnetonError, OpRecord, TensorRecord
-
-from .base import (
+from magneton.tracer.frameworks.base import (
     FrameTable,
     KernelTable,
     Structure,

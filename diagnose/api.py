@@ -1,0 +1,47 @@
+"""Diagnosis's one door: what the front ends (the CLI, `render/`, the TUI) use of the
+diff pipeline and its results, and nothing else of `diagnose/`.
+
+`pipeline.py` composes a diff; the other names here are the read-only views of its
+results that the front ends show (a run's breakdown, a job's rank report, a finding's
+description). A front end that needs something not listed adds it here, so what the
+front ends depend on stays one list (tests/test_layering.py holds them to it).
+"""
+
+from __future__ import annotations
+
+from .breakdown import flatten_tree, module_tree, operator_table, top_rows
+from .cause.grouping import CauseGroup, cause_key, kernel_family
+from .cause.rootcause import describe_finding, side_facts, store_diagnosis
+from .fix.apply import git_apply_command, git_toplevel
+from .jobs.ranks import RankReport, job_runs, rank_ranges, rank_report
+from .matching.detect import check_threshold
+from .matching.interpreter import interp_energy, operators_only
+from .pipeline import Progress, cause_groups, diagnose_findings, is_job, run_diff, store_outcome
+
+__all__ = [
+    "CauseGroup",
+    "Progress",
+    "RankReport",
+    "cause_groups",
+    "cause_key",
+    "check_threshold",
+    "describe_finding",
+    "diagnose_findings",
+    "flatten_tree",
+    "git_apply_command",
+    "git_toplevel",
+    "interp_energy",
+    "is_job",
+    "job_runs",
+    "kernel_family",
+    "module_tree",
+    "operator_table",
+    "operators_only",
+    "rank_ranges",
+    "rank_report",
+    "run_diff",
+    "side_facts",
+    "store_diagnosis",
+    "store_outcome",
+    "top_rows",
+]
