@@ -1,5 +1,9 @@
 """Config snapshot of a run: the knobs that steer PyTorch's kernel selection.
 
+Which settings are read is the rule base's business: every knob in knowledge/rules/
+names its `snapshot_keys`, and `snapshot` reads each (so teaching Magneton a knob is one
+rule-file entry, and the recorder cannot forget to record it).
+
 Native divergences (mkldnn vs thnn convolution, TF32 vs FP32 GEMM) are decided inside C++
 from global state, so the only way to explain them afterwards is to have recorded that
 state with the run. Values are strings ("True", "4") so two runs compare with `==` and
@@ -50,44 +54,49 @@ def _get(fn, default="n/a") -> str:
         return default
 
 
+def setting(key: str) -> str | None:
+    """The current value of a knob's snapshot key: `env.NAME` from the environment, a
+    dotted name (`torch.backends.mkldnn.enabled`, `torch.get_num_threads`) by attribute
+    lookup, called when it is a function. None when its library is not loaded: a
+    PyTorch run must not import JAX to read a JAX knob."""
+    if key.startswith("env."):
+        return os.environ.get(key[4:], "")
+    root, *path = key.split(".")
+    obj = sys.modules.get(root)
+    if obj is None:
+        return None
+
+    def read():
+        value = obj
+        for part in path:
+            value = getattr(value, part)
+        return value() if callable(value) else value
+
+    return _get(read)
+
+
 def snapshot(script: str = "") -> dict[str, str]:
-    b = torch.backends
+    """The run's settings: every knob of the rule base (knowledge/rules/knobs.toml, by
+    its `snapshot_keys`), the environment variables a re-run reproduces, and the facts
+    that explain a difference no knob does (device, versions, script hash)."""
+    from magneton.knowledge.base import default_knowledge
+
     cfg: dict[str, str] = {
-        "torch.backends.mkldnn.enabled": _get(lambda: b.mkldnn.enabled),
-        "torch.backends.mkldnn.is_available": _get(lambda: b.mkldnn.is_available()),
-        "torch.backends.cudnn.enabled": _get(lambda: b.cudnn.enabled),
-        "torch.backends.cudnn.benchmark": _get(lambda: b.cudnn.benchmark),
-        "torch.backends.cudnn.deterministic": _get(lambda: b.cudnn.deterministic),
-        "torch.backends.cudnn.allow_tf32": _get(lambda: b.cudnn.allow_tf32),
-        "torch.backends.cuda.matmul.allow_tf32": _get(lambda: b.cuda.matmul.allow_tf32),
-        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": _get(
-            lambda: b.cuda.matmul.allow_fp16_reduced_precision_reduction
+        "torch.backends.mkldnn.is_available": _get(lambda: torch.backends.mkldnn.is_available()),
+        "torch.backends.cpu.get_cpu_capability": _get(
+            lambda: torch.backends.cpu.get_cpu_capability()
         ),
-        "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction": _get(
-            lambda: b.cuda.matmul.allow_bf16_reduced_precision_reduction
-        ),
-        "torch.backends.cuda.flash_sdp_enabled": _get(lambda: b.cuda.flash_sdp_enabled()),
-        "torch.backends.cuda.mem_efficient_sdp_enabled": _get(
-            lambda: b.cuda.mem_efficient_sdp_enabled()
-        ),
-        "torch.backends.cuda.math_sdp_enabled": _get(lambda: b.cuda.math_sdp_enabled()),
-        "torch.backends.nnpack.enabled": _get(lambda: b.nnpack.enabled),  # type: ignore[attr-defined]
-        "torch.backends.opt_einsum.enabled": _get(lambda: b.opt_einsum.enabled),
-        "torch.get_float32_matmul_precision": _get(torch.get_float32_matmul_precision),
-        "torch.are_deterministic_algorithms_enabled": _get(
-            torch.are_deterministic_algorithms_enabled
-        ),
-        "torch.is_grad_enabled": _get(torch.is_grad_enabled),
-        "torch.get_num_threads": _get(torch.get_num_threads),
-        "torch.get_num_interop_threads": _get(torch.get_num_interop_threads),
-        "torch.get_default_dtype": _get(torch.get_default_dtype),
-        "torch.backends.cpu.get_cpu_capability": _get(lambda: b.cpu.get_cpu_capability()),
         "device.cpu": platform.processor() or platform.machine(),
         "device.cpu_count": str(os.cpu_count()),
         "device.cuda_available": str(torch.cuda.is_available()),
         "python.version": sys.version.split()[0],
         "platform": platform.platform(),
     }
+    for knob in default_knowledge().knobs.values():
+        for key in knob.snapshot_keys:
+            value = setting(key)
+            if value is not None:
+                cfg[key] = value
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             cfg[f"device.cuda.{i}.name"] = _get(lambda i=i: torch.cuda.get_device_name(i))
