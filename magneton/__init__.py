@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-# The environment torch must find when it loads (Kineto's log level, OpenMP's wait
-# policy) is set by the tracer's preload module; importing it here, first, sets it before
-# anything can import torch. `OMP_POLICY_TOO_LATE` stays readable as `magneton.<name>`.
-from magneton.tracer.api import OMP_POLICY_TOO_LATE  # noqa: F401
+# The environment torch must find when it loads (Kineto's log level; the steady mode's
+# OpenMP policy when asked for) is set by the tracer's preload module; importing the
+# tracer's door here, first, sets it before anything can import torch.
+from magneton.tracer import api as _tracer_api  # noqa: F401
 
 __all__ = [
     "record",

@@ -38,6 +38,7 @@ from .energy import (
     ENERGY_METHODS,
     UNSTABLE_CV,
     EnergySpread,
+    OutsideWork,
     RunEnergy,
     SavingInterval,
 )
@@ -86,6 +87,7 @@ __all__ = [
     "MagnetonError",
     "ModuleRecord",
     "OpRecord",
+    "OutsideWork",
     "OperandProperty",
     "OriginInfo",
     "PathElement",

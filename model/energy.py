@@ -28,6 +28,7 @@ _RUN_ENERGY_KEYS = (
     "energy.interp_j",
     "energy.interp_samples_j",
     "energy.spread",
+    "energy.outside",
 )
 
 
@@ -53,6 +54,21 @@ UNSTABLE_CV = 0.05
 
 
 @dataclass
+class OutsideWork:
+    """What a program's timed units ran outside the step's common work: operators no
+    aligned counterpart in the structure unit has (an evaluation, `loss.item()` for a log
+    line, a checkpoint save; tracer/timing/alignment.py). Charged with the units, kept
+    out of the step's graph and its figures."""
+
+    energy_j: float = 0.0  # per timed unit, averaged over all of them
+    time_s: float = 0.0  # per timed unit, averaged over all of them
+    operators: int = 0  # in all timed units together
+    units: list[int] = field(default_factory=list)  # which timed units ran some (1-based)
+    of_units: int = 0  # timed units in all
+    top: list[list] = field(default_factory=list)  # [name, count, energy_j], costliest first
+
+
+@dataclass
 class RunEnergy:
     """Energy metadata of one run (all energies per entry call).
 
@@ -75,6 +91,7 @@ class RunEnergy:
     model: dict | None = None  # the energy model's coefficients when "estimated"
     lsq: list[dict] = field(default_factory=list)  # least-squares solutions when "solved"
     replay: list[dict] = field(default_factory=list)  # replay results when "replayed"
+    outside: OutsideWork | None = None  # a program's work outside the step's common work
 
     def to_config(self) -> dict[str, str]:
         """The `energy.*` config rows that store this run's metadata in the DB."""
@@ -106,6 +123,8 @@ class RunEnergy:
             out["energy.lsq"] = json.dumps(self.lsq)
         if self.replay:
             out["energy.replay"] = json.dumps(self.replay)
+        if self.outside is not None:
+            out["energy.outside"] = json.dumps(self.outside.__dict__)
         return out
 
     @classmethod
@@ -135,6 +154,9 @@ class RunEnergy:
         raw = get("energy.spread", "")
         if raw:
             e.spread = EnergySpread(**json.loads(raw))
+        raw = get("energy.outside", "")
+        if raw:
+            e.outside = OutsideWork(**json.loads(raw))
         for k in _RUN_ENERGY_KEYS:
             c.pop(k, None)
         return e, c

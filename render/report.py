@@ -292,3 +292,48 @@ def method_line(profile: Profile) -> str:
     if r.energy_method == "solved":
         return f"solved by least squares from {src} windows (per-type power)"
     return f"{r.energy_method or 'unknown method'} ({src})"
+
+
+def outside_line(profile: Profile, unit: str = "unit") -> str:
+    """What a program's timed units ran outside the step's common work ("" when none)."""
+    o = profile.energy.outside
+    if o is None or not o.operators:
+        return ""
+    top = ", ".join(f"{escape(n)} ×{c}" for n, c, _ in o.top[:3])
+    return (
+        f"outside the step's common work: {_fmt(o.energy_j)} J/{unit}, "
+        f"{o.time_s * 1e3:.3g} ms/{unit} averaged over the {o.of_units} timed {unit}s "
+        f"({o.operators} operators in {len(o.units)} of them: {top}); kept out of the "
+        "step's graph and its figures"
+    )
+
+
+def record_lines(profile: Profile, db: str, described: str = "") -> tuple[list[str], list[str]]:
+    """What `magneton record` prints for a run it stored: (lines for stdout, warnings for
+    stderr). A run that could not be priced (status "incomparable") says why instead of
+    showing figures."""
+    r = profile.run
+    unit = "unit" if described else "call"
+    what = f" ({described})" if described else ""
+    size = f"{len(profile.ops)} operators" + (
+        "" if described else f", {len(profile.tensors)} tensors"
+    )
+    if r.status != "ok":
+        return (
+            [f"recorded run '{r.name}'{what}: {size}, not priced -> {db}"],
+            [f"run '{r.name}' is stored but cannot be compared: {r.error}"],
+        )
+    out = [
+        f"recorded run '{r.name}'{what}: {size}, {r.time_s * 1e3:.2f} ms/{unit}, "
+        f"{r.energy_j:.4g} J/{unit} ({r.energy_method}, {r.power_source}) -> {db}"
+    ]
+    outside = outside_line(profile, unit)
+    if outside:
+        out.append(outside)
+    warn = []
+    if r.timing == "combined" and r.repeat <= 1 and described:
+        warn.append(
+            "priced from the one traced unit: its times include the structure capture's "
+            "overhead; record two or more units (--steps W:WU:A with A >= 2) to time them apart"
+        )
+    return out, warn

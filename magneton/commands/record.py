@@ -58,6 +58,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--window", default="", help="program: record the magneton.window(NAME) block NAME"
     )
+    p.add_argument(
+        "--steady",
+        action="store_true",
+        help="measure in a steadier environment than the program's own: OMP_WAIT_POLICY="
+        "PASSIVE (unless set) and pinned malloc thresholds; the run says so (docs/programs.md)",
+    )
     p.add_argument("--nproc", type=int, default=1, help="ranks to launch (torch.distributed)")
     p.add_argument(
         "-q", "--quiet", action="store_true", help="no progress display (phases, iterations)"
@@ -66,6 +72,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.steady:  # before anything imports torch (libgomp reads the policy then)
+        from magneton.tracer.api import request_steady
+
+        request_steady()
     from magneton.tracer.api import RecordOptions, check_run_name, rank_env, record_script
 
     check_run_name(args.run)
@@ -95,30 +105,33 @@ def run(args: argparse.Namespace) -> int:
     profile = record_script(
         args.script, db=args.db, run=args.run, entry=args.entry, setup=args.setup, options=opts
     )
+
+    return _print_recorded(profile, args.db)
+
+
+def _print_recorded(profile, db: str, described: str = "", advice: str = "") -> int:
+    """The run's summary, its repeatability (± CV over timed iterations) and what to do
+    when it is unstable or could not be priced; 1 when it cannot be compared."""
+    from rich.console import Console
+
+    from magneton.render.report import record_lines, spread_line
     from magneton.tracer.api import unrecorded_thread_warning
 
     warning = unrecorded_thread_warning(profile)
     if warning:
         print(f"magneton: {warning}", file=sys.stderr)
-    r = profile.run
-    print(
-        f"recorded run '{r.name}': {len(profile.ops)} operators, {len(profile.tensors)} tensors, "
-        f"{r.time_s * 1e3:.2f} ms/call, {r.energy_j:.4g} J/call "
-        f"({r.energy_method}, {r.power_source}) -> {args.db}"
-    )
-    _print_spread(profile, args.db)
-    return 0
-
-
-def _print_spread(profile, db: str) -> None:
-    """The run's repeatability (± CV over timed iterations), and what to do when unstable."""
-    from rich.console import Console
-
-    from magneton.render.report import spread_line
-
+    out, warn = record_lines(profile, db, described)
+    console = Console(highlight=False, soft_wrap=True)
+    for line in out:
+        console.print(line)
+    for line in warn + ([advice] if advice else []):
+        print(f"magneton: {line}", file=sys.stderr)
+    if profile.run.status != "ok":
+        return 1
     line = spread_line(profile, db)
     if line:
-        Console(highlight=False, soft_wrap=True).print(line)
+        console.print(line)
+    return 0
 
 
 def _record_program(args: argparse.Namespace, opts) -> int:
@@ -131,22 +144,8 @@ def _record_program(args: argparse.Namespace, opts) -> int:
         raise MagnetonError("--warmup/--repeat count calls of main(); for programs use --steps")
     spec = parse_command(command, steps=args.steps, window=args.window)
     profile = record_program(spec, db=args.db, run=args.run, options=opts)
-    from magneton.tracer.api import unrecorded_thread_warning
-
-    warning = unrecorded_thread_warning(profile)
-    if warning:
-        print(f"magneton: {warning}", file=sys.stderr)
-    r = profile.run
-    print(
-        f"recorded run '{r.name}' ({spec.describe()}): {len(profile.ops)} operators, "
-        f"{r.time_s * 1e3:.2f} ms/unit, {r.energy_j:.4g} J/unit "
-        f"({r.energy_method}, {r.power_source}) -> {args.db}"
-    )
-    _print_spread(profile, args.db)
     advice = few_units_advice(spec, profile, args.db)
-    if advice:
-        print(f"magneton: {advice}", file=sys.stderr)
-    return 0
+    return _print_recorded(profile, args.db, spec.describe(), advice)
 
 
 def few_units_advice(spec, profile, db: str) -> str:

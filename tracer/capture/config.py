@@ -21,8 +21,7 @@ import sys
 import torch
 
 from magneton.model.vocab import sha256_file  # noqa: F401  (re-export: record.py uses it)
-from magneton.tracer.programs import allocator
-from magneton.tracer.programs.preload import OMP_POLICY_TOO_LATE
+from magneton.tracer.programs import steady
 
 # Environment variables that change threading or kernel choice.
 ENV_VARS = (
@@ -42,6 +41,7 @@ ENV_VARS = (
     "DNNL_DEFAULT_FPMATH_MODE",
     "ATEN_CPU_CAPABILITY",
     "TOKENIZERS_PARALLELISM",
+    steady.ENV,  # a re-run of a steady recording is steady too
 )
 
 _LIBRARIES = ("torch", "numpy", "transformers", "accelerate", "diffusers", "vllm", "kuzu")
@@ -112,10 +112,5 @@ def snapshot(script: str = "") -> dict[str, str]:
     if script:
         cfg["script.path"] = script
         cfg["script.sha256"] = sha256_file(script)
-    cfg[allocator.CONFIG_KEY] = allocator.pin()  # pinned before the workload, or now
-    cfg["magneton.omp_wait_policy"] = (
-        "libgomp default (torch was imported before magneton)"
-        if OMP_POLICY_TOO_LATE
-        else os.environ.get("OMP_WAIT_POLICY", "")
-    )
+    cfg[steady.CONFIG_KEY] = steady.describe()
     return cfg

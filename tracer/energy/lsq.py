@@ -171,7 +171,10 @@ def build_windows(
     for op, ws in zip(ops, wins, strict=True):
         k = key(op)
         ss, ee = by_type.setdefault(k, ([], []))
-        for a, b in ws:
+        for w in ws:
+            if w is None:
+                continue
+            a, b = w
             if b > a:
                 ss.append(a)
                 ee.append(b)

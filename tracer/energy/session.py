@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -115,6 +115,25 @@ class Attribution:
     # per timed iteration, per op: the interpreter's share in that iteration
     interp_samples_j: np.ndarray | None = None
 
+    def head(self, n: int) -> Attribution:
+        """The attribution of the first `n` ops only (the step's graph, without the work
+        outside it): its span is the time charged to them."""
+        charged = self.charged_s[:n]
+        return Attribution(
+            energy_j=self.energy_j[:n],
+            own_j=self.own_j[:n],
+            charged_s=charged,
+            own_s=self.own_s[:n],
+            run_energy_j=float(self.energy_j[:n].sum()),
+            span_s=float(charged.sum()),
+            iterations=self.iterations,
+            samples_j=self.samples_j[:, :n] if self.samples_j.size else self.samples_j,
+            interp_j=None if self.interp_j is None else self.interp_j[:n],
+            interp_samples_j=(
+                None if self.interp_samples_j is None else self.interp_samples_j[:, :n]
+            ),
+        )
+
 
 def attribute_traces(
     ops: list[OpRecord],
@@ -144,12 +163,13 @@ def attribute_traces(
     fam = np.array([_device_key(op.device) for op in ops])
     op_fams = {_device_key(op.device).split(":")[0] for op in ops}
     for k in range(iters):
-        idx = np.array([i for i in range(n) if len(wins[i]) > k], dtype=int)
-        if len(idx) == 0:
+        present = [(i, w[k]) for i, w in enumerate(wins) if len(w) > k and w[k] is not None]
+        if not present:
             continue
+        idx = np.array([i for i, _ in present], dtype=int)
         before = acc.copy()
-        s = np.array([wins[i][k][0] for i in idx], dtype=np.int64)
-        e = np.array([wins[i][k][1] for i in idx], dtype=np.int64)
+        s = np.array([w[0] for _, w in present], dtype=np.int64)
+        e = np.array([w[1] for _, w in present], dtype=np.int64)
         span_total += _charge_iteration(acc, idx, s, e, traces, fam, op_fams)
         step = acc - before
         absent = np.ones(n, bool)
@@ -165,7 +185,7 @@ def attribute_traces(
         return _cheapest_iterations(per_iter, wins, iters, extra_own_j, samples)
     energy, own, charged, own_s = acc
     if extra_own_j is not None:
-        counted = np.array([len(w) for w in wins], dtype=float)
+        counted = np.array([sum(x is not None for x in w) for w in wins], dtype=float)
         energy += extra_own_j * counted
         own += extra_own_j * counted
     if iters:
@@ -219,21 +239,23 @@ def _charge_iteration(
 
 def _cheapest_iterations(
     per_iter: list[np.ndarray],
-    wins: list[list[tuple[int, int]]],
+    wins: list[list[tuple[int, int] | None]],
     iters: int,
     extra_own_j: np.ndarray | None,
     samples: np.ndarray,
 ) -> Attribution:
     """reduce="min": each op's cheapest iteration, judged by its charged energy; its time
-    goes with it."""
+    goes with it. An op that ran in only some iterations (tracer/timing/alignment.py) is
+    priced per iteration: its cheapest run times the share of iterations it ran in."""
     n = len(wins)
     cube = np.stack(per_iter)  # (iterations, 4, ops)
     e_k = np.where(np.isnan(cube[:, 0]), np.inf, cube[:, 0])
     best = np.argmin(e_k, axis=0)
     pick = cube[best, :, np.arange(n)].T  # (4, ops)
-    pick = np.nan_to_num(pick, nan=0.0)
+    ran = np.array([sum(x is not None for x in w) for w in wins], dtype=float)
+    counted = ran / max(1, iters)  # 1 for an op every iteration ran
+    pick = np.nan_to_num(pick, nan=0.0) * counted
     energy, own, charged, own_s = pick
-    counted = np.array([1.0 if w else 0.0 for w in wins])
     if extra_own_j is not None:
         energy = energy + extra_own_j * counted
         own = own + extra_own_j * counted
@@ -352,6 +374,11 @@ def spread_of(samples_j: np.ndarray, timing=None) -> EnergySpread:
 # ---------------------------------------------------------------------------------------
 # Session
 # ---------------------------------------------------------------------------------------
+
+
+# How far over its source's power limit a run's average power may be before its pricing
+# is called wrong (EnergySession.power_bound_error).
+BOUND_MARGIN = 1.5
 
 
 @dataclass
@@ -479,6 +506,31 @@ class EnergySession:
     def update_period_s(self) -> float:
         return self.source.update_period_s if self.source is not None else 0.0
 
+    @property
+    def max_power_w(self) -> float:
+        """The most power the priced devices can draw: the model's TDP, a sensor's power
+        limits; 0 when unknown (a meter's)."""
+        if self.kind == "model":
+            return self.model.tdp_w
+        return self.source.max_power_w if self.source is not None else 0.0
+
+    def power_bound_error(self, profile: Profile, outside_j: float = 0.0) -> str:
+        """Why `profile`'s pricing cannot be right, "" when it can: its energy per unit
+        (the step's graph plus the work outside it) over its wall time is a power above
+        what the source allows (`BOUND_MARGIN` over the limit: a busy turbo may pass a
+        nominal TDP, a timing that missed the priced work passes it many times over)."""
+        run, bound = profile.run, self.max_power_w
+        if bound <= 0 or run.time_s <= 0:
+            return ""
+        w = (run.energy_j + outside_j) / run.time_s
+        if w <= bound * BOUND_MARGIN:
+            return ""
+        return (
+            f"priced at {w:.0f} W ({run.energy_j + outside_j:.4g} J in {run.time_s:.4g} s), "
+            f"above the {bound:.0f} W {self.source_name} allows: the priced windows do not "
+            "match the measured time"
+        )
+
     def prices_cpu_time(self, sync: bool) -> bool:
         """Whether the timing pass should read the process CPU clock: only where time is
         priced by the model on the CPU (a sensor measures energy itself; a GPU's time is
@@ -602,13 +654,49 @@ class EnergySession:
 
     # -- attribution -----------------------------------------------------------------
 
-    def attribute(self, profile: Profile, method: str = "auto") -> None:
+    def attribute(
+        self, profile: Profile, method: str = "auto", outside: list[OpRecord] | None = None
+    ) -> list[float]:
         """Fill op energies and run totals (see module docstring for the rules).
 
         method: "auto" (the source's own: measured or estimated), "trace" (same as auto
         for sensors), "lsq" (least-squares per-type power splitting the measured total,
         labelled "solved"; needs a sensor).
+
+        `outside`: the timed units' operators outside the step's common work
+        (tracer/timing/alignment.py). They are charged with the step's operators, so
+        their time is theirs and not their neighbours', but the run's figures are the
+        step's graph only; returns their energies (per unit), [] without them.
         """
+        n = len(profile.ops)
+        work = profile if not outside else replace(profile, ops=[*profile.ops, *outside])
+        att_all, op_method = self._attribution(work, method)
+        profile.power = work.power
+        att = att_all.head(n) if outside else att_all
+        ops = profile.ops
+        for i, op in enumerate(ops):
+            op.energy_j = float(att.energy_j[i])
+            op.energy_method = op_method
+        self.gap_charges = {
+            op.idx: GapCharge(
+                gap_j=float(att.energy_j[i] - att.own_j[i]), charged_s=float(att.charged_s[i])
+            )
+            for i, op in enumerate(ops)
+        }
+        self.last_span_s = att.span_s
+        run = profile.run
+        idle = 0.0 if math.isnan(self.idle_w) else self.idle_w
+        run.energy_j = float(att.energy_j.sum())
+        span = att.span_s if att.span_s > 0 else run.time_s
+        run.energy_above_idle_j = run.energy_j - idle * span
+        run.idle_w = idle
+        run.power_source = self.source_name
+        run.energy_method = op_method
+        self._write_config(profile, att)
+        return [float(x) for x in att_all.energy_j[n:]]
+
+    def _attribution(self, profile: Profile, method: str) -> tuple[Attribution, str]:
+        """The attribution of `profile`'s ops, and the method its figures carry."""
         ops = profile.ops
         fill_work(ops)
         if method not in ("auto", "trace", "lsq"):
@@ -640,25 +728,7 @@ class EnergySession:
             profile.power = [tr.to_series(self.kind) for tr in traces]
             if math.isnan(self.idle_w) and self.kind == "meter":
                 self.idle_w = self._meter_idle_from(traces[0])
-        for i, op in enumerate(ops):
-            op.energy_j = float(att.energy_j[i])
-            op.energy_method = op_method
-        self.gap_charges = {
-            op.idx: GapCharge(
-                gap_j=float(att.energy_j[i] - att.own_j[i]), charged_s=float(att.charged_s[i])
-            )
-            for i, op in enumerate(ops)
-        }
-        self.last_span_s = att.span_s
-        run = profile.run
-        idle = 0.0 if math.isnan(self.idle_w) else self.idle_w
-        run.energy_j = float(att.energy_j.sum())
-        span = att.span_s if att.span_s > 0 else run.time_s
-        run.energy_above_idle_j = run.energy_j - idle * span
-        run.idle_w = idle
-        run.power_source = self.source_name
-        run.energy_method = op_method
-        self._write_config(profile, att)
+        return att, op_method
 
     def _attribute_model(self, profile: Profile) -> Attribution:
         ops = profile.ops
@@ -684,7 +754,7 @@ class EnergySession:
         items = sorted(
             (w[0][0], w[0][1], model_op_power_w(m, op))
             for op, w in zip(profile.ops, wins, strict=True)
-            if w
+            if w and w[0] is not None
         )
         t, p = [], []
         for s, e, w in items:
@@ -870,8 +940,9 @@ def activity_template(
     pts = []
     for op, ws in zip(ops, wins, strict=True):
         w = max(0.0, model_op_power_w(model, op) - model.p_static_w) + 1.0
-        for a, b in ws:
-            pts.append((a, b, w))
+        for win in ws:
+            if win is not None:
+                pts.append((win[0], win[1], w))
     pts.sort()
     t, p = [], []
     for a, b, w in pts:

@@ -367,20 +367,6 @@ def _fused_timing(
     return FusedTiming(n, sum(walls) / n, sum(cpus) / n, energy, reason)
 
 
-def _merge(profile: Profile, rp: ReplayPass) -> bool:
-    names = [op.name for op in profile.ops]
-    for events in rp.iterations:
-        if [e[0] for e in events] != names:
-            for op in profile.ops:
-                op.windows_ns = [(op.start_ns, op.end_ns)]
-            return False
-    for k, op in enumerate(profile.ops):
-        op.windows_ns = [(ev[k][1], ev[k][2]) for ev in rp.iterations]
-        op.start_ns, op.end_ns = op.windows_ns[0]
-        op.time_s = sum(e - s for s, e in op.windows_ns) / len(op.windows_ns) / 1e9
-    return True
-
-
 def record_traced(
     program: TracedProgram,
     *,
@@ -395,6 +381,7 @@ def record_traced(
     replay as its timing pass and the fused program timed after it); the caller saves it."""
     from magneton.tracer.capture.config import sha256_file, snapshot
     from magneton.tracer.energy.session import EnergySession
+    from magneton.tracer.timing.alignment import price_timed_units
     from magneton.tracer.timing.passes import MAX_ITERATIONS
 
     opts = options
@@ -453,9 +440,10 @@ def record_traced(
     phases.phase("attributing energy")
     session.timing = rp  # type: ignore[assignment]  # a TimingPass's fields, by duck typing
     info.repeat = len(rp.walls_s)
-    info.timing = "separate" if _merge(profile, rp) else "combined"
     info.time_s = sum(rp.walls_s) / len(rp.walls_s)
-    session.attribute(profile)
+    price_timed_units(profile, session, rp.iterations, rp.cpu_windows)
+    if info.status != "ok":
+        return profile
 
     phases.phase("the program as it runs (fused)")
     fused = _fused_timing(program, session, profile, opts.repeat)

@@ -17,9 +17,10 @@ the between-process effect behind the A/A rows judged noise.
 `pin()` fixes both thresholds at process start (`mallopt`, which also turns the dynamic
 adjustment off): allocations up to 32 MiB are served from the heap and reused, and the
 heap is not trimmed below 1 GiB. With it the same six processes measured 10.4-10.5 ms.
-It is called by `magneton record` before the script is imported, and by the warm workers
-that re-measure and re-run it (tracer/timing/warm.py), so recordings and confirmation rounds
-measure the same program. Where glibc is absent (macOS, musl) nothing is pinned and the
+It is part of the steady mode (tracer/programs/steady.py), never applied to a program
+unasked: `magneton record --steady` pins before the script is imported, and the warm
+workers that re-measure and re-run a steady recording pin too (tracer/timing/warm.py), so
+recordings and confirmation rounds measure the same program. Where glibc is absent (macOS, musl) nothing is pinned and the
 run's config says so; a larger block (above 32 MiB) is still mapped afresh each time, the
 same way in every process.
 """
@@ -33,7 +34,6 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_B = 32 << 20  # glibc's own upper bound for the dynamic threshold (64-bit)
 TRIM_THRESHOLD_B = 1 << 30
-CONFIG_KEY = "magneton.malloc"  # recorded with the run's config (tracer/capture/config.py)
 
 _pinned: str | None = None
 

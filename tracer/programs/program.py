@@ -528,24 +528,29 @@ class _Recorder(_Controller):
         self.iterations.append(self._capture.events)
 
     def finish(self) -> None:
-        from magneton.tracer.programs.record import _merge_timing
+        from magneton.tracer.timing.alignment import price_timed_units
 
         profile, info = self.profile, self.info
         if not profile.ops:  # nothing to price; `record_program` says so after the run
             if self.iterations:
                 self.session.stop()
             return
-        if self.iterations:
-            self.session.stop()
-            info.timing = "separate" if _merge_timing(profile, self.iterations) else "combined"
-            info.time_s = sum(self.walls) / len(self.walls)
-            info.repeat = len(self.iterations)
-        else:  # ACTIVE=1: the structure unit is all there is (like record_block)
+        if not self.iterations:  # ACTIVE=1: the structure unit is all there is
             for op in profile.ops:
                 op.windows_ns = [(op.start_ns, op.end_ns)]
             info.timing, info.time_s, info.repeat = "combined", self.structure_wall_s, 1
-        self.session.attribute(profile)
-        info.status = "ok"
+            self.session.attribute(profile)
+            info.status = "ok"
+            return
+        self.session.stop()
+        info.time_s = sum(self.walls) / len(self.walls)
+        info.repeat = len(self.iterations)
+        price_timed_units(profile, self.session, self.iterations, [])
+        if info.status == "incomparable":  # stored as a graph, never priced
+            info.error += (
+                ". Mark the steps to compare with magneton.step() or "
+                "`with magneton.window(NAME):` (docs/programs.md)"
+            )
 
     def _unwind(self) -> None:
         if self._stack is not None:
@@ -593,9 +598,6 @@ def _as_main(spec: ProgramSpec) -> Iterator[None]:
 
 def _run(spec: ProgramSpec) -> None:
     """Run the program as `__main__`; a `sys.exit(0)` is a normal end."""
-    from magneton.tracer.programs.allocator import pin
-
-    pin()  # before the program allocates (tracer/programs/allocator.py)
     try:
         if spec.module:
             runpy.run_module(spec.module, run_name="__main__", alter_sys=True)

@@ -31,7 +31,6 @@ import sys
 import threading
 import time
 import traceback
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,8 +51,6 @@ from magneton.tracer.capture.dispatch import (
     finish_modules,
     run_structure_pass,
 )
-from magneton.tracer.programs import allocator
-from magneton.tracer.programs.preload import OMP_POLICY_TOO_LATE
 from magneton.tracer.programs.signals import InterruptedAfterSave as _InterruptedAfterSave
 from magneton.tracer.programs.signals import Terminated, defer_sigint
 from magneton.tracer.programs.signals import interruptible as _interruptible
@@ -342,34 +339,6 @@ def unrecorded_thread_warning(profile: Profile) -> str:
     return unrecorded_threads_warning(profile.config)
 
 
-def _merge_timing(profile: Profile, iterations: list) -> bool:
-    """Copy timing-pass windows onto the structure ops; False if the op sequences differ."""
-    names = [op.name for op in profile.ops]
-    for events in iterations:
-        if len(events) != len(names) or any(e[0] != n for e, n in zip(events, names, strict=True)):
-            for op in profile.ops:
-                op.windows_ns = [(op.start_ns, op.end_ns)]
-            return False
-    for k, op in enumerate(profile.ops):
-        op.windows_ns = [(ev[k][1], ev[k][2]) for ev in iterations]
-        op.start_ns, op.end_ns = op.windows_ns[0]
-        op.time_s = sum(e - s for s, e in op.windows_ns) / len(op.windows_ns) / 1e9
-    return True
-
-
-def _warn_if_omp_spins() -> None:
-    """Say when torch was loaded before magneton could make OpenMP's workers sleep
-    (tracer/programs/preload.py): their spin is priced as the operators' CPU time."""
-    if OMP_POLICY_TOO_LATE:
-        warnings.warn(
-            "torch was imported before magneton, so OpenMP's workers spin after each "
-            "parallel region and that spin is priced as operator CPU time; import magneton "
-            "first or set OMP_WAIT_POLICY=PASSIVE",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-
-
 def record_callable(
     fn: Callable,
     args: tuple = (),
@@ -390,8 +359,6 @@ def record_callable(
     phases = phases or Phases(enabled=False)
     kwargs = kwargs or {}
     from magneton.tracer.energy.session import EnergySession
-
-    _warn_if_omp_spins()
 
     def call():
         return fn(*args, **kwargs)
@@ -415,14 +382,14 @@ def record_callable(
     iterations, walls = tp.iterations, tp.walls_s
     session.timing = tp
     info.repeat = len(walls)  # the timing pass chose how many (tracer/timing/passes.py)
-    info.timing = "separate" if _merge_timing(profile, iterations) else "combined"
     info.time_s = sum(walls) / len(walls)
-    session.attribute(profile)
-    if opts.replay:
+    from magneton.tracer.timing.alignment import price_timed_units
+
+    price_timed_units(profile, session, iterations, tp.cpu_windows)
+    if opts.replay and info.status == "ok":
         from magneton.tracer.energy.replay import replay_ops
 
         replay_ops(call, profile, session, progress=opts.progress)
-    info.status = "ok"
     if db is not None:
         phases.phase("writing to the DB")
         save(profile, db, replace=opts.replace)
@@ -620,7 +587,6 @@ def record_script(
     try:
         with _interruptible(), _no_exit(), Phases(opts.progress) as phases:
             phases.phase(f"importing {os.path.basename(script)}")
-            allocator.pin()  # before the script allocates (tracer/programs/allocator.py)
             module, entry_fn, setup_fn = _load_entry(script, entry, setup)
             phases.phase(f"{setup}() (not measured)")
             args = _as_args(setup_fn()) if callable(setup_fn) else ()

@@ -58,9 +58,10 @@ def _prepare(spec: dict) -> tuple[Any, bool, bool]:
     TensorFlow script `call` is the program's unfused replay (tracer/frameworks/), whose
     windows are what its recording priced."""
     os.environ.update(spec.get("env", {}))
-    from magneton.tracer.programs.allocator import pin
+    from magneton.tracer.programs import steady
 
-    pin()  # as the recording did (a fork has it from the zygote already)
+    if steady.requested():  # as the recording did (a fork has it from the zygote already)
+        steady.apply()
     script = spec["script"]
     sys.argv = [script]
     from magneton.tracer.programs.record import _as_args, load_script

@@ -266,13 +266,14 @@ def _tile_general(ids, s, e) -> Pieces:
     )
 
 
-def op_windows(ops: list[OpRecord]) -> tuple[int, list[list[tuple[int, int]]]]:
-    """(iterations, per-op windows). Falls back to (start_ns, end_ns) when the recorder
-    gave no per-iteration windows; ops without any timing get no window."""
-    wins = []
+def op_windows(ops: list[OpRecord]) -> tuple[int, list[list[tuple[int, int] | None]]]:
+    """(iterations, per-op windows, one per iteration: None where the op did not run in
+    that iteration, tracer/timing/alignment.py). Falls back to (start_ns, end_ns) when the
+    recorder gave no per-iteration windows; ops without any timing get no window."""
+    wins: list[list[tuple[int, int] | None]] = []
     for op in ops:
         if op.windows_ns:
-            wins.append([(int(a), int(b)) for a, b in op.windows_ns])
+            wins.append([None if w is None else (int(w[0]), int(w[1])) for w in op.windows_ns])
         elif op.end_ns > op.start_ns or op.start_ns:
             wins.append([(int(op.start_ns), int(op.end_ns))])
         else:

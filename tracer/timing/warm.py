@@ -529,9 +529,10 @@ def _zygote_imports(config: dict) -> WorkerStats:
     """Import torch with one intra-op thread, then the common imports and preloads."""
     t0, c0 = time.perf_counter(), time.process_time()
     config["path0"] = sys.path[0]  # the zygote's own folder, replaced by each job's
-    from magneton.tracer.programs.allocator import pin
+    from magneton.tracer.programs import steady
 
-    pin()  # before anything allocates; every fork inherits it (tracer/programs/allocator.py)
+    if steady.requested():  # a steady recording's re-run: before anything allocates
+        steady.apply()  # every fork inherits it (tracer/programs/steady.py)
     stats = WorkerStats()
     if not config.get("fork", True):
         stats.why_not_forking = "disabled (fork=False)"
@@ -704,9 +705,10 @@ def _zygote(config_path: str) -> int:
 def _job_main(tmp: str, jid: str, target: str) -> int:
     """A job in a fresh interpreter (`--job`): the environment and cwd are already set."""
     sys.path[0] = os.getcwd()
-    from magneton.tracer.programs.allocator import pin
+    from magneton.tracer.programs import steady
 
-    pin()  # as a fork has it from the zygote
+    if steady.requested():  # as a fork has it from the zygote
+        steady.apply()
     _run_job(tmp, int(jid), target)
     return 0
 

@@ -22,7 +22,7 @@ def parse_args():
     p = argparse.ArgumentParser(description="Train a BERT classifier on synthetic data")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--lr", type=float, default=5e-4)
@@ -31,8 +31,11 @@ def parse_args():
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--save-every", type=int, default=15)
     p.add_argument("--out", default="checkpoints/bert")
-    p.add_argument("--grad-checkpointing", action="store_true",
-                   help="recompute activations in backward to save memory")
+    p.add_argument(
+        "--grad-checkpointing",
+        action="store_true",
+        help="recompute activations in backward to save memory",
+    )
     p.add_argument("--seed", type=int, default=42)
     return p.parse_args()
 

@@ -38,6 +38,9 @@ class PowerSource:
     settle_s: float = 0.0
     # Typical seconds between fresh values; replay sizes its windows from it.
     update_period_s: float = 0.0
+    # The most power the measured devices can draw (their power limits), 0 when unknown:
+    # a run priced above it was priced wrong (EnergySession.power_bound_error)
+    max_power_w: float = 0.0
 
     def read(self) -> list[float]:
         raise NotImplementedError

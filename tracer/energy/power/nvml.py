@@ -87,6 +87,17 @@ def _torch_gpu_uuids() -> list[str]:
         return []
 
 
+def _power_limit_w(nvml, handles: list) -> float:
+    """The highest power limit the GPUs' boards allow, summed (0 when NVML cannot say)."""
+    total = 0.0
+    for h in handles:
+        try:
+            total += nvml.nvmlDeviceGetPowerManagementLimitConstraints(h)[1] / 1000.0
+        except (nvml.NVMLError, AttributeError, IndexError, TypeError):
+            return 0.0
+    return total
+
+
 class NvmlSource(PowerSource):
     kind = "nvml"
     # NVML power is averaged over a window and refreshed every ~20-100 ms, and can lag by
@@ -147,6 +158,7 @@ class NvmlSource(PowerSource):
         self.name = "nvml:" + "+".join(
             c.device.replace(":", "") for c in self.channels if not c.aux
         )
+        self.max_power_w = _power_limit_w(nvml, [h for _, h, _ in gpus])
 
     def force_power(self) -> None:
         """Use power readings only (`nvml:power`): energy by the trapezoid rule over them."""

@@ -75,6 +75,7 @@ class RaplSource(PowerSource):
         self.name = "rapl:" + "+".join(labels)
         for z in zones:  # first read: fails early with the permission message
             self._read_zone(z)
+        self.max_power_w = sum(_limit_w(z.path) for z in zones if z.label.startswith("package"))
 
     @staticmethod
     def _zone(path: Path, label: str) -> _RaplZone:
@@ -103,6 +104,18 @@ class RaplSource(PowerSource):
 
     def read(self) -> list[float]:
         return [self._read_zone(z) for z in self._zones]
+
+
+def _limit_w(zone: Path) -> float:
+    """The largest power constraint of a RAPL zone (its long- or short-term limit), 0
+    when it has none."""
+    best = 0.0
+    for f in zone.glob("constraint_*_max_power_uw"):
+        try:
+            best = max(best, float(f.read_text().strip()) * 1e-6)
+        except (OSError, ValueError):
+            continue
+    return best
 
 
 def _read_text(path: Path) -> str:
