@@ -392,6 +392,9 @@ class Fix:
     file: str | None = None  # the patched file (relative to base_dir)
     base_dir: str | None = None
     snippet: str | None = None  # the efficient side's code, as guidance
+    # a command line to run the wasteful program with instead (`python train.py ...`),
+    # checked against the program's recorded parser (tracer/programs/cmdline.py)
+    command: str | None = None
     rule: str | None = None  # id of the rule the summary quotes
     references: list[str] = field(default_factory=list)
     # in memory only (not in the JSON): the text the fix replaces and its replacement,
@@ -408,6 +411,8 @@ class Fix:
         }
         if self.snippet is not None:
             d["snippet"] = self.snippet
+        if self.command is not None:
+            d["command"] = self.command
         if self.rule is not None or self.references:
             d["rule"] = self.rule
             d["references"] = list(self.references)

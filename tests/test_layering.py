@@ -58,9 +58,11 @@ DIAGNOSE_RANK = {"source": 0, "matching": 1, "fix": 2, "cause": 3, "jobs": 4, ""
 TRACER_CONTRACT = {
     "magneton.tracer.capture.unfoldings",  # a tensor summary's layout (matching reads summaries)
     "magneton.tracer.timing.timeline",  # which operator each instant of a run is charged to
+    "magneton.tracer.timing.alignment",  # a re-measured step aligned with its recording
     "magneton.tracer.energy.pricing",  # a re-measurement priced like its recording
     "magneton.tracer.timing.warm",  # the warm workers that re-run a recorded program
     "magneton.tracer.programs.program",  # a recorded program's config, and running one window of it
+    "magneton.tracer.programs.cmdline",  # a recorded program's parser: checking a command line
 }
 # The front ends (render, the CLI, the TUI) reach each stage below them through one door:
 # the store through its package, recording and diagnosis through their `api` modules.

@@ -440,6 +440,25 @@ def _named_setting(x: _FixInput) -> str:
     )
 
 
+def _option_command(x: _FixInput, option: str, why: str, eff: str | None) -> tuple[str, str | None]:
+    """The fix's words and command line for a command-line option: the wasteful program
+    run with the option set as the efficient run set it, a command line its own parser
+    accepts (tracer/programs/cmdline.py); without one, what to set, and why no line."""
+    from magneton.tracer.programs.cmdline import fixed_arguments
+    from magneton.tracer.programs.program import ProgramSpec
+
+    spec = ProgramSpec.from_config(x.pw.config)
+    cf, refused = fixed_arguments(x.pw.config, x.pe.config, option)
+    if spec is None or cf is None:
+        return (
+            f"Set {option} as the efficient run did ({eff}; {why}); no command line to "
+            f"paste: {refused or 'not a program run'}.",
+            None,
+        )
+    command = spec.python_command(cf.args)
+    return f"Run `{command}` as the efficient run did: {cf.change()} ({why}).", command
+
+
 def _run_with_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
     """A value the program gets from how it is run — an environment variable or a
     command-line option: run with the efficient value; patch where the script sets it
@@ -449,10 +468,7 @@ def _run_with_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
     was = (ow.value if ow else None) or "(unset)"
     fix.old_text, fix.new_text = was, eff
     if ow is not None and ow.option:
-        fix.summary = (
-            f"Run with `{ow.option} {eff}` as the efficient run did (the wasteful run "
-            f"used `{ow.option} {was}`; {ow.note or ow.variable})."
-        )
+        fix.summary, fix.command = _option_command(x, ow.option, ow.note or ow.variable, eff)
     else:
         var = (ow.env_var if ow else None) or (ow.variable if ow else "")
         fix.summary = f"Run with {var}={eff} as the efficient run did (it was {was})."

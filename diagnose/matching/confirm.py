@@ -215,6 +215,34 @@ def _warm_of(side: str, p: Profile, pool: WarmPool) -> WarmWorker:
     return warm
 
 
+def _aligned_wall(side: str, unit: dict, p: Profile) -> np.ndarray:
+    """A program's timed unit as (ops, 2) windows of the recording's operators. Its steps
+    need not repeat exactly (a step that logs, evaluates or saves): the unit is aligned
+    with the recording's operators as the recording aligned its own units
+    (tracer/timing/alignment.py); an operator this unit skipped gets an empty window where
+    its predecessor ended, and what the unit ran besides is left out. WorkerError when
+    the unit is not the kind of unit the recording recorded."""
+    from magneton.tracer.timing.alignment import MIN_SHARED, align
+
+    names = [op.name for op in p.ops]
+    ua = align(names, unit["names"])
+    if ua.shared < MIN_SHARED * len(names):
+        raise WorkerError(
+            f"side {side} ran other operators than its recording ({ua.shared} of its "
+            f"{len(names)} in a timed step)"
+        )
+    wall = np.asarray(unit["wall"], np.int64).reshape(-1, 2)
+    out = np.zeros((len(names), 2), np.int64)
+    last = int(wall[0, 0]) if len(wall) else 0
+    for i, j in enumerate(ua.matched):
+        if j is None:
+            out[i] = (last, last)
+        else:
+            out[i] = wall[j]
+            last = int(wall[j, 1])
+    return out
+
+
 def _check_ops(side: str, names: list[str], p: Profile) -> None:
     """WorkerError unless a re-measured iteration ran the recording's operators."""
     if names != [op.name for op in p.ops]:
@@ -363,8 +391,7 @@ class ProgramWorker:
         self.timeout_s = max(ROUND_TIMEOUT_MIN_S, 3.0 * (time.monotonic() - t0))
         rows: list[tuple[np.ndarray, np.ndarray | None]] = []
         for unit in res.value["units"]:
-            _check_ops(self.side, unit["names"], self.profile)
-            rows.append((np.asarray(unit["wall"], np.int64), None))
+            rows.append((_aligned_wall(self.side, unit, self.profile), None))
         if not rows:
             raise WorkerError(f"side {self.side} timed no step of its window")
         return rows

@@ -797,11 +797,11 @@ def command_line_step(
     origin.value = value
     origin.span = None
     origin.option = clo.option
-    origin.option_default = _option_default(clo.file, clo.line)
+    origin.option_default = _option_default(clo.file, clo.line) if clo.line else None
     how = "given on the command line" if clo.given else "its default"
     origin.note = (
         f"{dotted_name(vnode) or vnode.attr.value} is option {clo.option} ({how}: {value}; "
-        f"add_argument at line {clo.line})"
+        f"{clo.defined()})"
     )
     return origin
 

@@ -483,19 +483,19 @@ def _option_difference(
         origins = {}
         for s, clo in (("a", ca), ("b", cb)):
             sl = slices[s]
-            line = min(_option_lines(sl, dest), default=clo.line)
+            line = min(_option_lines(sl, dest), default=clo.line) or None
             how = "given on the command line" if clo.given else "its default"
             origins[s] = Origin(
                 kind="command-line",
                 variable=dest,
                 file=sl.idx.path,
                 line=line,
-                code=sl.idx.line_text(line),
+                code=sl.idx.line_text(line) if line else None,
                 value=clo.value,
                 option=clo.option,
-                option_default=_option_default(clo.file, clo.line),
-                note=f"option {clo.option} ({how}: {clo.value}; add_argument at line "
-                f"{clo.line}), read at line {line}",
+                option_default=_option_default(clo.file, clo.line) if clo.line else None,
+                note=f"option {clo.option} ({how}: {clo.value}; {clo.defined()}), "
+                f"read at line {line}",
             )
         # another step's origin on a line that passes the option on agrees with it
         differing = {x: _option_lines(slices[x], dest) for x in "ab"}

@@ -22,9 +22,14 @@ on the work done rather than on a shared CPU's wall time).
 
 A **program case** has no a.py/b.py: its expect.toml has a `[program]` table with `a` and
 `b`, each the argument list of an unmodified program run from the case directory (e.g.
-`["train.py", "--foreach", "0"]`), and `steps` (`--steps WAIT:WARMUP:ACTIVE`); both are
-recorded as `magneton record --steps ... -- python ARGS` is. Such a case exercises what a
-script pair cannot: a cause that is a command-line flag.
+`["train.py", "--foreach", "0"]`), `steps` (`--steps WAIT:WARMUP:ACTIVE`) and, for a
+program that reads a setting from its environment, `env = {a = {VAR = "..."}, b = {...}}`;
+both are recorded as `magneton record --steps ... -- python ARGS` is, from the case
+directory. Such a case exercises what a script pair cannot: a cause that is a
+command-line flag, an environment variable or a config file. Every command line a finding
+suggests must parse with the program's own parser (the program is run up to its parse),
+and side a is recorded a second time and diffed against the first: that A/A must flag
+nothing (`--no-aa` skips it).
 With `wasteful = "either"` (which side is faster depends on the CPU) `line_contains` and
 `patch` may be tables keyed by the wasteful side (`{a = "...", b = "..."}`).
 """
@@ -72,6 +77,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(compares two versions of the diagnosis on the same measurements)",
     )
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument(
+        "--no-aa",
+        action="store_true",
+        help="skip the A/A of program cases (side a recorded twice, diffed: must be silent)",
+    )
+    p.add_argument(
+        "--steady",
+        action="store_true",
+        help="record in the steady mode (magneton record --steady; docs/programs.md)",
+    )
     p.set_defaults(func=run)
 
 
@@ -88,6 +103,7 @@ class CaseResult:
     finding: dict | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     expect: dict = field(default_factory=dict)
+    aa: str = ""  # a program case's A/A: "silent", or what it flagged ("" not run)
 
     def to_json(self) -> dict:
         return {
@@ -101,6 +117,7 @@ class CaseResult:
             "root_cause": self.root_cause,
             "seconds": self.seconds,
             "finding": self.finding,
+            "aa": self.aa,
         }
 
 
@@ -147,23 +164,35 @@ def record_args(expect: dict, repeat: int) -> list[str]:
     return ["--repeat", str(n), *(["--power", expect["power"]] if "power" in expect else [])]
 
 
-def record_side(case: Path, expect: dict, side: str, db: str, repeat: int) -> None:
-    """Record side `side` of a case: its script, or its program run (`[program]`, whose
-    window is `--steps`: `record` takes no `--repeat` for a program)."""
+def record_side(
+    case: Path, expect: dict, side: str, db: str, repeat: int, run: str = "", steady: bool = False
+) -> None:
+    """Record side `side` of a case as run `run` (default: the side's name): its script,
+    or its program run (`[program]`, whose window is `--steps`: `record` takes no
+    `--repeat` for a program), run from the case directory with the side's `env`."""
     prog = expect.get("program")
+    mode = ["--steady"] if steady else []
     if prog is None:
-        record([str(case / f"{side}.py")], db, side, record_args(expect, repeat))
+        record([str(case / f"{side}.py")], db, run or side, [*record_args(expect, repeat), *mode])
         return
     power = ["--power", expect["power"]] if "power" in expect else []
     argv = prog.get(side)
     if not isinstance(argv, list) or not argv:
         raise MagnetonError(f"{case / 'expect.toml'}: [program] needs a list `{side}`")
     steps = ["--steps", str(prog.get("steps", "1:1:3"))]
-    command = ["--", sys.executable, str(case / argv[0]), *map(str, argv[1:])]
-    record([], db, side, [*steps, *power, *command])
+    command = ["--", "python", argv[0], *map(str, argv[1:])]
+    env = {k: str(v) for k, v in (prog.get("env") or {}).get(side, {}).items()}
+    record([], db, run or side, [*steps, *power, *mode, *command], cwd=case, env=env)
 
 
-def record(target: list[str], db: str, run: str, args: list[str]) -> None:
+def record(
+    target: list[str],
+    db: str,
+    run: str,
+    args: list[str],
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> None:
     """Record one script (`target` its path) or program (`target` empty, the command after
     `--` in `args`) in its own process, as a user runs `magneton record`: global flags
     a script sets must not leak into the next recording. Recordings forked from one warm
@@ -183,9 +212,9 @@ def record(target: list[str], db: str, run: str, args: list[str]) -> None:
         "--replace",
         *args,
     ]
-    env = dict(os.environ)
-    env.setdefault("KINETO_LOG_LEVEL", "5")
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    full = {**os.environ, **(env or {})}
+    full.setdefault("KINETO_LOG_LEVEL", "5")
+    res = subprocess.run(cmd, capture_output=True, text=True, env=full, cwd=cwd, check=False)
     if res.returncode != 0:
         msg = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise MagnetonError(f"recording {run} failed: {msg}")
@@ -265,26 +294,40 @@ def describe(rc: RootCause | None) -> str:
     return f"{rc.kind} {var}{where}"
 
 
-def _has_runs(db_path: str) -> bool:
+def _has_run(db_path: str, *runs: str) -> bool:
     from magneton.graphdb import open_db
 
     if not os.path.exists(db_path):
         return False
     with open_db(db_path, read_only=True) as db:
-        return db.has_run("a") and db.has_run("b")
+        return all(db.has_run(r) for r in runs)
 
 
-def eval_case(case: Path, db_dir: str, repeat: int, rerun: bool, reuse: bool = False) -> CaseResult:
+def _has_runs(db_path: str) -> bool:
+    return _has_run(db_path, "a", "b")
+
+
+@dataclass
+class EvalOptions:
+    repeat: int = 3
+    rerun: bool = True
+    reuse: bool = False
+    aa: bool = True  # program cases: record side a twice and diff (must be silent)
+    steady: bool = False
+
+
+def eval_case(case: Path, db_dir: str, opts: EvalOptions | None = None) -> CaseResult:
     from magneton.diagnose.api import run_diff, store_outcome
     from magneton.graphdb import open_db
 
+    opts = opts or EvalOptions()
     expect = load_expect(case)
     res = CaseResult(case=case.name, diagnosed=False, expect=expect)
-    db_path = os.path.join(db_dir, case.name)
+    db_path = os.path.abspath(os.path.join(db_dir, case.name))
     t0 = time.perf_counter()
-    if not (reuse and _has_runs(db_path)):
+    if not (opts.reuse and _has_runs(db_path)):
         for side in ("a", "b"):
-            record_side(case, expect, side, db_path, repeat)
+            record_side(case, expect, side, db_path, opts.repeat, steady=opts.steady)
     t1 = time.perf_counter()
     detected: list[float] = []
 
@@ -293,7 +336,7 @@ def eval_case(case: Path, db_dir: str, repeat: int, rerun: bool, reuse: bool = F
             detected.append(time.perf_counter())
 
     with open_db(db_path) as db:
-        out = run_diff(db, "a", "b", rerun=rerun, progress=progress)
+        out = run_diff(db, "a", "b", rerun=opts.rerun, progress=progress)
         t3 = time.perf_counter()
         store_outcome(db, out)
         result = out.result
@@ -335,8 +378,55 @@ def eval_case(case: Path, db_dir: str, repeat: int, rerun: bool, reuse: bool = F
     res.reason = check(expect, f)
     if not res.reason and expect.get("patch") and f.fix is not None and f.fix.patch:
         res.reason = patch_problem(case, expect, f.fix.patch, f.wasteful)
-    res.diagnosed = not res.reason
+    if not res.reason and "program" in expect:
+        res.reason = command_problem(case, result.findings)
+    if "program" in expect and opts.aa:
+        res.aa = aa_problem(case, expect, db_path, opts) or "silent"
+    res.diagnosed = not res.reason and res.aa in ("", "silent")
     return res
+
+
+def command_problem(case: Path, findings: list[Finding]) -> str:
+    """'' when every command line the findings suggest parses with the program's own
+    parser (the program run up to its parse, tracer/programs/cmdline.py `parses`)."""
+    import shlex
+
+    for f in findings:
+        if f.fix is None or not f.fix.command:
+            continue
+        words = shlex.split(f.fix.command)
+        if words[:2] == ["python", "-m"]:
+            continue  # a module's parser: its package is the user's to import
+        script, args = str(case / words[1]), words[2:]
+        ran = subprocess.run(
+            [sys.executable, "-m", "magneton.tracer.programs.cmdline", script, *args],
+            cwd=case,
+            capture_output=True,
+            text=True,
+            timeout=PATCHED_RUN_TIMEOUT_S,
+        )
+        if ran.returncode != 0:
+            last = (ran.stderr.strip().splitlines() or [f"status {ran.returncode}"])[-1]
+            return f"finding {f.id}'s command does not parse: {f.fix.command}: {last[:200]}"
+    return ""
+
+
+def aa_problem(case: Path, expect: dict, db_path: str, opts: EvalOptions) -> str:
+    """'' when side a recorded a second time (`a2`) and diffed against its first
+    recording flags nothing; else what it flagged."""
+    from magneton.diagnose.api import run_diff
+    from magneton.graphdb import open_db
+
+    if not (opts.reuse and _has_run(db_path, "a2")):
+        record_side(case, expect, "a", db_path, opts.repeat, run="a2", steady=opts.steady)
+    with open_db(db_path, read_only=True) as db:
+        result = run_diff(db, "a", "a2", rerun=opts.rerun).result
+    if not result.findings:
+        return ""
+    return f"A/A flagged {len(result.findings)}: " + "; ".join(
+        f"#{f.id} {f.saving_share:.1%} ({describe(f.root_cause) or f.verdict})"
+        for f in result.findings[:3]
+    )
 
 
 # a patched script gets this long to run setup() and main() once
@@ -393,6 +483,8 @@ def print_table(results: list[CaseResult]) -> None:
     t.add_column("wasteful", justify="center")
     t.add_column("category")
     t.add_column("root cause", overflow="fold")
+    if any(r.aa for r in results):
+        t.add_column("A/A")
     for r in results:
         mark = "[green]✓[/]" if r.diagnosed else "[red]✗[/]"
         t.add_row(
@@ -403,6 +495,7 @@ def print_table(results: list[CaseResult]) -> None:
             r.wasteful or "-",
             r.category or "-",
             r.root_cause + (f"\n[red]{r.reason}[/]" if r.reason else ""),
+            *([r.aa or "-"] if any(x.aa for x in results) else []),
         )
     Console().print(t)
     ok = sum(r.diagnosed for r in results)
@@ -422,9 +515,16 @@ def run(args: argparse.Namespace) -> int:
         db_dir = tmp.name
     try:
         results = []
+        opts = EvalOptions(
+            repeat=args.repeat,
+            rerun=not args.no_rerun,
+            reuse=args.reuse,
+            aa=not args.no_aa,
+            steady=args.steady,
+        )
         for case in cases:
             try:
-                results.append(eval_case(case, db_dir, args.repeat, not args.no_rerun, args.reuse))
+                results.append(eval_case(case, db_dir, opts))
             except MagnetonError as e:
                 results.append(CaseResult(case=case.name, diagnosed=False, reason=str(e)))
     finally:

@@ -59,6 +59,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--window", default="", help="program: record the magneton.window(NAME) block NAME"
     )
     p.add_argument(
+        "--step-fn",
+        default="",
+        metavar="NAME",
+        help="JAX/TensorFlow program: the compiled function whose calls are its steps "
+        "(default: the first one it calls twice)",
+    )
+    p.add_argument(
         "--steady",
         action="store_true",
         help="measure in a steadier environment than the program's own: OMP_WAIT_POLICY="
@@ -142,7 +149,7 @@ def _record_program(args: argparse.Namespace, opts) -> int:
         raise MagnetonError("--nproc is not supported with `-- python ...` programs yet")
     if args.warmup != 1 or args.repeat != 3:
         raise MagnetonError("--warmup/--repeat count calls of main(); for programs use --steps")
-    spec = parse_command(command, steps=args.steps, window=args.window)
+    spec = parse_command(command, steps=args.steps, window=args.window, step_fn=args.step_fn)
     profile = record_program(spec, db=args.db, run=args.run, options=opts)
     advice = few_units_advice(spec, profile, args.db)
     return _print_recorded(profile, args.db, spec.describe(), advice)

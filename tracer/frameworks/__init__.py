@@ -22,10 +22,13 @@ from .base import TracedProgram, detect_framework, require
 __all__ = ["TracedProgram", "detect_framework", "program_for", "require"]
 
 
-def program_for(framework: str, fn: Callable, args: tuple) -> TracedProgram:
-    """The `TracedProgram` of FRAMEWORK (its registry entry's recorder) for `fn(*args)`."""
+def program_for(
+    framework: str, fn: Callable, args: tuple, kwargs: dict | None = None
+) -> TracedProgram:
+    """The `TracedProgram` of FRAMEWORK (its registry entry's recorder) for
+    `fn(*args, **kwargs)`."""
     fw = BY_KEY.get(framework)
     if fw is None or not fw.recorder:
         raise MagnetonError(f"no graph recorder for framework {framework!r}")
     module, _, cls = fw.recorder.partition(":")
-    return getattr(importlib.import_module(module), cls)(fn, args)
+    return getattr(importlib.import_module(module), cls)(fn, args, kwargs)

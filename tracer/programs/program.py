@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from magneton.graphdb.store import DBArg
 
 # The one recorder active in this process (a program is recorded once per process).
-_ACTIVE: _Controller | None = None
+_ACTIVE: Any = None  # a _Controller, or a JAX/TF program's StepRecorder
 
 
 # --------------------------------------------------------------------------------------
@@ -123,6 +123,7 @@ class ProgramSpec:
     cwd: str = ""
     steps: Schedule | None = None  # None: window mode, one execution
     window: str = ""  # window name; "" = the first one entered (window mode)
+    step_fn: str = ""  # JAX/TensorFlow: the compiled function whose calls are steps
 
     @property
     def mode(self) -> str:
@@ -151,6 +152,14 @@ class ProgramSpec:
             parts += ["--window", self.window or "NAME"]
         return shlex.join([*parts, "--", "python", *target, *self.args])
 
+    def python_command(self, args: list[str] | None = None) -> str:
+        """`python SCRIPT ARGS` (or `python -m MOD ARGS`) as typed in the recorded working
+        directory, with `args` in place of the recorded arguments when given."""
+        import shlex
+
+        target = ["-m", self.module] if self.module else [_as_typed(self.script, self.cwd)]
+        return shlex.join(["python", *target, *(self.args if args is None else args)])
+
     def to_config(self) -> dict[str, str]:
         return {
             "program.script": self.script,
@@ -159,6 +168,7 @@ class ProgramSpec:
             "program.cwd": self.cwd,
             "program.steps": str(self.steps) if self.steps else "",
             "program.window": self.window,
+            "program.step_fn": self.step_fn,
         }
 
     @classmethod
@@ -174,10 +184,19 @@ class ProgramSpec:
             cwd=config.get("program.cwd", ""),
             steps=Schedule.parse(steps) if steps else None,
             window=config.get("program.window", ""),
+            step_fn=config.get("program.step_fn", ""),
         )
 
 
-def parse_command(command: list[str], *, steps: str | None = None, window: str = "") -> ProgramSpec:
+def _as_typed(path: str, cwd: str) -> str:
+    """A script path relative to the working directory it was run from, when inside it."""
+    rel = os.path.relpath(path, cwd) if cwd else path
+    return path if rel.startswith("..") else rel
+
+
+def parse_command(
+    command: list[str], *, steps: str | None = None, window: str = "", step_fn: str = ""
+) -> ProgramSpec:
     """`["python", "train.py", "--lr", "3e-4"]` or `["python", "-m", "pkg.mod", ...]`
     (the leading `python` may be left out) → a ProgramSpec with absolute paths."""
     cmd = list(command)
@@ -202,13 +221,15 @@ def parse_command(command: list[str], *, steps: str | None = None, window: str =
             if not os.path.isfile(main):
                 raise MagnetonError(f"package {module!r} has no __main__.py to run")
             origin = main
-        return ProgramSpec(os.path.abspath(origin), cmd[2:], module, os.getcwd(), sched, window)
+        return ProgramSpec(
+            os.path.abspath(origin), cmd[2:], module, os.getcwd(), sched, window, step_fn
+        )
     if cmd[0].startswith("-"):
         raise MagnetonError(f"unsupported python option {cmd[0]!r}: use `python SCRIPT` or `-m`")
     script = os.path.abspath(cmd[0])
     if not os.path.isfile(script):
         raise MagnetonError(f"no such script: {script}")
-    return ProgramSpec(script, cmd[1:], "", os.getcwd(), sched, window)
+    return ProgramSpec(script, cmd[1:], "", os.getcwd(), sched, window, step_fn)
 
 
 # --------------------------------------------------------------------------------------
@@ -446,6 +467,8 @@ class _Recorder(_Controller):
         self._t0 = 0
         self._elsewhere = [0]
         self.unrecorded = 0  # operator calls other threads ran in the structure unit
+        # the program's command-line parsers, as they parsed its arguments (cmdline.py)
+        self.parsers: list = []
 
     def begin_structure(self, frame: Any) -> None:
         from magneton.tracer.capture.dispatch import ModuleTracker, StructureCapture, call_profiler
@@ -489,8 +512,11 @@ class _Recorder(_Controller):
             for op in res.ops:
                 op.api, op.call_paths = op.name, [op.name]
         finish_modules(res, self._capture.modules)
+        from magneton.tracer.programs.cmdline import to_config as parsers_config
+
         config = snapshot(self.spec.script)
         config.update(self.spec.to_config())
+        config.update(parsers_config(self.parsers))
         if self.spec.mode == "window" and not self.spec.window and self.window_name:
             # the block recorded by default (the first entered) is named, so a command
             # rebuilt from the config (`ProgramSpec.command`) records the same block
@@ -632,20 +658,18 @@ def _program_run_info(spec: ProgramSpec, run: str) -> RunInfo:
 def record_program(spec: ProgramSpec, *, db: DBArg, run: str, options: Any = None) -> Profile:
     """What `magneton record ... -- python ...` does. Raises MagnetonError (one line) on
     any failure, after marking the run failed in the DB."""
+    from magneton.tracer.programs.cmdline import observed_parsers
     from magneton.tracer.programs.record import (
         RecordOptions,
-        Terminated,
-        _exit_reason,
         _interruptible,
         _no_exit,
         _opened,
-        _record_failure,
-        _workload_raised,
         check_run_name,
         no_operator_error,
         save,
     )
 
+    global _ACTIVE
     opts = options or RecordOptions()
     check_run_name(run)
     if opts.replay:
@@ -653,6 +677,7 @@ def record_program(spec: ProgramSpec, *, db: DBArg, run: str, options: Any = Non
     if _ACTIVE is not None:
         raise MagnetonError("a program is already being recorded in this process")
     info = _program_run_info(spec, run)
+    framework = _framework_of(spec)  # refusals come before the program runs
     # opened briefly, as `record_script` does: fails before the program runs, and other
     # commands can read the DB while it does
     with _opened(db) as handle:
@@ -660,43 +685,134 @@ def record_program(spec: ProgramSpec, *, db: DBArg, run: str, options: Any = Non
             raise MagnetonError(
                 f"run '{run}' already exists in the DB; pick another --run name or pass --replace"
             )
-    rec = _Recorder(spec, info, opts)
+    rec = _recorder_for(framework, spec, info, opts)
     try:
-        rec.session.measure_idle()  # before any of the program's work
         rec.install()
+        _ACTIVE = rec  # what magneton.step() and magneton.window() report to
         # SIGTERM and os._exit as `record SCRIPT` handles them (tracer/programs/record.py): a
-        # message and a failed run instead of a silent exit with nothing stored
-        with _interruptible(), _no_exit(), _as_main(spec):
+        # message and nothing stored instead of a silent exit
+        with _interruptible(), _no_exit(), _as_main(spec), observed_parsers() as rec.parsers:
             _run(spec)
         if not rec.done:
             raise MagnetonError(rec.incomplete())
         if not rec.profile.ops:
             raise no_operator_error(f"the recorded {spec.describe()}", None, rec.unrecorded)
-    except MagnetonError as e:
-        rec.abort()
+    except BaseException as e:
+        if _window_recorded(rec):  # what failed came after the window: keep the run
+            rec.uninstall()
+            save(_finished(rec, spec), db, replace=opts.replace)
+            raise _after_window(e, spec, run) from None
+        _raise_failure(e, rec, spec, info, db, opts)
+    finally:
+        rec.uninstall()
+        _ACTIVE = None
+    save(_finished(rec, spec), db, replace=opts.replace)
+    return rec.profile
+
+
+def _raise_failure(
+    e: BaseException, rec: Any, spec: ProgramSpec, info: RunInfo, db: Any, opts: Any
+) -> None:
+    """Raise a recording's failure as the one-line error the CLI prints."""
+    from magneton.tracer.programs.record import (
+        Terminated,
+        _exit_reason,
+        _record_failure,
+        _workload_raised,
+    )
+
+    rec.abort()
+    if isinstance(e, MagnetonError):
         info.error = str(e)
         raise MagnetonError(f"{e}; {_record_failure(info, db, opts.replace)}") from None
-    except KeyboardInterrupt as e:
-        rec.abort()
+    if isinstance(e, KeyboardInterrupt):
         how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)"
         info.error = f"{how} while recording"
         raise MagnetonError(
             f"{how}; {_record_failure(info, db, opts.replace)}",
             exit_code=143 if isinstance(e, Terminated) else 130,
         ) from None
-    except SystemExit as e:  # os._exit(n != 0) in the program (see `_run`)
-        rec.abort()
+    if isinstance(e, SystemExit):  # os._exit(n != 0) in the program (see `_run`)
         info.error = _exit_reason(
             e, spec.script, "the program", "" if rec.done else "before the window was recorded"
         )
         raise WorkloadError(f"{info.error}; {_record_failure(info, db, opts.replace)}") from None
-    except Exception as e:
-        rec.abort()
+    if isinstance(e, Exception):
         raise _workload_raised(e, spec.script, info, db, opts.replace) from None
-    finally:
-        rec.uninstall()
-    save(rec.profile, db, replace=opts.replace)
-    return rec.profile
+    raise e
+
+
+def _window_recorded(rec: Any) -> bool:
+    return bool(rec.done and rec.profile is not None and rec.profile.ops)
+
+
+def _after_window(e: BaseException, spec: ProgramSpec, run: str) -> MagnetonError:
+    """The error of a program that failed after its window was recorded (the run is
+    stored: nothing of the recording is lost to a crash at the end of a training run)."""
+    from magneton.tracer.programs.record import Terminated, _exit_reason, _user_location
+
+    stored = f"run '{run}' was recorded before that and is stored"
+    if isinstance(e, KeyboardInterrupt):
+        how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)"
+        return MagnetonError(
+            f"{how} after the window; {stored}", exit_code=143 if isinstance(e, Terminated) else 130
+        )
+    if isinstance(e, SystemExit):
+        return WorkloadError(f"{_exit_reason(e, spec.script, 'the program', '')}; {stored}")
+    if isinstance(e, MagnetonError):
+        return WorkloadError(f"{e}; {stored}")
+    msg = " ".join(str(e).split()) or "(no message)"
+    where = _user_location(e, spec.script)
+    return WorkloadError(
+        f"the program raised {type(e).__name__}{where} after the window: {msg}; {stored}"
+    )
+
+
+def _framework_of(spec: ProgramSpec) -> str:
+    """The program's framework, from its imports; a JAX or TensorFlow program's window
+    must be steps of its step function (tracer/frameworks/steps.py), said before it runs."""
+    from magneton.model.frameworks import framework_name
+    from magneton.tracer.frameworks import detect_framework, require
+
+    framework = detect_framework(spec.script)
+    if framework == "torch":
+        return framework
+    require(framework)
+    name = framework_name(framework)
+    if spec.mode == "window":
+        raise MagnetonError(
+            f"a {name} program's window is its training steps: record it with --steps "
+            "WAIT:WARMUP:ACTIVE (a step is a call of its compiled step function, or ends "
+            "at magneton.step()); magneton.window() blocks are for PyTorch programs"
+        )
+    s = spec.schedule
+    if s.wait + s.warmup < 1:
+        raise MagnetonError(
+            f"a {name} program's first step compiles its step function and is never "
+            f"measured: use --steps with WAIT+WARMUP >= 1 (e.g. 1:1:{s.active})"
+        )
+    return framework
+
+
+def _recorder_for(framework: str, spec: ProgramSpec, info: RunInfo, opts: Any) -> Any:
+    if framework == "torch":
+        rec = _Recorder(spec, info, opts)
+        rec.session.measure_idle()  # before any of the program's work
+        return rec
+    from magneton.tracer.frameworks.steps import StepRecorder
+
+    return StepRecorder(framework, spec, info.name, opts, spec.step_fn)
+
+
+def _finished(rec: Any, spec: ProgramSpec) -> Profile:
+    """The recorded profile with the program's command line and parsers in its config
+    (a JAX or TensorFlow step's profile was made by the framework's recorder)."""
+    from magneton.tracer.programs.cmdline import to_config as parsers_config
+
+    profile = rec.profile
+    profile.config.update(spec.to_config())
+    profile.config.update(parsers_config(rec.parsers))
+    return profile
 
 
 # --------------------------------------------------------------------------------------
@@ -836,22 +952,58 @@ class CommandLineOrigin:
     value: str  # the value this run used, as typed ("eager"), or the default's source
     given: bool  # True: on the command line; False: the add_argument default
     file: str  # the script holding the add_argument call
-    line: int  # its line
+    line: int  # its line (0: not found in the script, e.g. an HfArgumentParser field)
+
+    def defined(self) -> str:
+        """Where the option is defined, in words."""
+        return f"add_argument at line {self.line}" if self.line else "the program's parser"
 
 
 def command_line_origin(config: dict[str, str], dest: str) -> CommandLineOrigin | None:
-    """For a program run, trace `args.DEST` to the `add_argument` that defines it in the
-    program's script and to the value its recorded command line gave (else the default).
+    """For a program run, trace `args.DEST` to its option and to the value the run's
+    command line gave it (else the option's default).
 
-    Static: the script's `add_argument("--x-y", ...)` calls are read with `ast`, never run,
-    so a diagnosis can name "--attn-implementation eager" as the cause without re-running.
-    None when the run is not a program run or no option of that dest is found.
+    The value and whether it was given come from the program's own parser as recorded
+    (tracer/programs/cmdline.py); where the option is defined (the `add_argument` line a
+    patch of its default edits) is read from the script with `ast`, never run. A run
+    recorded without its parser (or a parser the script does not define, such as
+    `HfArgumentParser`'s) keeps what is known of the two. None when the run is not a
+    program run or no option of that dest is found.
     """
-    import ast
+    from magneton.tracer.programs import cmdline
 
     spec = ProgramSpec.from_config(config)
     if spec is None:
         return None
+    static = _static_option(spec, dest)
+    rec = cmdline.parser_for(config, dest)
+    if rec is None:
+        return static
+    spans = cmdline.occurrences(rec, spec.args, dest)
+    words = [spec.args[s].split("=", 1)[0] for s, _ in spans]
+    longs = [o for a in rec.actions_of(dest) for o in a.option_strings if o.startswith("--")]
+    option = (words[-1] if words else "") or (longs[0] if longs else dest)
+    value = _shown(rec.values.get(dest, "None"))
+    file, line = (static.file, static.line) if static else (spec.script, 0)
+    return CommandLineOrigin(dest, option, value, bool(spans), file, line)
+
+
+def _shown(text: str) -> str:
+    """A recorded value as a person reads it: `'eager'` -> eager, `True` -> True."""
+    import ast
+
+    try:
+        v = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+    return v if isinstance(v, str) else repr(v)
+
+
+def _static_option(spec: ProgramSpec, dest: str) -> CommandLineOrigin | None:
+    """The option of `dest` as the script's `add_argument` calls define it, and the value
+    its recorded arguments give it (runs recorded without their parser)."""
+    import ast
+
     try:
         with open(spec.script, encoding="utf-8") as f:
             tree = ast.parse(f.read(), spec.script)

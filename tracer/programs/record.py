@@ -699,19 +699,12 @@ def _workload_raised(
 
 
 def _record_failure(info: RunInfo, db: DBArg, replace: bool) -> str:
-    """Store a failed Run node for `info` unless a run of that name exists (a failed
-    replace keeps the earlier, complete run; a failure never clobbers a run); returns
-    what happened, for the user's message."""
-    try:
-        with defer_sigint(), _opened(db) as handle:
-            if handle.has_run(info.name):
-                if replace:
-                    return f"the earlier run '{info.name}' is kept unchanged (nothing replaced)"
-                return f"run '{info.name}' not stored, the existing run is kept"
-            handle.save_failed_run(info)
-    except MagnetonError as e:
-        return f"run '{info.name}' could not be marked failed ({e}); earlier runs intact"
-    return f"run '{info.name}' marked failed, earlier runs intact"
+    """What a failed recording left in the DB, for the user's message: nothing (a failed
+    run is not stored: it would only crowd `runs`; its error is the message), and with
+    `--replace` the earlier run of that name unchanged."""
+    if replace:
+        return f"nothing stored (with --replace: a run '{info.name}' stored before is kept)"
+    return "nothing stored, earlier runs intact"
 
 
 # --------------------------------------------------------------------------------------

@@ -1,0 +1,141 @@
+"""Command lines a fix suggests are checked against the program's own recorded parser
+(tracer/programs/cmdline.py): every kind of argparse setting gets a line that parses and
+sets the dest the efficient run's way, and nothing else."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import pytest
+
+from magneton.tracer.programs import cmdline
+
+
+def _string_to_bool(v):  # HfArgumentParser's converter, by name
+    return v if isinstance(v, bool) else v.lower() in ("yes", "true", "t", "y", "1")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--grad-checkpointing", action="store_true")
+    p.add_argument("--no-foreach", dest="foreach", action="store_false")
+    p.add_argument("--use-cache", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--attn-implementation", choices=["eager", "sdpa"], default="sdpa")
+    p.add_argument("--sdpa-backends", nargs="+", choices=["math", "flash", "efficient"])
+    p.add_argument("--exclude", action="append", default=[])
+    p.add_argument("--bf16", type=_string_to_bool, nargs="?", const=True, default=False)
+    p.add_argument("--no_bf16", dest="bf16", action="store_false")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    return p
+
+
+def _recorded(argv: list[str], monkeypatch) -> cmdline.ParserSpec:
+    monkeypatch.setattr(sys, "argv", ["train.py", *argv])
+    with cmdline.observed_parsers() as seen:
+        _parser().parse_args()
+    (spec,) = seen
+    return cmdline.ParserSpec.from_json(json.loads(json.dumps(spec.to_json())))  # as stored
+
+
+def _fix(wasteful, efficient, dest, monkeypatch) -> list[str]:
+    spec = _recorded(wasteful, monkeypatch)
+    fixed = cmdline.rewrite(spec, wasteful, efficient, dest)
+    assert cmdline.check(spec, fixed, wasteful, efficient, dest) == ""
+    # the program's own parser agrees: it parses, and the dest is the efficient run's
+    parse = _parser().parse_args
+    assert getattr(parse(fixed), dest) == getattr(parse(efficient), dest)
+    return fixed
+
+
+@pytest.mark.parametrize(
+    "wasteful, efficient, dest, fixed",
+    [
+        # store_true given on the wasteful side: drop it (never `--grad-checkpointing False`)
+        (
+            ["--steps", "9", "--grad-checkpointing"],
+            ["--steps", "9"],
+            "grad_checkpointing",
+            ["--steps", "9"],
+        ),
+        # and the other way round: add it
+        (
+            ["--steps", "9"],
+            ["--grad-checkpointing", "--steps", "9"],
+            "grad_checkpointing",
+            ["--steps", "9", "--grad-checkpointing"],
+        ),
+        # store_false
+        (["--no-foreach"], [], "foreach", []),
+        # BooleanOptionalAction: --no-x for --x
+        (["--no-use-cache", "--steps", "3"], ["--steps", "3"], "use_cache", ["--steps", "3"]),
+        (["--steps", "3"], ["--no-use-cache"], "use_cache", ["--steps", "3", "--no-use-cache"]),
+        # choices, as `--x v` and as `--x=v`, and abbreviated
+        (
+            ["--attn-implementation", "eager"],
+            ["--attn-implementation=sdpa"],
+            "attn_implementation",
+            ["--attn-implementation=sdpa"],
+        ),
+        (["--attn-impl", "eager", "--steps", "2"], [], "attn_implementation", ["--steps", "2"]),
+        # nargs="+": the whole list
+        (
+            ["--sdpa-backends", "math", "--steps", "2"],
+            ["--sdpa-backends", "flash", "math"],
+            "sdpa_backends",
+            ["--sdpa-backends", "flash", "math", "--steps", "2"],
+        ),
+        # append: every occurrence
+        (
+            ["--exclude", "a", "--steps", "2", "--exclude", "b"],
+            ["--exclude", "c"],
+            "exclude",
+            ["--exclude", "c", "--steps", "2"],
+        ),
+        # HfArgumentParser's booleans: `--x` (const), `--x false`, `--no_x`
+        (["--bf16"], ["--no_bf16"], "bf16", ["--no_bf16"]),
+        (["--bf16", "true", "--steps", "4"], [], "bf16", ["--steps", "4"]),
+        # count
+        (["-vv", "--steps", "4"], ["-v"], "verbose", ["-v", "--steps", "4"]),
+    ],
+)
+def test_every_kind_of_setting_gets_a_command_line_that_parses(
+    wasteful, efficient, dest, fixed, monkeypatch
+):
+    assert _fix(wasteful, efficient, dest, monkeypatch) == fixed
+
+
+def test_a_line_the_parser_refuses_is_never_offered(monkeypatch):
+    spec = _recorded(["--grad-checkpointing"], monkeypatch)
+    bad = ["--grad-checkpointing", "False"]  # what a naive fix printed
+    why = cmdline.check(spec, bad, ["--grad-checkpointing"], [], "grad_checkpointing")
+    assert "does not know False" in why
+    wrong_value = ["--attn-implementation", "flash"]
+    why = cmdline.check(
+        spec, wrong_value, [], ["--attn-implementation", "sdpa"], "attn_implementation"
+    )
+    assert "refuses" in why and "invalid choice" in why
+
+
+def test_a_line_that_changes_another_setting_is_refused(monkeypatch):
+    spec = _recorded(["--steps", "9", "--grad-checkpointing"], monkeypatch)
+    why = cmdline.check(
+        spec, [], ["--steps", "9", "--grad-checkpointing"], [], "grad_checkpointing"
+    )
+    assert why == "it also changes steps"
+
+
+def test_the_recorded_values_are_the_programs_own(monkeypatch):
+    spec = _recorded(["--grad-checkpointing", "--attn-implementation", "eager"], monkeypatch)
+    assert spec.values["grad_checkpointing"] == "True"
+    assert spec.values["attn_implementation"] == "'eager'"
+    assert spec.values["steps"] == "30"  # its type applied to the default
+
+
+def test_a_parser_given_other_words_than_the_programs_is_not_recorded(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["train.py", "--steps", "2"])
+    with cmdline.observed_parsers() as seen:
+        _parser().parse_args(["--steps", "5"])  # a library's own parse of its own words
+    assert seen == []
