@@ -308,6 +308,29 @@ def outside_line(profile: Profile, unit: str = "unit") -> str:
     )
 
 
+# a share of the CPU time other threads burn between operators that is worth saying
+BUSY_SHARE_SAID = 0.10
+
+
+def busy_line(profile: Profile) -> str:
+    """What other threads burned while Python ran between operators, when it is a real
+    share of the run's CPU time and the OpenMP workers were allowed to spin ("" else)."""
+    try:
+        share = float(profile.config.get("energy.busy_between_ops", ""))
+    except ValueError:
+        return ""
+    policy = profile.config.get("env.OMP_WAIT_POLICY", "")
+    if share < BUSY_SHARE_SAID or policy.upper() == "PASSIVE":
+        return ""
+    return (
+        f"other threads burned {share:.0%} of the process's CPU time while Python ran between "
+        f"operators: OpenMP workers spinning after each parallel region (OMP_WAIT_POLICY "
+        f"{policy or 'unset'}; rule omp-busy-wait). That is what the program costs as run; "
+        "`magneton record --steady` measures it with them asleep, and a diff of the two "
+        "says what the policy costs"
+    )
+
+
 def record_lines(profile: Profile, db: str, described: str = "") -> tuple[list[str], list[str]]:
     """What `magneton record` prints for a run it stored: (lines for stdout, warnings for
     stderr). A run that could not be priced (status "incomparable") says why instead of
@@ -330,6 +353,9 @@ def record_lines(profile: Profile, db: str, described: str = "") -> tuple[list[s
     outside = outside_line(profile, unit)
     if outside:
         out.append(outside)
+    spin = busy_line(profile)
+    if spin:
+        out.append(spin)
     warn = []
     if r.timing == "combined" and r.repeat <= 1 and described:
         warn.append(

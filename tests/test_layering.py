@@ -63,6 +63,7 @@ TRACER_CONTRACT = {
     "magneton.tracer.timing.warm",  # the warm workers that re-run a recorded program
     "magneton.tracer.programs.program",  # a recorded program's config, and running one window of it
     "magneton.tracer.programs.cmdline",  # a recorded program's parser: checking a command line
+    "magneton.tracer.programs.configfiles",  # the config files a program read: their keys
 }
 # The front ends (render, the CLI, the TUI) reach each stage below them through one door:
 # the store through its package, recording and diagnosis through their `api` modules.

@@ -74,31 +74,43 @@ def test_a_compiled_model_is_recorded_with_the_modes_kept_out_of_dynamo(tmp_path
     assert ops.count("aten::addmm") == 2 and "aten::gelu" in ops, ops
 
 
-# record_callable from a program that imported torch (or not) before magneton
+# what importing magneton changes in the process: nothing, unless the steady mode is asked
 ORDER = """
-import sys, warnings
+import os, sys
 if sys.argv[1] == "torch-first":
     import torch
 import magneton
 import torch
 from magneton.tracer.programs.record import RecordOptions, record_callable
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    p = record_callable(torch.relu, (torch.randn(64),), run="r",
-                        options=RecordOptions(power="model", progress=False))
-print(sum("OMP_WAIT_POLICY=PASSIVE" in str(w.message) for w in caught))
-print(p.config["magneton.omp_wait_policy"])
+p = record_callable(torch.relu, (torch.randn(64),), run="r",
+                    options=RecordOptions(power="model", progress=False))
+print(os.environ.get("OMP_WAIT_POLICY", "unset"))
+print(p.config["magneton.mode"])
 """
 
 
-def test_torch_imported_before_magneton_is_said_and_noted_in_the_config():
-    def run(order: str) -> list[str]:
-        env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+def test_importing_magneton_leaves_the_environment_unless_steady_is_asked():
+    def run(order: str, steady: bool) -> list[str]:
+        env = {
+            k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "MAGNETON_STEADY")
+        }
+        if steady:
+            env["MAGNETON_STEADY"] = "1"
         out = subprocess.run(
             [sys.executable, "-c", ORDER, order], capture_output=True, text=True, env=env
         )
         assert out.returncode == 0, out.stderr[-2000:]
         return out.stdout.splitlines()[-2:]
 
-    assert run("torch-first") == ["1", "libgomp default (torch was imported before magneton)"]
-    assert run("magneton-first") == ["0", "PASSIVE"]
+    as_run = "as run (OMP_WAIT_POLICY unset, malloc not pinned)"
+    assert run("magneton-first", steady=False) == ["unset", as_run]
+    assert run("torch-first", steady=False) == ["unset", as_run]
+    pinned = "malloc glibc mmap_threshold=32MiB trim_threshold=1024MiB"
+    assert run("magneton-first", steady=True) == [
+        "PASSIVE",
+        f"steady (OMP_WAIT_POLICY=PASSIVE, {pinned})",
+    ]
+    assert run("torch-first", steady=True) == [
+        "PASSIVE",
+        f"steady (OMP_WAIT_POLICY=PASSIVE (set after torch loaded: not in effect), {pinned})",
+    ]

@@ -102,7 +102,8 @@ def test_a_ctrl_c_lost_in_a_weakref_callback_still_stops_the_workload():
             text=True,
             timeout=120,
         )
-        assert "Exception ignored" in proc.stderr, proc.stderr  # CPython did drop it
+        # CPython dropped it inside the callback; the hook noted it without its traceback
+        assert "Exception ignored" not in proc.stderr, proc.stderr
         assert proc.stdout.strip() == "interrupted", (capture, proc.stdout, proc.stderr[-2000:])
 
 

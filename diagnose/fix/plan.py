@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import libcst as cst
 
@@ -220,6 +221,8 @@ def make_fix(
         _setting_fix(x, fix, rule_text)
     elif kind in ("env", "command-line"):
         _run_with_fix(x, fix, rule_text)
+    elif kind == "config-file" and origins.get(x.w) is not None:
+        _config_file_fix(x, fix, rule_text)
     elif kind == "code":
         _code_fix(x, fix)
         if rule_text:
@@ -457,6 +460,48 @@ def _option_command(x: _FixInput, option: str, why: str, eff: str | None) -> tup
         )
     command = spec.python_command(cf.args)
     return f"Run `{command}` as the efficient run did: {cf.change()} ({why}).", command
+
+
+def _config_file_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
+    """A setting read from a config file the program was given (tracer/programs/
+    configfiles.py): patch the key in the wasteful run's file to the efficient run's value;
+    or run with the efficient run's file (a command line its parser accepts)."""
+    from magneton.tracer.programs.configfiles import config_files, set_key
+
+    ow, oe = x.origins[x.w], x.origins.get(x.e)
+    assert ow is not None and ow.file
+    keys = tuple(ow.variable.split("."))
+    eff_doc = next((f.doc for f in config_files(x.pe.config) if oe and f.path == oe.file), None)
+    eff = _dig(eff_doc, keys)
+    fmt = next((f.format for f in config_files(x.pw.config) if f.path == ow.file), "yaml")
+    fix.old_text, fix.new_text = ow.value, None if eff is None else str(eff)
+    name = os.path.basename(ow.file)
+    if ow.option:
+        line, fix.command = _option_command(x, ow.option, ow.note, oe.value if oe else None)
+    else:
+        line = ""
+    patched = set_key(ow.file, keys, eff, fmt) if eff is not None else None
+    p = make_patch(ow.file, x.base, patched) if patched is not None else None
+    if p is not None:
+        fix.file = _rel(ow.file, x.base)
+        fix.patch = p.diff()
+        fix.summary = (
+            f"Set {ow.variable} to {eff} in {name} as the efficient run's file does (the patch)."
+        )
+        if fix.command:
+            fix.summary += f" Or: {line}"
+    else:
+        fix.summary = line or f"Set {ow.variable} in {name} as the efficient run's file does."
+    if rule_text:
+        fix.summary += " " + rule_text
+
+
+def _dig(doc: Any, keys: tuple) -> Any:
+    for k in keys:
+        if not isinstance(doc, dict) or k not in doc:
+            return None
+        doc = doc[k]
+    return doc
 
 
 def _run_with_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:

@@ -39,8 +39,10 @@ the other steps' explanation stands.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import libcst as cst
 
@@ -89,8 +91,8 @@ class Difference:
         expression a patch can replace); or the command-line option itself where the
         other stops at the line reading it (`foreach=bool(args.foreach)` reads alike in
         both programs: the option given is what differs, and what a user changes)."""
-        if self.kind == "command-line":
-            return kind != "command-line"
+        if self.kind in ("command-line", "config-file"):
+            return kind not in ("command-line", "config-file")
         o = self.origins.get(wasteful)
         return kind == "code" and self.blocks == 1 and o is not None and o.span is not None
 
@@ -103,7 +105,7 @@ class Difference:
         """Whether another step's origin for `side` lies where the programs differ."""
         if origin is None:
             return False
-        if origin.kind == "command-line":
+        if origin.kind in ("command-line", "config-file"):
             return origin.option in self.options
         same_file = os.path.realpath(origin.file or "") == self.scripts.get(side)
         return same_file and origin.line in self.differing.get(side, set())
@@ -480,6 +482,9 @@ def _option_difference(
         ca, cb = command_line_origin(configs["a"], dest), command_line_origin(configs["b"], dest)
         if ca is None or cb is None or ca.value == cb.value:
             continue
+        in_files = _file_difference(configs, ca, cb)
+        if in_files is not None:
+            return in_files
         origins = {}
         for s, clo in (("a", ca), ("b", cb)):
             sl = slices[s]
@@ -508,6 +513,52 @@ def _option_difference(
             options={ca.option},
         )
     return None
+
+
+def _file_difference(configs: dict[str, dict], ca: Any, cb: Any) -> Difference | None:
+    """When the differing option names the config file each run read (`--config
+    a.yaml` vs `--config b.yaml`, tracer/programs/configfiles.py), the root is the keys
+    the two files set differently: origins of kind "config-file" at the key's line in
+    each file. None when the option is not a recorded file, or the files agree."""
+    from magneton.tracer.programs.configfiles import differing_keys, file_named, key_line
+
+    fa, fb = file_named(configs["a"], ca.value), file_named(configs["b"], cb.value)
+    if fa is None or fb is None:
+        return None
+    keys = differing_keys(fa.doc, fb.doc)
+    if not keys:
+        return None
+    path, va, vb = keys[0]
+    variable = ".".join(map(str, path))
+    origins = {}
+    for side, f, value, clo in (("a", fa, va, ca), ("b", fb, vb, cb)):
+        where = key_line(f.path, path)
+        line = where[0] if where else None
+        origins[side] = Origin(
+            kind="config-file",
+            variable=variable,
+            file=f.path,
+            line=line,
+            code=_line_of(f.path, line) if line else None,
+            value=value if isinstance(value, str) else json.dumps(value),
+            option=clo.option,
+            note=f"key {variable} of {os.path.basename(f.path)} (the file {clo.option} "
+            f"names; {len(keys)} key(s) differ between the two files)",
+        )
+    return Difference(
+        kind="config-file",
+        origins=origins,
+        differing={s: {o.line} if o.line else set() for s, o in origins.items()},
+        scripts={s: os.path.realpath(o.file or "") for s, o in origins.items()},
+        options={ca.option},
+    )
+
+
+def _line_of(path: str, line: int) -> str | None:
+    import linecache
+
+    text = linecache.getline(path, line)
+    return text.rstrip("\n") or None
 
 
 def program_difference(

@@ -80,6 +80,7 @@ class StepRecorder:
         self._busy = False  # a recording (or a traced call) is running: pass through
         self._undo: list[Callable[[], None]] = []
         self.parsers: list = []  # the program's command-line parsers (programs/cmdline.py)
+        self.files: list = []  # the config files it read (programs/configfiles.py)
         self.unrecorded = 0  # operator calls in other threads (none are traced here)
 
     # -- installation ------------------------------------------------------------------

@@ -459,6 +459,7 @@ class _Recorder(_Controller):
         )
         self.profile: Profile | None = None
         self.iterations: list = []
+        self.cpu_windows: list = []
         self.walls: list[float] = []
         self._stack: contextlib.ExitStack | None = None
         self._capture: Any = None
@@ -467,8 +468,10 @@ class _Recorder(_Controller):
         self._t0 = 0
         self._elsewhere = [0]
         self.unrecorded = 0  # operator calls other threads ran in the structure unit
-        # the program's command-line parsers, as they parsed its arguments (cmdline.py)
+        # the program's command-line parsers, as they parsed its arguments (cmdline.py),
+        # and the config files it read (configfiles.py)
         self.parsers: list = []
+        self.files: list = []
 
     def begin_structure(self, frame: Any) -> None:
         from magneton.tracer.capture.dispatch import ModuleTracker, StructureCapture, call_profiler
@@ -512,11 +515,8 @@ class _Recorder(_Controller):
             for op in res.ops:
                 op.api, op.call_paths = op.name, [op.name]
         finish_modules(res, self._capture.modules)
-        from magneton.tracer.programs.cmdline import to_config as parsers_config
-
         config = snapshot(self.spec.script)
         config.update(self.spec.to_config())
-        config.update(parsers_config(self.parsers))
         if self.spec.mode == "window" and not self.spec.window and self.window_name:
             # the block recorded by default (the first entered) is named, so a command
             # rebuilt from the config (`ProgramSpec.command`) records the same block
@@ -537,11 +537,13 @@ class _Recorder(_Controller):
         self.structure_wall_s = wall
 
     def begin_timing(self, unit: int) -> None:
-        from magneton.tracer.capture.dispatch import TimingCapture
+        from magneton.tracer.timing.passes import CpuTimingCapture
 
         if not self.iterations and not self.walls:
             self.session.start()
-        self._capture = TimingCapture()
+        # the process CPU clock too: not to price (a program is priced on wall time),
+        # to tell how busy other threads were between operators (alignment.py)
+        self._capture = CpuTimingCapture()
         self._capture.__enter__()
         self._timing_open = True
         self._t0 = time.perf_counter_ns()
@@ -552,6 +554,7 @@ class _Recorder(_Controller):
         _sync_device()
         self.walls.append((time.perf_counter_ns() - self._t0) / 1e9)
         self.iterations.append(self._capture.events)
+        self.cpu_windows.append(self._capture.cpu_windows)
 
     def finish(self) -> None:
         from magneton.tracer.timing.alignment import price_timed_units
@@ -571,7 +574,7 @@ class _Recorder(_Controller):
         self.session.stop()
         info.time_s = sum(self.walls) / len(self.walls)
         info.repeat = len(self.iterations)
-        price_timed_units(profile, self.session, self.iterations, [])
+        price_timed_units(profile, self.session, self.iterations, self.cpu_windows)
         if info.status == "incomparable":  # stored as a graph, never priced
             info.error += (
                 ". Mark the steps to compare with magneton.step() or "
@@ -593,7 +596,7 @@ class _Recorder(_Controller):
     def reset(self) -> None:
         super().reset()
         self._unwind()
-        self.profile, self.iterations, self.walls = None, [], []
+        self.profile, self.iterations, self.walls, self.cpu_windows = None, [], [], []
 
     def abort(self) -> None:
         """Unwind whatever capture is open (the program raised mid-window)."""
@@ -659,6 +662,7 @@ def record_program(spec: ProgramSpec, *, db: DBArg, run: str, options: Any = Non
     """What `magneton record ... -- python ...` does. Raises MagnetonError (one line) on
     any failure, after marking the run failed in the DB."""
     from magneton.tracer.programs.cmdline import observed_parsers
+    from magneton.tracer.programs.configfiles import observed_config_files
     from magneton.tracer.programs.record import (
         RecordOptions,
         _interruptible,
@@ -691,7 +695,13 @@ def record_program(spec: ProgramSpec, *, db: DBArg, run: str, options: Any = Non
         _ACTIVE = rec  # what magneton.step() and magneton.window() report to
         # SIGTERM and os._exit as `record SCRIPT` handles them (tracer/programs/record.py): a
         # message and nothing stored instead of a silent exit
-        with _interruptible(), _no_exit(), _as_main(spec), observed_parsers() as rec.parsers:
+        with (
+            _interruptible(),
+            _no_exit(),
+            _as_main(spec),
+            observed_parsers() as rec.parsers,
+            observed_config_files() as rec.files,
+        ):
             _run(spec)
         if not rec.done:
             raise MagnetonError(rec.incomplete())
@@ -805,13 +815,15 @@ def _recorder_for(framework: str, spec: ProgramSpec, info: RunInfo, opts: Any) -
 
 
 def _finished(rec: Any, spec: ProgramSpec) -> Profile:
-    """The recorded profile with the program's command line and parsers in its config
-    (a JAX or TensorFlow step's profile was made by the framework's recorder)."""
-    from magneton.tracer.programs.cmdline import to_config as parsers_config
+    """The recorded profile with the program's command line, its parsers and the config
+    files it read in its config (a JAX or TensorFlow step's profile was made by the
+    framework's recorder)."""
+    from magneton.tracer.programs import cmdline, configfiles
 
     profile = rec.profile
     profile.config.update(spec.to_config())
-    profile.config.update(parsers_config(rec.parsers))
+    profile.config.update(cmdline.to_config(rec.parsers))
+    profile.config.update(configfiles.to_config(rec.files))
     return profile
 
 

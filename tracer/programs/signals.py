@@ -61,13 +61,16 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 
 def _noting_discards(previous: Any) -> Any:
-    """A `sys.unraisablehook` that notes a discarded stop signal, then does as `previous`."""
+    """A `sys.unraisablehook` that notes a discarded stop signal instead of printing it
+    (it is raised again, and ends in the one-line message; its "Exception ignored ...
+    Traceback" would only bury that line); anything else goes to `previous`."""
 
     def hook(unraisable: Any) -> None:
         global undelivered
         exc_type = unraisable.exc_type
         if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
             undelivered = signal.SIGTERM if issubclass(exc_type, Terminated) else signal.SIGINT
+            return
         previous(unraisable)
 
     return hook

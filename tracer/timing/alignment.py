@@ -193,6 +193,30 @@ def merge_timed_units(
     return al, apply_windows(ops, units, al)
 
 
+SPIN_KEY = "energy.busy_between_ops"  # the run's config row of `busy_between_ops`
+
+
+def busy_between_ops(
+    units: list[list[tuple[str, int, int]]], cpu_windows: list[list[tuple[int, int]]]
+) -> float | None:
+    """The share of the timed units' CPU time that other threads of the process used
+    while the recorded thread ran Python between two operators: between operators only
+    that thread has work, so the process CPU clock advancing faster than the wall clock
+    there is other threads burning CPU, and with OpenMP's default wait policy that is
+    its workers spinning at a barrier after each parallel region (the omp-busy-wait
+    rule). A wall gap stretched by preemption only lowers it. None without CPU windows."""
+    extra = total = 0
+    for events, cpu in zip(units, cpu_windows, strict=False):
+        if len(events) != len(cpu) or len(events) < 2:
+            continue
+        for i in range(1, len(events)):
+            wall_gap = events[i][1] - events[i - 1][2]
+            cpu_gap = cpu[i][0] - cpu[i - 1][1]
+            extra += max(0, cpu_gap - wall_gap)
+        total += cpu[-1][1] - cpu[0][0]
+    return extra / total if total > 0 else None
+
+
 def price_timed_units(
     profile: Profile, session: Any, units: list[list[tuple[str, int, int]]], cpu_windows: list
 ) -> None:
@@ -202,6 +226,9 @@ def price_timed_units(
     The process-CPU windows (`cpu_windows`, emptied otherwise) price the ops only when
     every unit ran exactly the structure unit's operators."""
     info = profile.run
+    spin = busy_between_ops(units, cpu_windows)
+    if spin is not None:
+        profile.config[SPIN_KEY] = f"{spin:.3f}"
     al, outside = merge_timed_units(profile.ops, units)
     if not al.exact:
         cpu_windows.clear()
