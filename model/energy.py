@@ -29,6 +29,7 @@ _RUN_ENERGY_KEYS = (
     "energy.interp_samples_j",
     "energy.spread",
     "energy.outside",
+    "energy.kernel_s",
 )
 
 
@@ -92,6 +93,9 @@ class RunEnergy:
     lsq: list[dict] = field(default_factory=list)  # least-squares solutions when "solved"
     replay: list[dict] = field(default_factory=list)  # replay results when "replayed"
     outside: OutsideWork | None = None  # a program's work outside the step's common work
+    # per op: seconds its device kernels ran in the structure pass (CUDA; [] on a CPU):
+    # how the GPU work still queued after the last launch is shared (session.py)
+    kernel_s: list[float] = field(default_factory=list)
 
     def to_config(self) -> dict[str, str]:
         """The `energy.*` config rows that store this run's metadata in the DB."""
@@ -109,6 +113,8 @@ class RunEnergy:
             out["energy.clock"] = self.clock
         if self.charged_s:
             out["energy.charged_s"] = json.dumps(compact(self.charged_s))
+        if self.kernel_s:
+            out["energy.kernel_s"] = json.dumps(compact(self.kernel_s))
         if self.interp_j:
             out["energy.interp_j"] = json.dumps(compact(self.interp_j))
         if self.interp_samples_j:
@@ -141,6 +147,7 @@ class RunEnergy:
             e.span_s = 0.0
         for key, attr in (
             ("energy.charged_s", "charged_s"),
+            ("energy.kernel_s", "kernel_s"),
             ("energy.interp_j", "interp_j"),
             ("energy.interp_samples_j", "interp_samples_j"),
             ("energy.samples_j", "op_samples_j"),

@@ -1,7 +1,7 @@
 """`magneton diff`'s output: the findings table (one row per cause), the diagnosis lines
-under it and the CSV rows, from a `DiffResult` and its cause groups
-(diagnose/cause/grouping.py, computed by diagnose/pipeline.py). Nothing here analyses:
-the CLI and the TUI print what the pipeline returned.
+under it and the CSV rows, laid out from the diff's view (render/view.py `diff_view`: one
+row per cause group, the figures every surface shows). Nothing here analyses or
+re-measures: the CLI prints the diff it was handed (the stored one unless `--rerun`).
 
 Operator lists are abbreviated (one occurrence, aliasing ops left out, a run of one
 operator as ×N) and capped at the column width (model/names.py): a cell of kernel
@@ -15,7 +15,15 @@ import csv
 from typing import TYPE_CHECKING, Any, TextIO
 
 from magneton.model import DiffResult, Finding, RunSummary
-from magneton.model.names import COLUMN_MAX, names_are_full, short_name
+from magneton.model.names import COLUMN_MAX, names_are_full
+
+from .view import (  # noqa: F401  re-exported: the names front ends used from here
+    abbreviate,
+    describe_interpreter,
+    diff_view,
+    place_text,
+    share_text,
+)
 
 if TYPE_CHECKING:
     from magneton.diagnose.api import CauseGroup
@@ -32,7 +40,7 @@ def write_csv(result: DiffResult, groups: list[CauseGroup], out: TextIO) -> None
     """`diff --csv`: one row per finding, full operator names (space-separated, a
     spreadsheet's filter finds them), its cause group's lead id; findings then the
     dismissed ones (verdict noise). Just the header when nothing was found."""
-    lead = {f.id: g.lead.id for g in groups for f in g.findings}
+    lead = diff_view(result, groups).lead_of()
     w = csv.writer(out)
     w.writerow(CSV_COLUMNS)
     for f in [*result.findings, *result.dismissed]:
@@ -64,31 +72,14 @@ def write_csv(result: DiffResult, groups: list[CauseGroup], out: TextIO) -> None
 
 
 def print_diagnosis(result: DiffResult, groups: list[CauseGroup] | None = None) -> None:
-    """Each cause's diagnosis under its lead finding's id (a cause found in several
-    regions is diagnosed once); findings judged noise share one line (they all say the
-    same thing, and on a busy machine there can be many)."""
-    from magneton.diagnose.api import cause_groups, cause_key, describe_finding, kernel_family
-
-    groups = cause_groups(result) if groups is None else groups
-    noise = [f for f in result.findings if f.verdict == "noise"]
-    for g in groups:
-        f = g.lead
-        if f.verdict == "noise":
-            continue
-        lines = describe_interpreter(f) if f.kind == "interpreter" else describe_finding(f)
-        # interpreter time that joined a region's cause is still named (grouping.py)
-        lines += [
-            f"#{x.id} " + describe_interpreter(x)[0]
-            for x in g.findings[1:]
-            if x.kind == "interpreter"
-        ]
-        fam = kernel_family(f) if len(g.findings) > 1 and cause_key(f)[0] == "family" else ""
-        if fam:
-            lines.append(
-                f"{len(g.findings)} regions without a cause, grouped by kernel family {fam}"
-            )
-        for i, line in enumerate(lines):
-            print((f"#{_ids(g)} " if i == 0 else "   ") + line)
+    """Each cause's diagnosis under its findings' ids (a cause found in several regions
+    is diagnosed once); causes judged noise share one line (they all say the same thing,
+    and on a busy machine there can be many)."""
+    view = diff_view(result, groups)
+    for row in view.real:
+        for i, line in enumerate(row.cause_lines):
+            print((f"#{','.join(map(str, row.ids))} " if i == 0 else "   ") + line)
+    noise = [f for r in view.noise for f in r.findings]
     if noise:
         ids = ", ".join(f"#{f.id}" for f in noise)
         rc = noise[0].root_cause
@@ -96,7 +87,7 @@ def print_diagnosis(result: DiffResult, groups: list[CauseGroup] | None = None) 
         print(f"{ids} noise: {note}")
     if result.dismissed:
         where = ", ".join(
-            f"{_side_text(f, f.wasteful)} {f.saving_share:.1%} of {f.wasteful}"
+            f"{_side_text(f, f.wasteful)} {share_text(f.saving_share)} of {f.wasteful}"
             for f in result.dismissed
         )
         print(
@@ -111,43 +102,11 @@ _SAME_WORK = (
 )
 
 
-def _ids(g: CauseGroup) -> str:
-    return ",".join(str(f.id) for f in g.findings)
-
-
 def energy_line(s: RunSummary, side: str) -> str:
     from magneton.model.wording import energy_wording
 
     how = energy_wording(s.energy_method, s.power_source)
     return f"{side} = '{s.run}': {s.energy_j:.4g} J/call, {s.time_s * 1e3:.3g} ms/call ({how})"
-
-
-def abbreviate(ops: list[str], occurrences: int = 1, limit: int = 6) -> str:
-    """`mul pow mul add … (+4) ×2`: one occurrence's operators, aliasing ops (view,
-    transpose...) left out unless that is all there is, ×N when folded."""
-    from magneton.model.vocab import FREE_OPS
-
-    if not ops:
-        return "(nothing)"
-    per = len(ops) // occurrences if occurrences > 1 and len(ops) % occurrences == 0 else len(ops)
-    one = ops[:per]
-    shown = [o for o in one if o not in FREE_OPS] or one
-    names: list[str] = []  # a run of the same operator is one name ×N
-    runs: list[int] = []
-    for o in shown:
-        n = short_name(o.removeprefix("aten::"))
-        if names and names[-1] == n:
-            runs[-1] += 1
-        else:
-            names.append(n)
-            runs.append(1)
-    names = [n if k == 1 else f"{n} ×{k}" for n, k in zip(names, runs, strict=True)]
-    text = " ".join(names[:limit])
-    if len(names) > limit:
-        text += f" … (+{len(names) - limit})"
-    if occurrences > 1:
-        text += f" ×{occurrences}"
-    return text
 
 
 def _side_text(f: Finding, side: str) -> str:
@@ -158,12 +117,6 @@ def _side_text(f: Finding, side: str) -> str:
     return abbreviate(f.ops_a if side == "a" else f.ops_b, f.occurrences)
 
 
-def _ids_cell(g: CauseGroup, shown: int = 3) -> str:
-    """`8,12,16 +6`: a group's first ids (the diagnosis lines below list them all)."""
-    ids = [str(f.id) for f in g.findings]
-    return ",".join(ids) if len(ids) <= shown else ",".join(ids[:shown]) + f" +{len(ids) - shown}"
-
-
 def _cell(text: str, mark: str) -> str:
     """A table cell of names, cut to the column's cap with "…" (the ◀ mark kept)."""
     room = COLUMN_MAX - len(mark)
@@ -172,34 +125,10 @@ def _cell(text: str, mark: str) -> str:
     return text + mark
 
 
-def _interval(g: CauseGroup) -> str:
-    """The saving with its confidence interval (summed over the group's regions)."""
-    ivs = [f.interval for f in g.findings if f.interval is not None]
-    if len(ivs) != len(g.findings) or not ivs:
-        return ""
-    lo = sum(iv.saving_j_low for iv in ivs)
-    hi = sum(iv.saving_j_high for iv in ivs)
-    return f" [{lo:.3g}, {hi:.3g}] J at {ivs[0].confidence:.0%}"
-
-
-def confirmation(g: CauseGroup) -> str:
-    """Whether interleaved re-measurement confirmed the cause's regions
-    (diagnose/matching/confirm.py): "yes (N rounds)", "no" (the note above the table says why),
-    or "-" when no region has an interval to confirm."""
-    ivs = [f.interval for f in g.findings if f.interval is not None]
-    if not ivs:
-        return "-"
-    if all(iv.confirmed for iv in ivs):
-        return f"yes ({min(iv.rounds for iv in ivs)} rounds)"
-    return "no"
-
-
 def print_result(result: DiffResult, groups: list[CauseGroup] | None = None) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
-
-    from magneton.diagnose.api import cause_groups
 
     console = Console()
     if not console.is_terminal:  # piped or logged: do not fold op lists at 80 columns
@@ -217,9 +146,9 @@ def print_result(result: DiffResult, groups: list[CauseGroup] | None = None) -> 
             "0.1% of a run ignored)" + (" and a software cause" if result.dismissed else "")
         )
         return
-    groups = cause_groups(result) if groups is None else groups
-    noise = sum(g.lead.verdict == "noise" for g in groups)
-    real = len(groups) - noise
+    view = diff_view(result, groups)
+    noise = len(view.noise)
+    real = len(view.real)
     table = Table(
         title=(
             f"{real} finding(s) among {result.matched_pairs} matched region pairs "
@@ -240,24 +169,31 @@ def print_result(result: DiffResult, groups: list[CauseGroup] | None = None) -> 
     table.add_column("where", justify="right")
     table.add_column("saving", justify="right")
     table.add_column("confirmed")
+    table.add_column("cause")
     styles = {"waste": "[red]waste[/]", "trade-off": "[yellow]trade-off[/]"}
-    for g in groups:
-        f = g.lead
-        verdict = styles.get(f.verdict, f"[dim]{escape(f.verdict)}[/]")
-        mark_a = " ◀" if f.wasteful == "a" else ""
-        mark_b = " ◀" if f.wasteful == "b" else ""
+    for row in view.rows:
+        verdict = styles.get(row.verdict, f"[dim]{escape(row.verdict)}[/]")
+        mark_a = " ◀" if row.wasteful == "a" else ""
+        mark_b = " ◀" if row.wasteful == "b" else ""
         table.add_row(
-            _ids_cell(g),
+            row.ids_text(),
             verdict,
-            escape(_cell(_side_text(f, "a"), mark_a)),
-            escape(_cell(_side_text(f, "b"), mark_b)),
-            f"{sum(x.region_a.energy_j for x in g.findings):.3g}",
-            f"{sum(x.region_b.energy_j for x in g.findings):.3g}",
-            f"{sum(x.region_a.time_s for x in g.findings) * 1e3:.3g}",
-            f"{sum(x.region_b.time_s for x in g.findings) * 1e3:.3g}",
-            f"in {g.places} place{'s' if g.places != 1 else ''}",
-            f"{g.saving_share:.1%} of {f.wasteful}" + _interval(g),
-            confirmation(g),
+            escape(_cell(row.side_text("a"), mark_a)),
+            escape(_cell(row.side_text("b"), mark_b)),
+            f"{row.energy_j('a'):.3g}",
+            f"{row.energy_j('b'):.3g}",
+            f"{row.time_s('a') * 1e3:.3g}",
+            f"{row.time_s('b') * 1e3:.3g}",
+            f"in {row.places} place{'s' if row.places != 1 else ''}",
+            row.share_of()
+            + (
+                f" [{row.interval.low_j:.3g}, {row.interval.high_j:.3g}] J at "
+                f"{row.interval.confidence:.0%}"
+                if row.interval
+                else ""
+            ),
+            row.confirmed,
+            escape(row.cause or "-"),
         )
     console.print(table)
     console.print(
@@ -272,18 +208,3 @@ def print_result(result: DiffResult, groups: list[CauseGroup] | None = None) -> 
             else ""
         )
     )
-
-
-def describe_interpreter(f: Finding) -> list[str]:
-    """Human lines for an interpreter finding (`magneton diff`)."""
-    rc = f.root_cause
-    lines = ["interpreter time: " + (rc.note if rc is not None and rc.note else "differs")]
-    if f.fix is not None and f.fix.summary:
-        lines.append("fix: " + f.fix.summary)
-    return lines
-
-
-def place_text(f: Finding, side: str) -> str:
-    """One side of an interpreter finding in a table cell: `python: a.py:12 f, …`."""
-    frames = f.frames_a if side == "a" else f.frames_b
-    return "python: " + (", ".join(frames) if frames else "(none)")

@@ -1,11 +1,18 @@
 """`magneton diff --html OUT`: one self-contained HTML page of a diff.
 
 What a profiler user looks for, in one file they can attach to a review or a CI job:
-the runs and how their energy was obtained, the findings table, and per finding (the
+the runs and how their energy was obtained, the findings table, and per cause (the
 largest first) the matched regions as side-by-side energy icicles by module, the root
 cause and the patch; then each run's power timeline.
 
 Choices, and the failure each prevents:
+
+* **The rows of `magneton diff`, from the stored diff.** The table and the sections are
+  the causes of render/view.py's `diff_view`, one per cause group, with the figures and
+  the patch the CLI and the TUI show. Listed per finding, one cause showed as two
+  findings with one patch twice (4.29% + 0.70% where `diff` said 5.2%), and a page
+  written by a second `diff --html` re-measured the runs (17 s) and disagreed with the
+  table printed before it; `magneton diff` now hands this module the stored diff.
 
 * **No network.** Everything is inline SVG and CSS; there is no script, font or style
   sheet fetched from a CDN. A report opened on an air-gapped cluster, or archived as a CI
@@ -46,6 +53,8 @@ from magneton.model import (
     Profile,
     RunSummary,
 )
+
+from .view import CauseRow, DiffView, diff_view, joules, share_text
 
 MAX_FINDINGS = 12
 MIN_BOX_PX = 2.0
@@ -203,40 +212,27 @@ def _run_line(s: RunSummary, side: str) -> str:
     )
 
 
-def _cause_lines(f: Finding) -> list[str]:
-    from magneton.diagnose.api import describe_finding
-
-    from .diff import describe_interpreter
-
-    lines = describe_interpreter(f) if f.kind == "interpreter" else describe_finding(f)
-    return lines or ["not diagnosed"]
-
-
-def _confirmed(f: Finding) -> str:
-    iv = f.interval
-    if iv is None:
-        return "-"
-    return f"yes ({iv.rounds} rounds)" if iv.confirmed else "no"
-
-
-def _findings_table(result: DiffResult) -> str:
+def _findings_table(view: DiffView) -> str:
+    """One row per cause, the same rows as `magneton diff`'s table and the TUI's."""
     rows = []
-    for f in result.findings:
-        cause = _cause_lines(f)[0]
-        cls = ' class="waste"' if f.verdict == "waste" else ""
+    for row in view.rows:
+        cls = ' class="waste"' if row.verdict == "waste" else ""
+        ids = ",".join(str(i) for i in row.ids)
+        interval = row.interval.text() if row.interval is not None else "-"
+        cause = row.cause_lines[0] if row.cause_lines else (row.cause or "not diagnosed")
         rows.append(
-            f'<tr><td><a href="#f{f.id}">#{f.id}</a></td><td{cls}>{_e(f.verdict)}</td>'
-            f"<td>{_e(f.wasteful)}</td><td class=num>{_e(_fmt_j(f.saving_j))}</td>"
-            f"<td class=num>{f.saving_share:.2%}</td><td>{_e(_confirmed(f))}</td>"
-            f"<td>{_e(cause)}</td></tr>"
+            f'<tr><td><a href="#f{row.lead.id}">#{_e(ids)}</a></td><td{cls}>{_e(row.verdict)}</td>'
+            f"<td>{_e(row.wasteful)}</td><td class=num>{_e(joules(row.saving_j))}</td>"
+            f"<td class=num>{_e(share_text(row.saving_share))}</td><td>{_e(interval)}</td>"
+            f"<td class=num>{row.places}</td><td>{_e(row.confirmed)}</td>"
+            f"<td>{_e(row.cause or '-')}</td><td>{_e(cause)}</td></tr>"
         )
     if not rows:
-        return f"<p>No findings. {_e(result.message)}</p>"
+        return f"<p>No findings. {_e(view.result.message)}</p>"
     return (
         "<table id=findings><tr><th>#</th><th>verdict</th><th>wasteful</th>"
-        "<th>saving/call</th><th>share</th><th>confirmed</th><th>cause</th></tr>"
-        + "".join(rows)
-        + "</table>"
+        "<th>saving/call</th><th>share</th><th>95% interval</th><th>places</th>"
+        "<th>confirmed</th><th>cause</th><th>diagnosis</th></tr>" + "".join(rows) + "</table>"
     )
 
 
@@ -248,41 +244,51 @@ def _other_figure(drawn_j: float, region_j: float) -> str:
     return f" as recorded; {_e(_fmt_j(region_j))}/call re-measured (the verdict's figure)"
 
 
-def _finding_section(f: Finding, pa: Profile | None, pb: Profile | None) -> str:
+def _cause_section(row: CauseRow, pa: Profile | None, pb: Profile | None) -> str:
+    """A cause: its figures, its lead region's icicles, its diagnosis and its one patch."""
+    f = row.lead
+    ids = ",".join(str(i) for i in row.ids)
+    places = f" in {row.places} places" if row.places > 1 else ""
     parts = [
-        f'<section class="finding" id="f{f.id}"><h3>#{f.id} {_e(f.verdict)}: '
-        f"{_e(f.wasteful)} spends {_e(_fmt_j(f.saving_j))} more per call "
-        f"({f.saving_share:.2%} of its run)</h3>"
+        f'<section class="finding" id="f{f.id}"><h3>#{_e(ids)} {_e(row.verdict)}: '
+        f"{_e(row.wasteful)} spends {_e(joules(row.saving_j))} more per call "
+        f"({_e(share_text(row.saving_share))} of its run){_e(places)}</h3>"
     ]
     if pa is not None and pb is not None and f.kind == "region":
-        from magneton.diagnose.api import operators_only
-
-        oa, ob = operators_only(pa), operators_only(pb)
-        ta, tb = module_tree(oa, f.region_a.ops), module_tree(ob, f.region_b.ops)
-        scale = max(ta.energy_j, tb.energy_j)
-        sides = []
-        for side, tree, region in (("a", ta, f.region_a), ("b", tb, f.region_b)):
-            fill = WASTE_FILL if side == f.wasteful else LEAN_FILL
-            sides.append(
-                f'<div class="side"><div><b>{side}</b>: {_e(_fmt_j(tree.energy_j))}/call'
-                + _other_figure(tree.energy_j, region.energy_j)
-                + f"</div>{icicle_svg(tree, scale, fill, side)}</div>"
-            )
-        parts.append(
-            '<p class="muted">Energy by module, both sides on one scale (full width = '
-            f"{_e(_fmt_j(scale))}); hover a box for its path and joules.</p>"
-            f'<div class="sides">{"".join(sides)}</div>'
-        )
+        parts.append(_icicles(f, pa, pb, len(row.ids) > 1))
     parts.append("<h4>Root cause</h4><ul>")
-    parts += [f"<li>{_e(line)}</li>" for line in _cause_lines(f)]
+    parts += [f"<li>{_e(line)}</li>" for line in row.cause_lines or ["not diagnosed"]]
     parts.append("</ul>")
-    fix = f.fix
+    fix = row.fix
     if fix is not None and (fix.summary or fix.patch):
         parts.append(f"<h4>Fix</h4><p>{_e(fix.summary)}</p>")
         if fix.patch:
             parts.append(f'<pre class="patch">{_e(fix.patch)}</pre>')
     parts.append("</section>")
     return "".join(parts)
+
+
+def _icicles(f: Finding, pa: Profile, pb: Profile, grouped: bool) -> str:
+    """The lead region's two icicles on one joule scale (module docstring)."""
+    from magneton.diagnose.api import operators_only
+
+    oa, ob = operators_only(pa), operators_only(pb)
+    ta, tb = module_tree(oa, f.region_a.ops), module_tree(ob, f.region_b.ops)
+    scale = max(ta.energy_j, tb.energy_j)
+    sides = []
+    for side, tree, region in (("a", ta, f.region_a), ("b", tb, f.region_b)):
+        fill = WASTE_FILL if side == f.wasteful else LEAN_FILL
+        sides.append(
+            f'<div class="side"><div><b>{side}</b>: {_e(_fmt_j(tree.energy_j))}/call'
+            + _other_figure(tree.energy_j, region.energy_j)
+            + f"</div>{icicle_svg(tree, scale, fill, side)}</div>"
+        )
+    which = f"its largest region (#{f.id}); " if grouped else ""
+    return (
+        f'<p class="muted">Energy by module of {which}both sides on one scale (full width = '
+        f"{_e(_fmt_j(scale))}); hover a box for its path and joules.</p>"
+        f'<div class="sides">{"".join(sides)}</div>'
+    )
 
 
 def diff_html(
@@ -306,15 +312,20 @@ def diff_html(
     for note in (result.match_note, result.confirm_note):
         if note:
             body.append(f'<p class="muted">{_e(note)}</p>')
-    body.append(f"<h2>Findings ({len(result.findings)})</h2>")
-    body.append(_findings_table(result))
-    for f in result.findings[:MAX_FINDINGS]:
-        if f.verdict != "noise":
-            sa, sb = (rank_sides or {}).get(f.id, (pa, pb))
-            body.append(_finding_section(f, sa, sb))
-    if len(result.findings) > MAX_FINDINGS:
+    view = diff_view(result)
+    body.append(
+        f"<h2>Findings ({len(view.real)} cause{'s' if len(view.real) != 1 else ''}"
+        + (f", {len(view.noise)} judged noise" if view.noise else "")
+        + ")</h2>"
+    )
+    body.append(_findings_table(view))
+    shown = view.real[:MAX_FINDINGS]
+    for row in shown:
+        sa, sb = (rank_sides or {}).get(row.lead.id, (pa, pb))
+        body.append(_cause_section(row, sa, sb))
+    if len(view.real) > MAX_FINDINGS:
         body.append(
-            f'<p class="muted">{len(result.findings) - MAX_FINDINGS} more findings are in '
+            f'<p class="muted">{len(view.real) - MAX_FINDINGS} more causes are in '
             "the table only (`magneton diff --json` has them all).</p>"
         )
     if pa is not None and pb is not None:
@@ -334,8 +345,8 @@ def diff_html(
 
 
 def write_diff_html(db: Any, path: str, result: DiffResult, warning: str = "") -> None:
-    """`magneton diff --html OUT`: the page of a diff just made, its profiles read from
-    the open DB `db`; a job diff has no single profile per side, so its page has the
+    """`magneton diff --html OUT`: the page of the diff `magneton diff` shows (the stored
+    one unless `--rerun`), its profiles read from the open DB `db`; a job diff has no single profile per side, so its page has the
     findings and causes but no icicles or power. An unwritable path is a one-line
     MagnetonError (the diff itself is already stored)."""
     runs = [result.a.run, result.b.run]
@@ -345,7 +356,7 @@ def write_diff_html(db: Any, path: str, result: DiffResult, warning: str = "") -
         pa, pb = (db.load_profile(r) for r in runs)
     else:  # a job: each shown finding's regions are in one rank pair's runs
         loaded: dict[str, Profile] = {}
-        for f in result.findings[:MAX_FINDINGS]:
+        for f in (row.lead for row in diff_view(result).real[:MAX_FINDINGS]):
             pair = (f.job.runs or {}) if f.job is not None else {}
             names = [pair.get("a") or "", pair.get("b") or ""]
             if f.kind != "region" or not all(n and db.has_run(n) for n in names):

@@ -1,11 +1,22 @@
 """`magneton diff --db DIR A B [--json] [--threshold X]`: match two runs by the values
 they compute and rank the regions where one spends more energy.
 
-The DB is opened read-write because the result is stored (re-running replaces it) for
-Cypher, reports and the TUI. `--json` prints exactly `DiffResult.to_json()`. A diff that
-finds nothing comparable prints its message and exits 0 (see diagnose/matching/diff.py). A and B
-may also name multi-rank jobs (runs `A/rank0`, ...); the pipeline (diagnose/pipeline.py)
-compares those rank by rank.
+One diff, stored once, shown everywhere. The first `diff` of A and B runs the pipeline
+and stores its result (the DB is opened read-write for that); every later `diff` (its
+table, `--json`, `--csv`, `--html`), `export-patch` and the TUI show that stored diff
+(`stored_diff`) instead of measuring again, until `--rerun` asks for a new one, a run is
+re-recorded (the stored diff is then stale, graphdb/matches.py) or `diff` asks another
+question (another `--threshold`, or `--no-rerun` against a confirmed diff and the other
+way round: `_same_question`). Re-measuring on every call made each surface show numbers
+of its own: one BERT pair's table said 5.2% for one cause, the page of a second
+`diff --html` (17 s of re-measurement) 4.29% + 0.70%, the TUI 3.4% + 0.7%. A line on
+stderr says when the stored diff is shown.
+
+`--json` prints `DiffResult.to_json()` with the cause groups under "groups". A diff
+that finds nothing comparable prints its message and exits 0 (see
+diagnose/matching/diff.py). A and B may also name multi-rank jobs (runs `A/rank0`, ...);
+the pipeline (diagnose/pipeline.py) compares those rank by rank, and such a diff is
+made anew each time (it is stored rank pair by rank pair, never whole).
 
 Before anything is reported, candidates are confirmed by re-measuring both scripts in
 alternating rounds (diagnose/matching/confirm.py); the table's `confirmed` column and a line above
@@ -21,8 +32,8 @@ gave interpreter-time findings of 0.1-0.2% of the run, and a gate that fails on 
 change gets switched off. Findings under the share are still printed, and a line on
 stderr names them as below the gate, so nothing is hidden.
 
-The table, the diagnosis lines and the CSV are magneton/render/diff.py's, over the cause
-groups the pipeline put on the result (`DiffResult.groups`).
+The table, the diagnosis lines, the CSV and the page are render/'s, over one view of the
+result (render/view.py `diff_view`: one row per cause group, `DiffResult.groups`).
 
 `diff A A` compares a run with itself: one line says so and the command exits 0 (an A/A
 check needs two recordings).
@@ -41,6 +52,7 @@ from typing import TYPE_CHECKING
 from magneton.model import DiffResult, Finding
 from magneton.model.names import add_full_names
 from magneton.render.diff import CSV_COLUMNS, print_diagnosis, print_result, write_csv
+from magneton.render.view import diff_view
 
 if TYPE_CHECKING:
     from magneton.diagnose.api import Progress
@@ -77,9 +89,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "verdict, cause) instead of a table",
     )
     p.add_argument(
+        "--rerun",
+        action="store_true",
+        help="diff anew and replace the stored diff of A and B (by default a stored diff "
+        "is shown as it is, without measuring again)",
+    )
+    p.add_argument(
         "--no-rerun",
         action="store_true",
-        help="diagnose from the stored profiles only (no line-traced re-run of the scripts)",
+        help="when the diff is made: confirm and diagnose from the stored profiles only "
+        "(no re-measuring rounds, no line-traced re-run of the scripts)",
     )
     p.add_argument(
         "--fail-on",
@@ -191,8 +210,96 @@ def self_diff(db: ProfileDB, name: str, fmt: str) -> int:
     return 0
 
 
+def undiagnosed(result: DiffResult) -> list[Finding]:
+    """Findings of a stored diff that diagnosis has not seen (a diff stored before it
+    ran): interpreter findings are explained at detection and never count."""
+    return [
+        f
+        for f in result.findings
+        if f.kind != "interpreter" and f.category is None and f.root_cause is None
+    ]
+
+
+def stored_diff(
+    db: ProfileDB,
+    a: str,
+    b: str,
+    *,
+    threshold: float = 0.10,
+    fresh: bool = False,
+    rerun: bool = True,
+    progress: Progress | None = None,
+) -> tuple[DiffResult, str]:
+    """The diff of A and B every surface shows (module docstring) and a line saying it
+    is the stored one ("" when it was made now): the stored diff unless `fresh`, it is
+    stale or missing, or it was made at another threshold; else the pipeline's, stored.
+    A stored diff's findings that were never diagnosed are diagnosed now and that is
+    stored too (no energy is measured again; `rerun` allows the line-traced re-run)."""
+    from magneton.diagnose.api import (
+        cause_groups,
+        diagnose_findings,
+        is_job,
+        run_diff,
+        store_diagnosis,
+        store_outcome,
+    )
+    from magneton.graphdb import load_diff
+    from magneton.model import MagnetonError
+
+    # a job's diff is stored rank pair by rank pair, never whole: it is always made now
+    loaded = None
+    if not fresh and not is_job(db, a):
+        try:
+            loaded = load_diff(db, a, b)
+        except MagnetonError as e:  # changed outside Magneton: this command replaces it
+            print(f"magneton: {e}; making it anew", file=sys.stderr)
+    if loaded is not None and _same_question(loaded[0], threshold, rerun):
+        result = loaded[0]
+        pending = undiagnosed(result)
+        if pending:
+            diagnose_findings(db, result, pending, rerun=rerun)
+            if not db.read_only:
+                store_diagnosis(db, result)
+        result.groups = []  # grouped from the stored findings, as the pipeline groups
+        cause_groups(result)
+        return result, (
+            f"the stored diff of '{a}' and '{b}'{_made_at(db, a, b)}, not measured again "
+            "(--rerun makes a new one)"
+        )
+    out = run_diff(db, a, b, threshold=threshold, rerun=rerun, progress=progress)
+    store_outcome(db, out)
+    return out.result, ""
+
+
+def _same_question(result: DiffResult, threshold: float, rerun: bool) -> bool:
+    """Whether a stored diff answers this `diff`: the same threshold, and confirmed by
+    re-measurement unless `--no-rerun` (and unconfirmed when it is given: a diff made
+    with `--no-rerun` does not answer a plain `diff`, which asks for the rounds, nor the
+    other way round). A diff without findings answers both."""
+    if result.threshold != threshold:
+        return False
+    marks = [
+        "--no-rerun" in (f.interval.unconfirmed or "")
+        for f in [*result.findings, *result.dismissed]
+        if f.interval is not None
+    ]
+    return not marks or any(marks) == (not rerun)
+
+
+def _made_at(db: ProfileDB, a: str, b: str) -> str:
+    """` made 2025-01-02T10:11:12+00:00` for the stored diff of (a, b), "" if unknown."""
+    try:
+        rows = db.query(
+            "MATCH (d:Diff) WHERE d.run_a = $a AND d.run_b = $b RETURN d.created_at",
+            {"a": a, "b": b},
+        ).rows
+    except Exception:  # noqa: BLE001 - a note must never stop the diff
+        return ""
+    return f" made {rows[0][0]}" if rows and rows[0][0] else ""
+
+
 def run(args: argparse.Namespace) -> int:
-    from magneton.diagnose.api import check_threshold, run_diff, store_outcome
+    from magneton.diagnose.api import check_threshold
     from magneton.graphdb import open_db
     from magneton.model import MagnetonError
     from magneton.model.names import set_full_names
@@ -206,21 +313,22 @@ def run(args: argparse.Namespace) -> int:
         with open_db(args.db, read_only=True, create=False) as db:
             return self_diff(db, args.a, "json" if args.json else "csv" if args.csv else "")
     with open_db(args.db, create=False) as db, diff_progress() as progress:
-        out = run_diff(
+        result, stored = stored_diff(
             db,
             args.a,
             args.b,
             threshold=args.threshold,
+            fresh=args.rerun,
             rerun=not args.no_rerun,
             progress=progress,
         )
-        store_outcome(db, out)
-        warning = setup_warning(db, args.a, args.b, out.result)
+        warning = setup_warning(db, args.a, args.b, result)
         if args.html:
             from magneton.render.html import write_diff_html
 
-            write_diff_html(db, args.html, out.result, warning)
-    result = out.result
+            write_diff_html(db, args.html, result, warning)
+    if stored:
+        print(f"magneton: {stored}", file=sys.stderr)
     groups = result.groups  # one per cause (diagnose/pipeline.py groups them)
     if args.csv:
         if warning:
@@ -228,8 +336,8 @@ def run(args: argparse.Namespace) -> int:
         write_csv(result, groups, sys.stdout)
     elif args.json:
         out_json = result.to_json()
-        # one per cause (diagnose/cause/grouping.py)
-        out_json["groups"] = [g.to_json() for g in groups]
+        # one per cause (diagnose/cause/grouping.py), as the table's rows
+        out_json["groups"] = [row.to_json() for row in diff_view(result, groups).rows]
         if warning:
             print(warning, file=sys.stderr)  # the JSON on stdout stays the contract
         print(json.dumps(out_json, indent=2))

@@ -22,9 +22,13 @@ Stored diffs also carry a checksum (graphdb/matches.py `seal`): a row edited out
 Magneton is refused before any of this. The patch file `--apply` hands to git without
 `-o` is a temporary file removed when the command ends.
 
-The diagnosis comes from the stored diff when it already carries one (`magneton diff`
-stores its result); otherwise the diff pipeline (diagnose/pipeline.py) runs now and its
-result is stored (a re-run of both scripts when the divergence is in Python). A and B may
+The finding and its patch come from the stored diff (`magneton diff` stores its result),
+the one the table, the HTML page and the TUI show: nothing is measured again unless
+`--rerun` asks for a new diff (a patch exported from a second, re-measured diff could
+belong to a differently numbered finding than the one the user read). Only when no diff
+of A and B is stored does the diff pipeline (diagnose/pipeline.py) run now, and its
+result is stored; a stored finding not yet diagnosed is diagnosed now (a re-run of both
+scripts when the divergence is in Python). A and B may
 name multi-rank jobs; their findings are numbered as `magneton diff` numbers them.
 """
 
@@ -61,6 +65,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("-o", "--output", default="-", help="patch file (default: stdout)")
     p.add_argument("--apply", action="store_true", help="apply the patch to the script with git")
+    p.add_argument(
+        "--rerun",
+        action="store_true",
+        help="diff anew and replace the stored diff (by default the stored diff's patch)",
+    )
     p.add_argument(
         "--no-rerun",
         action="store_true",
@@ -131,7 +140,9 @@ def _patch_touches(patch_file: str, cwd: str) -> list[str]:
     return [line for line in res.stdout.splitlines() if line.strip()]
 
 
-def find_finding(db: ProfileDB, a: str, b: str, fid: int, rerun: bool):
+def find_finding(db: ProfileDB, a: str, b: str, fid: int, rerun: bool, fresh: bool = False):
+    """Finding `fid` of the stored diff of A and B (a new diff when `fresh` or none is
+    stored), diagnosed."""
     from magneton.diagnose.api import (
         diagnose_findings,
         is_job,
@@ -142,7 +153,7 @@ def find_finding(db: ProfileDB, a: str, b: str, fid: int, rerun: bool):
     from magneton.graphdb import load_diff
 
     job = is_job(db, a)
-    loaded = None if job else load_diff(db, a, b)
+    loaded = None if job or fresh else load_diff(db, a, b)
     if loaded is not None:
         result = loaded[0]
     else:
@@ -166,7 +177,9 @@ def run(args: argparse.Namespace) -> int:
     from magneton.graphdb import open_db
 
     with open_db(args.db, create=False) as db:
-        result, finding = find_finding(db, args.a, args.b, args.finding, not args.no_rerun)
+        result, finding = find_finding(
+            db, args.a, args.b, args.finding, not args.no_rerun, fresh=args.rerun
+        )
         fix = finding.fix or Fix()
         target = confine(db, args.a, args.b, fix) if args.apply and fix.patch else ""
     patch = fix.patch

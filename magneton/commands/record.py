@@ -79,6 +79,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import os
+
+    # where the DB is, fixed before the workload runs: a script may change directories
+    args.db_path = os.path.abspath(args.db)
     if args.steady:  # before anything imports torch (libgomp reads the policy then)
         from magneton.tracer.api import request_steady
 
@@ -107,10 +111,10 @@ def run(args: argparse.Namespace) -> int:
     if args.nproc > 1 or rank_env() is not None:
         from magneton.tracer.api import JobSpec, record_distributed
 
-        job = JobSpec(args.script, args.db, args.run, args.nproc, args.entry, args.setup)
+        job = JobSpec(args.script, args.db_path, args.run, args.nproc, args.entry, args.setup)
         return record_distributed(job, opts)
     profile = record_script(
-        args.script, db=args.db, run=args.run, entry=args.entry, setup=args.setup, options=opts
+        args.script, db=args.db_path, run=args.run, entry=args.entry, setup=args.setup, options=opts
     )
 
     return _print_recorded(profile, args.db)
@@ -150,7 +154,7 @@ def _record_program(args: argparse.Namespace, opts) -> int:
     if args.warmup != 1 or args.repeat != 3:
         raise MagnetonError("--warmup/--repeat count calls of main(); for programs use --steps")
     spec = parse_command(command, steps=args.steps, window=args.window, step_fn=args.step_fn)
-    profile = record_program(spec, db=args.db, run=args.run, options=opts)
+    profile = record_program(spec, db=args.db_path, run=args.run, options=opts)
     advice = few_units_advice(spec, profile, args.db)
     return _print_recorded(profile, args.db, spec.describe(), advice)
 

@@ -319,6 +319,8 @@ class StructureResult:
     modules: list[ModuleRecord] = field(default_factory=list)
     # operator calls the profiler saw in threads the capture does not trace
     other_thread_ops: int = 0
+    # op idx -> seconds its device kernels ran (CUDA, from the profiler's activity)
+    kernel_s: dict[int, float] = field(default_factory=dict)
 
 
 class StructureCapture(RecorderMode):
@@ -670,12 +672,15 @@ def attach_call_paths(result: StructureResult, events) -> None:
             chains = [[op.name]]
         paths = [" > ".join(ancestors + chain) for chain in chains]
         kern = _kernels_of(chains)
-        # device kernels (CUDA) launched anywhere under the tag, by correlation id
+        # device kernels (CUDA) launched anywhere under the tag, by correlation id, and
+        # how long they ran on the device (what the op costs a GPU, beyond its launch)
         for e in _walk(tag):
             for k in getattr(e, "kernels", []) or []:
                 kname = getattr(k, "name", str(k))
                 if kname not in kern:
                     kern.append(kname)
+                dur_us = getattr(k, "duration", 0) or 0
+                result.kernel_s[op.idx] = result.kernel_s.get(op.idx, 0.0) + dur_us / 1e6
         op.call_paths = list(dict.fromkeys(paths))
         for kname in kern:
             key = (kname, op.device if not kname.startswith("aten::") else "cpu")

@@ -37,7 +37,10 @@ reports accurately. The procedure, per selected operator:
 
 What is stored: `op.energy_j = replayed power × op.time_s` (the op's own time in the timing
 pass, i.e. total energy including the idle floor, not above-idle) plus whatever time between
-ops the attribution had charged to it, and `op.energy_method = "replayed"`. Every op with the
+ops the attribution had charged to it, and `op.energy_method = "replayed"`. On CUDA an op's
+window in the timing pass is its launch on the host, not its kernel's run (an MLP's
+launches covered a fifth of its call on an H100), so there it is the loop's joules per
+call, each call waited for. Every op with the
 same signature (name, shapes, dtypes, scalar args, device, layout) shares one replay. With
 the model source the replay only re-times the op: its numbers stay "estimated".
 Per-replay details (loop count, J/call in the loop, above-idle J/call, std) go to
@@ -194,8 +197,14 @@ def replay_ops_detailed(
         res.method = method
         for idx in res.applied_to:
             op = by_idx[idx]
-            gap = session.gap_charges.get(idx)
-            op.energy_j = res.power_w * op.time_s + (gap.gap_j if gap else 0.0)
+            if op.device.startswith("cuda"):
+                # a kernel's cost is its device time, not its launch window on the host
+                # (what op.time_s is on CUDA): the loop's joules per call, each call
+                # waited for, idle floor included
+                op.energy_j = res.j_per_call
+            else:
+                gap = session.gap_charges.get(idx)
+                op.energy_j = res.power_w * op.time_s + (gap.gap_j if gap else 0.0)
             op.energy_method = method
     _update_run(profile, session)
     profile.energy.replay = [asdict(r) for r in results]

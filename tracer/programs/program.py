@@ -144,7 +144,7 @@ class ProgramSpec:
         import shlex
 
         sched = steps or self.steps
-        target = ["-m", self.module] if self.module else [self.script]
+        target = ["-m", self.module] if self.module else [_as_typed(self.script, self.cwd)]
         parts = ["magneton", "record", "--db", db, "--run", run]
         if sched is not None:
             parts += ["--steps", str(sched)]

@@ -54,7 +54,12 @@ from magneton.tracer.capture.dispatch import (
 from magneton.tracer.programs.signals import InterruptedAfterSave as _InterruptedAfterSave
 from magneton.tracer.programs.signals import Terminated, defer_sigint
 from magneton.tracer.programs.signals import interruptible as _interruptible
-from magneton.tracer.timing.passes import MAX_ITERATIONS, TimingPass, timed_iterations
+from magneton.tracer.timing.passes import (
+    MAX_ITERATIONS,
+    MIN_SENSOR_UPDATES,
+    TimingPass,
+    timed_iterations,
+)
 
 if TYPE_CHECKING:
     from magneton.graphdb.db import ProfileDB
@@ -446,6 +451,8 @@ def _structure_profile(
         kernels=structure.kernels,
         config=snapshot(script),
     )
+    if structure.kernel_s:
+        profile.energy.kernel_s = [structure.kernel_s.get(op.idx, 0.0) for op in structure.ops]
     note_unrecorded_threads(profile, unrecorded)
     return profile
 
@@ -468,6 +475,13 @@ def _timing_pass(
             cpu_clock=session.prices_cpu_time(sync),
             max_iterations=MAX_ITERATIONS if opts.adaptive else opts.repeat,
             on_iteration=phases.step,
+            # a sensor's figure needs many of its updates (NVML's: every ~100 ms); not for
+            # a job's ranks, which must time the same count to pair their collectives
+            min_duration_s=(
+                MIN_SENSOR_UPDATES * session.update_period_s
+                if session.live and opts.adaptive
+                else 0.0
+            ),
         )
     finally:
         session.stop()
@@ -498,8 +512,14 @@ def _no_exit() -> Iterator[None]:
     """While the workload runs, `os._exit` in this process raises `WorkloadExited`:
     otherwise a workload calling it ended `magneton record` with its exit code, no
     message and nothing stored. Forked children (DataLoader workers, multiprocessing)
-    exit through the real `os._exit`."""
+    exit through the real `os._exit`. The workload's changes to the process that
+    Magneton's own ending relies on are undone when it ends: the working directory (a
+    script that `os.chdir`s at import put a relative `--db` somewhere else), the
+    standard streams (one that set `sys.stdout = None` turned "recorded run ..." into a
+    traceback after the run was stored) and `sys.path` (a `secrets.py` beside the script
+    shadowed the standard module Magneton's save imports)."""
     real, pid = os._exit, os.getpid()
+    cwd, streams, path = os.getcwd(), (sys.stdout, sys.stderr), list(sys.path)
 
     def guarded(code: int) -> None:
         if os.getpid() != pid:
@@ -511,6 +531,10 @@ def _no_exit() -> Iterator[None]:
         yield
     finally:
         os._exit = real
+        with contextlib.suppress(OSError):
+            os.chdir(cwd)
+        sys.stdout, sys.stderr = streams
+        sys.path[:] = path
 
 
 def _opened(db: DBArg) -> contextlib.AbstractContextManager[ProfileDB]:

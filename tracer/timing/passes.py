@@ -38,6 +38,8 @@ TARGET_REL = 0.02  # 95% CI half-width of the mean iteration cost, relative
 MAX_ITERATIONS = 30
 BUDGET_S = 5.0  # wall seconds after which the pass stops once it has its minimum
 MIN_FOR_CI = 5  # below this a standard deviation says little
+# a live sensor's updates the timed iterations must span at least (record.py)
+MIN_SENSOR_UPDATES = 20
 
 
 class CpuTimingCapture(TimingCapture):
@@ -78,6 +80,9 @@ class TimingPass:
     walls_s: list[float] = field(default_factory=list)
     cost_s: list[float] = field(default_factory=list)  # what the stop rule watched
     stop_reason: str = ""
+    # per iteration: when the device had finished its work (after the sync; CUDA only):
+    # the GPU work still queued after the last launch ends here, not at the last op
+    synced_ns: list[int] = field(default_factory=list)
 
 
 def relative_halfwidth(xs: list[float]) -> float:
@@ -101,9 +106,12 @@ def timed_iterations(
     max_iterations: int = MAX_ITERATIONS,
     budget_s: float = BUDGET_S,
     on_iteration: Callable[[], None] | None = None,
+    min_duration_s: float = 0.0,
 ) -> TimingPass:
-    """Run `call` under a timing capture at least `min_iterations` times, then until the
-    iteration cost is stable (see module docstring)."""
+    """Run `call` under a timing capture at least `min_iterations` times and for at least
+    `min_duration_s` (a sensor that updates every 100 ms cannot tell five 3 ms calls
+    apart: an A/A of two such recordings differed by 19%), then until the iteration
+    cost is stable (see module docstring)."""
     import torch
 
     out = TimingPass()
@@ -124,6 +132,8 @@ def timed_iterations(
             if sync:
                 torch.cuda.synchronize()
             w1 = time.perf_counter_ns()
+            if sync:
+                out.synced_ns.append(w1)
             c1 = time.process_time_ns()
             if gc_was_enabled:
                 gc.enable()
@@ -137,7 +147,7 @@ def timed_iterations(
             n = len(out.walls_s)
             if on_iteration is not None:  # a progress display, outside the timed window
                 on_iteration()
-            if n < floor:
+            if n < floor or time.perf_counter() - t_start < min_duration_s:
                 continue
             if n >= MIN_FOR_CI and relative_halfwidth(out.cost_s) <= target_rel:
                 out.stop_reason = "stable"
