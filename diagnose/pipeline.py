@@ -278,6 +278,9 @@ def _confirm_and_diagnose(
     out.diagnosed = True
     # a confirmed difference with no software cause is not a finding (model/diff.py)
     result.dismiss_noise()
+    from .fix.direction import refuse_inverse_fixes
+
+    refuse_inverse_fixes(result.findings)
     kept = {f.id for f in result.findings}
     out.finding_of_region = {k: i for k, i in out.finding_of_region.items() if i in kept}
 

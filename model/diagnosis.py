@@ -397,10 +397,20 @@ class Fix:
     command: str | None = None
     rule: str | None = None  # id of the rule the summary quotes
     references: list[str] = field(default_factory=list)
-    # in memory only (not in the JSON): the text the fix replaces and its replacement,
-    # so one check (diagnose/fix/plan.py) can refuse a fix that would change nothing
+    # the text the fix replaces and its replacement, so checks can refuse a fix that would
+    # change nothing (diagnose/fix/plan.py) or go the wrong way (diagnose/fix/direction.py);
+    # in the JSON as "sets" when they are values (one short line each)
     old_text: str | None = None
     new_text: str | None = None
+
+    def sets_value(self) -> bool:
+        return (
+            all(
+                t is None or (len(t) <= 200 and "\n" not in t)
+                for t in (self.old_text, self.new_text)
+            )
+            and self.new_text is not None
+        )
 
     def to_json(self) -> dict:
         d: dict[str, Any] = {
@@ -413,6 +423,8 @@ class Fix:
             d["snippet"] = self.snippet
         if self.command is not None:
             d["command"] = self.command
+        if self.sets_value():
+            d["sets"] = {"from": self.old_text, "to": self.new_text}
         if self.rule is not None or self.references:
             d["rule"] = self.rule
             d["references"] = list(self.references)
@@ -422,4 +434,6 @@ class Fix:
     def from_json(cls, d: dict) -> Fix:
         kw = pick_fields(cls, d)
         kw["references"] = list(d.get("references") or [])
+        sets = d.get("sets") or {}
+        kw["old_text"], kw["new_text"] = sets.get("from"), sets.get("to")
         return cls(**kw)

@@ -73,3 +73,35 @@ def assert_no_noop_fix(findings: list[Any]) -> None:
     """Every finding's fix changes something (or says that no mechanical fix exists)."""
     bad = [(_as_dict(f).get("id"), r) for f in findings if (r := noop_reason(f))]
     assert not bad, f"no-op fixes: {bad}"
+
+
+def direction_reason(finding: Any, findings: list[Any]) -> str:
+    """Why this finding's fix would move its wasteful side away from what the efficient
+    side did, or '' when it would not: the value it sets is not the efficient side's, or
+    it undoes a larger finding that blames the same variable from the other side."""
+    f = _as_dict(finding)
+    fix, rc = f.get("fix") or {}, f.get("root_cause") or {}
+    if not (fix.get("patch") or fix.get("command")):
+        return ""
+    efficient = "b" if f["wasteful"] == "a" else "a"
+    eff = (rc.get("values") or {}).get(efficient)
+    to = (fix.get("sets") or {}).get("to")
+    if to is not None and eff is not None and _norm(to).strip("'") != _norm(eff).strip("'"):
+        return f"sets {rc.get('variable')} to {to}, the efficient side has {eff}"
+    for g in map(_as_dict, findings):
+        grc = g.get("root_cause") or {}
+        if (
+            g.get("id") != f.get("id")
+            and rc.get("variable")
+            and grc.get("variable") == rc.get("variable")
+            and g["wasteful"] != f["wasteful"]
+            and g["saving_j"] > f["saving_j"]
+        ):
+            return f"undoes finding {g.get('id')} ({rc.get('variable')})"
+    return ""
+
+
+def assert_forward_fixes(findings: list[Any]) -> None:
+    """Every fix moves its wasteful side toward the efficient side (diagnose/fix/direction.py)."""
+    bad = [(_as_dict(f).get("id"), r) for f in findings if (r := direction_reason(f, findings))]
+    assert not bad, f"fixes that go the wrong way: {bad}"

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixcheck import assert_no_noop_fix
+from fixcheck import assert_forward_fixes, assert_no_noop_fix
 
 from magneton.commands.eval import check, load_expect, record_args, relevant_finding
 from magneton.commands.export_patch import find_finding
@@ -137,6 +137,7 @@ def test_case_diagnosis(case):
     name, d, db, diff, expect = case
     assert {"a", "b", "findings", "threshold"} <= set(diff)
     assert_no_noop_fix(diff["findings"])
+    assert_forward_fixes(diff["findings"])
     f = _relevant(db, expect)
     if f is not None:
         assert_no_noop_fix([f])
@@ -201,6 +202,7 @@ def test_redundant_copy_gets_an_argument_port_that_applies(case, tmp_path):
     db = str(db)
     findings = diff["findings"]
     assert_no_noop_fix(findings)
+    assert_forward_fixes(findings)
     lines = (work / "a.py").read_text().splitlines()
     copy_line = next(i for i, ln in enumerate(lines, 1) if ln.strip() == old_call)
     mine = [
@@ -245,6 +247,7 @@ def test_root_line_is_the_first_diverging_line_and_the_patch_applies(case, tmp_p
     db = str(db)
     findings = diff["findings"]
     assert_no_noop_fix(findings)
+    assert_forward_fixes(findings)
     code = [f for f in findings if (f.get("root_cause") or {}).get("kind") == "code"]
     assert code, [f.get("root_cause") for f in findings]
     f = code[0]

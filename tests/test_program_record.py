@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixcheck import assert_no_noop_fix
+from fixcheck import assert_forward_fixes, assert_no_noop_fix
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = Path(__file__).parent / "workloads" / "programs"
@@ -94,6 +94,7 @@ def test_diff_finds_and_root_causes_the_argument(hf_db):
         "findings"
     ]
     assert_no_noop_fix(findings)
+    assert_forward_fixes(findings)
     attn = [
         f for f in findings if (f.get("root_cause") or {}).get("variable") == "attn_implementation"
     ]

@@ -26,6 +26,10 @@ import pytest
         "magneton.tracer.timing.timeline",
         "magneton.tracer.energy.pricing",
         "magneton.tracer.energy.power.model",
+        # the tracer's other torch-free contract modules
+        "magneton.tracer.timing.alignment",
+        "magneton.tracer.programs.cmdline",
+        "magneton.tracer.programs.configfiles",
     ],
 )
 def test_diff_time_module_does_not_import_torch(module):
@@ -39,3 +43,17 @@ def test_the_check_can_fail():
     code = "import sys, magneton.tracer.capture.invariants; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+def test_starting_the_cli_imports_no_stage_it_does_not_run():
+    """Every command is registered at start (magneton/cli.py): the doors it imports
+    (tracer/api.py, diagnose/api.py, graphdb) load their stages when a name is first
+    used. An eager diagnosis door cost `magneton record` 5 s of imports (libcst, scipy)
+    before it recorded anything."""
+    code = (
+        "import sys, magneton.cli as c; c.build_parser(); "
+        "print(sorted(m for m in ('torch', 'libcst', 'magneton.diagnose.pipeline', "
+        "'magneton.graphdb.db') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

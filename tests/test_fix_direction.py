@@ -1,0 +1,56 @@
+"""No fix goes the wrong way (diagnose/fix/direction.py): a small region that blames the
+same variable from the other side gets no patch, and a fix that would set a value other
+than the efficient side's is withdrawn."""
+
+from __future__ import annotations
+
+from fixcheck import direction_reason
+
+from magneton.diagnose.fix.direction import refuse_inverse_fixes
+from magneton.model import Finding, Fix, Region, RootCause
+
+
+def _finding(fid: int, wasteful: str, saving_j: float, values: dict, new: str) -> Finding:
+    return Finding(
+        id=fid,
+        wasteful=wasteful,
+        verdict="waste",
+        region_a=Region(),
+        region_b=Region(),
+        saving_j=saving_j,
+        saving_share=saving_j / 10,
+        output_rel_diff=0.0,
+        root_cause=RootCause(kind="global-flag", variable="BATCHED", values=values),
+        fix=Fix(
+            summary=f"change BATCHED to {new}",
+            patch="--- a\n+++ b\n-x\n+y\n",
+            old_text=values["a" if wasteful == "a" else "b"],
+            new_text=new,
+        ),
+    )
+
+
+def test_a_small_region_that_blames_the_variable_from_the_other_side_gets_no_patch():
+    """The JAX pair of the per-example loop (BATCHED = False, 65% wasteful) and a small
+    region where the batched side spent more: its patch set BATCHED to False in the
+    efficient script, 37x slower applied."""
+    values = {"a": "False", "b": "True"}
+    big = _finding(1, "a", 6.5, values, "True")
+    small = _finding(2, "b", 0.1, values, "False")
+    findings = [big, small]
+    assert direction_reason(small.to_json(), [f.to_json() for f in findings])
+    refuse_inverse_fixes(findings)
+    assert big.fix.patch is not None
+    assert small.fix.patch is None and small.fix.command is None
+    assert "would undo finding #1" in small.fix.summary
+    assert not any(direction_reason(f.to_json(), [g.to_json() for g in findings]) for f in findings)
+
+
+def test_a_fix_that_sets_another_value_than_the_efficient_sides_is_withdrawn():
+    f = _finding(1, "a", 1.0, {"a": "'eager'", "b": "'sdpa'"}, "'flash'")
+    refuse_inverse_fixes([f])
+    assert f.fix.patch is None
+    assert "while the efficient side has 'sdpa'" in f.fix.summary
+    ok = _finding(1, "a", 1.0, {"a": "'eager'", "b": "'sdpa'"}, '"sdpa"')
+    refuse_inverse_fixes([ok])
+    assert ok.fix.patch is not None
