@@ -91,6 +91,10 @@ def load_run(db: ProfileDB, name: str) -> Profile:
     """The profile of run `name`; MagnetonError when it is missing or failed."""
     db.require_run(name)
     p = db.load_profile(name)
+    if (
+        p.run.status == "incomparable"
+    ):  # stored as a graph, never priced (tracer/timing/alignment.py)
+        raise MagnetonError(f"run '{name}' cannot be compared: {p.run.error}")
     if p.run.status != "ok":
         why = f": {p.run.error}" if p.run.error else ""
         raise MagnetonError(f"run '{name}' did not record successfully ({p.run.status}{why})")

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from magneton.model import DiffResult, Finding
+from magneton.model import DiffResult, Finding, Fix
 from magneton.model.names import short_name
 
 if TYPE_CHECKING:
@@ -134,7 +134,8 @@ class CauseRow:
 
     @property
     def confirmed(self) -> str:
-        """ "yes (N rounds)", "no" or "-" (diagnose/matching/confirm.py)."""
+        """Whether re-measurement confirmed the cause's regions (diagnose/matching/
+        confirm.py): "yes (N rounds)", "no", or "-" when none has an interval."""
         ivs = [f.interval for f in self.findings if f.interval is not None]
         if not ivs:
             return "-"
@@ -143,7 +144,7 @@ class CauseRow:
         return "no"
 
     @property
-    def fix(self):  # -> Fix | None
+    def fix(self) -> Fix | None:
         """The cause's one fix: the lead's, else the first of its findings that has a
         patch (one change fixes them all: that is what makes them one group)."""
         with_patch = [f.fix for f in self.findings if f.fix is not None and f.fix.patch]

@@ -106,8 +106,9 @@ def test_report_table_states_method_and_idle(db):
     assert "idle baseline ~ 90.0 W" in out
     assert "estimated by model:cpu-default" in out
     assert "h" in out and "×2" in out  # the folded module tree
+    # by module: the folded tree (h > * ×2 > mlp > act), not flat dotted paths
     by_module = cli("report", "--db", str(db), "gelu_new", "--by", "module")[1]
-    assert "h.0.mlp.act" in by_module
+    assert "* ×2" in by_module and "act ×2" in by_module and "h.0.mlp.act" not in by_module
 
 
 def test_report_csv(db):

@@ -21,7 +21,7 @@ def _profile(headline_j: float) -> Profile:
 def test_a_headline_below_the_cheapest_call_is_explained():
     line = spread_line(_profile(11.4))
     assert "min 12.15 J" in line
-    assert "headline 11.4 J/call is below the cheapest whole call" in line
+    assert "headline 11.4 J/call is 6% below the cheapest whole call" in line
     assert "own cheapest iteration" in line
 
 

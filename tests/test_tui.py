@@ -86,7 +86,7 @@ def test_pick_runs_findings_diagnosis_detail_and_patch_export(gelu_db) -> None:
         def spy(kind, result, message):
             on_event(kind, result, message)
             first = cells(screen.query_one("#findings"))[:1]
-            events.append((kind, first[0][-1] if first else ""))
+            events.append((kind, first[0][3] if first else ""))  # its cause column
 
         screen.on_job_event = spy
         await wait_for(pilot, lambda: screen.result is not None, 90, "the diff")
@@ -97,14 +97,19 @@ def test_pick_runs_findings_diagnosis_detail_and_patch_export(gelu_db) -> None:
         assert first.wasteful == "a" and first.verdict == "waste"
         assert "aten::tanh" in first.ops_a and "aten::gelu" in first.ops_b
         row = cells(screen.query_one("#findings"))[0]
-        assert row[0] == "1" and "tanh" in row[3] and "gelu" in row[4]
+        # one cell for both sides' operators, A's line then B's, cut to the width left
+        # at 80 columns (the finding's Regions tab lists them all)
+        side_a, side_b = row[4].split("\n")
+        assert row[0].startswith("1") and side_a.startswith("◀A mul pow")
+        assert side_b.strip() == "B gelu ×4"
         await wait_for(pilot, lambda: not screen.diagnosing, 240, "the diagnosis")
-        # findings first (cause column "diagnosing…"), then the diagnosis filled them in
+        # findings first (cause column "diagnosing…"), then the diagnosis filled them in,
+        # and last the child's word that it stored the diff
         kinds = [k for k, _ in events]
-        assert kinds[0] == "diff" and kinds[-1] == "diagnosed", events
+        assert kinds[0] == "diff" and kinds[-2:] == ["diagnosed", "done"], events
         assert events[0][1] == "diagnosing…"
         assert not screen.query_one("#progress").display
-        assert cells(screen.query_one("#findings"))[0][-1] == "misconfiguration"
+        assert cells(screen.query_one("#findings"))[0][3] == "misconfiguration"
 
         await pilot.press("enter")
         detail = app.screen
@@ -437,7 +442,7 @@ def test_findings_screen_from_a_contract_result_without_a_db_diff(gelu_db) -> No
         screen = app.screen
         assert screen.job is None and screen.result is result
         row = cells(screen.query_one("#findings"))[0]
-        assert row[0] == "7" and row[-2] == "trade-off" and row[-3] == "3.00×"
+        assert row[0] == "7" and row[2] == "trade-off" and row[9] == "3.00×"
         header = text_of(screen.query_one("#energy-header"))
         assert "measured by nvml:0" in header
         assert "solved by least squares from rapl:package-0" in header
@@ -539,7 +544,7 @@ def test_diagnosis_crash_keeps_the_findings(gelu_db) -> None:
         assert "(the findings stand)" in msg
         assert cells(screen.query_one("#findings"))[0][0] == "1"  # still listed
         # no cause: the cell says the diagnosis failed, not "diagnosing…" or "-"
-        assert cells(screen.query_one("#findings"))[0][-1] == "failed"
+        assert cells(screen.query_one("#findings"))[0][3] == "failed"
         await pilot.press("enter")  # and still usable
         assert isinstance(app.screen, FindingScreen)
 
@@ -581,7 +586,7 @@ def test_finding_screen_shows_the_interval_and_whether_it_was_confirmed(gelu_db)
         assert isinstance(app.screen, FindingScreen) and app.screen.finding.id == 1
         # the two-line header says it short; the Root cause tab opens with the long form
         text = flat(text_of(app.screen.query_one("#finding-summary")))
-        assert "saving 750 mJ to 1.1 J per call at 95% (ratio 1.60–2.40×)" in text
+        assert "95%: 750 mJ to 1.1 J/call, 1.60–2.40×" in text
         assert "confirmed in 7 rounds" in text
         details = flat(text_of(app.screen.query_one("#rootcause")))
         assert "confirmed: 7 interleaved rounds per side (paired t)" in details

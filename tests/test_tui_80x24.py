@@ -17,7 +17,6 @@ from magneton.model import DiffResult, Finding, Region, RunSummary
 from magneton.tui.app import MagnetonApp
 from magneton.tui.data import Store
 from magneton.tui.screens import FindingScreen, FindingsScreen
-from magneton.tui.widgets import SIDE_CELL_MAX
 
 assert SIZE == (80, 24)
 
@@ -25,6 +24,17 @@ assert SIZE == (80, 24)
 @pytest.fixture(scope="session")
 def gelu_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return recorded_gelu(tmp_path_factory.getbasetemp())
+
+
+def columns_fit(table, last: str) -> bool:
+    """Whether the table's columns up to `last` (a key) lie inside its width, so they
+    show without scrolling right."""
+    right = 0
+    for key, column in table.columns.items():
+        right += column.get_render_width(table)
+        if key.value == last:
+            break
+    return right <= table.size.width
 
 
 def footer_fits(screen) -> None:
@@ -48,7 +58,9 @@ def test_walk_findings_cause_patch_at_80x24(gelu_db) -> None:
         await pilot.pause()
         footer_fits(screen)
         row = cells(screen.query_one("#findings"))[0]
-        assert row[0] == "1" and all(len(c) <= SIDE_CELL_MAX for c in row[3:5])
+        assert row[0].startswith("1") and row[2] == "waste" and row[3] == "misconfiguration"
+        table = screen.query_one("#findings")
+        assert columns_fit(table, "ops"), "verdict, saving, cause or ops off screen"
         await pilot.press("enter")  # no ← → anywhere in this walk
         detail = app.screen
         assert isinstance(detail, FindingScreen) and detail.finding.id == 1
@@ -56,7 +68,8 @@ def test_walk_findings_cause_patch_at_80x24(gelu_db) -> None:
         summary = detail.query_one("#finding-summary")
         assert summary.region.height <= 2
         head = text_of(summary)
-        assert head.startswith("#1 waste") and "misconfiguration" in head
+        assert head.startswith("#1") and " waste · misconfiguration · " in head
+        assert "…" not in head  # parts are left out whole, never cut
         footer_fits(detail)
         await pilot.press("3")
         await pilot.pause()
@@ -78,9 +91,10 @@ def test_walk_findings_cause_patch_at_80x24(gelu_db) -> None:
 
 def _interpreter_finding() -> Finding:
     frames = [f"modeling_{'x' * 60}.py:{n} build_{'mask' * 20}" for n in range(3)]
+    # ops of its own: sharing the region finding's would make it join that cause's row
     return Finding(
-        1, "a", "waste", Region([1], energy_j=2.0, time_s=0.002),
-        Region([2], energy_j=1.0, time_s=0.001), 1.0, 0.1, 0.0,
+        1, "a", "waste", Region([5], energy_j=2.0, time_s=0.002),
+        Region([6], energy_j=1.0, time_s=0.001), 1.0, 0.1, 0.0,
         ops_a=["aten::add"], ops_b=["aten::add"], kind="interpreter",
         frames_a=frames, frames_b=frames[:1],
     )  # fmt: skip
@@ -109,13 +123,15 @@ def test_a_python_cell_is_capped_and_a_failed_diagnosis_says_so(gelu_db) -> None
     async def scenario(pilot) -> None:
         screen = app.screen
         rows = {r[0]: r for r in cells(screen.query_one("#findings"))}
-        assert rows["1"][3].startswith("python: modeling_")
-        assert len(rows["1"][3]) <= SIDE_CELL_MAX  # hundreds of characters before
+        assert rows["1"][4].startswith("◀A python: modeling_")
+        # cut to the column (hundreds of characters before), the verdict and cause before it
+        assert all(len(line) <= screen._ops_width() for line in rows["1"][4].split("\n"))
+        assert columns_fit(screen.query_one("#findings"), "ops")
         # the diagnosis child fails after the findings arrived
         screen.on_job_event("diagnosis-error", None, "the diff/diagnosis process stopped")
         await pilot.pause()
         rows = {r[0]: r for r in cells(screen.query_one("#findings"))}
-        assert rows["2"][-1] == "failed" and rows["1"][-1] == "python"
+        assert rows["2"][3] == "failed" and rows["1"][3] == "python"
         ids = [r[0] for r in cells(screen.query_one("#findings"))]
         screen.query_one("#findings").move_cursor(row=ids.index("2"))
         await pilot.press("enter")
@@ -132,5 +148,35 @@ def test_a_python_cell_is_capped_and_a_failed_diagnosis_says_so(gelu_db) -> None
         assert "diagnosis failed: the diff/diagnosis process stopped" in cause
         assert "not diagnosed yet" not in cause
         assert "diagnosis failed" in flat(text_of(detail.query_one("#fix")))
+
+    run_app(app, scenario)
+
+
+def test_operators_take_the_width_left_and_are_recut_on_resize(gelu_db) -> None:
+    """The columns before the operators keep their place at any width; the operator
+    cell takes what is left, and a wider terminal shows more of the list."""
+    _, db = gelu_db
+    store = Store(db)
+    f = _region_finding(1)
+    f.ops_a = [f"aten::op_{'x' * 12}_{i}" for i in range(8)]
+    result = DiffResult(
+        RunSummary("a", 10, 1, "model:cpu-default", "estimated"),
+        RunSummary("b", 9, 1, "model:cpu-default", "estimated"),
+        [f],
+        5,
+    )
+    store.remember_diff("a", "b", result)
+    app = MagnetonApp(store, store.check(), "a", "b")
+
+    async def scenario(pilot) -> None:
+        screen = app.screen
+        table = screen.query_one("#findings")
+        narrow = cells(table)[0][4].split("\n")[0]
+        assert narrow.endswith("…") and columns_fit(table, "ops")
+        await pilot.resize_terminal(140, 30)
+        await pilot.pause()
+        wide = cells(table)[0][4].split("\n")[0]
+        assert len(wide) > len(narrow) and columns_fit(table, "ops")
+        assert cells(table)[0][2] == "waste"  # the rows came back with the columns
 
     run_app(app, scenario)

@@ -97,6 +97,8 @@ def cells(table) -> list[list[str]]:
 
 def app_for(db: Path, *runs: str, diagnose: bool = False) -> MagnetonApp:
     """The app as `magneton-tui --db DB RUNS` starts it (`--no-diagnose` unless asked:
-    only one test pays for the diagnosis, which re-runs both scripts)."""
+    only one test pays for the diagnosis, which re-runs both scripts). A test that asks
+    for the diagnosis watches it run, so it also asks for a new diff (`--rerun`): the
+    app would otherwise show the diff an earlier test stored in the shared DB."""
     store = Store(db)
-    return MagnetonApp(store, store.check(), *runs, diagnose=diagnose)
+    return MagnetonApp(store, store.check(), *runs, diagnose=diagnose, fresh=diagnose)

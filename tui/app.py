@@ -56,6 +56,7 @@ class MagnetonApp(App[int]):
         diagnose: bool = True,
         rerun: bool = True,
         threshold: float = 0.10,
+        fresh: bool = False,
     ) -> None:
         super().__init__()
         self.store = store
@@ -64,6 +65,7 @@ class MagnetonApp(App[int]):
         self.diagnose = diagnose
         self.rerun = rerun
         self.threshold = threshold
+        self.fresh = fresh  # --rerun: diff anew instead of showing the stored diff
 
     def on_mount(self) -> None:
         notice = self._start_notice()
@@ -144,11 +146,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="show findings only; skip diagnosis (which re-runs both scripts)",
     )
     p.add_argument(
+        "--rerun",
+        action="store_true",
+        help=(
+            "diff anew (re-measuring both scripts) and store the result, instead of "
+            "showing the diff stored by `magneton diff` or an earlier magneton-tui"
+        ),
+    )
+    p.add_argument(
         "--no-rerun",
         action="store_true",
         help=(
-            "diagnose from the recorded profiles and the source only, without re-running "
-            "the scripts with line tracing (faster; for profiles recorded on another machine)"
+            "when the diff is made: diagnose from the recorded profiles and the source only, "
+            "without re-running the scripts (faster; for profiles recorded on another machine)"
         ),
     )
     return p
@@ -178,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         diagnose=not args.no_diagnose,
         rerun=not args.no_rerun,
         threshold=args.threshold,
+        fresh=args.rerun,
     )
     try:
         app.run()

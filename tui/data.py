@@ -8,7 +8,9 @@ The screens never talk to Kùzu directly; they go through `Store`, which
 - serialises access with a lock, because screens call it from several worker threads and
   one Kùzu connection must not be used by two threads at once;
 - caches loaded profiles by run name, so going back and forth between a finding and the
-  energy view does not reload a 10k-operator run each time.
+  energy view does not reload a 10k-operator run each time;
+- reads the diff `magneton diff` stored (`stored_diff`), so the findings are the ones
+  the CLI table and the HTML page show, not a measurement of the TUI's own.
 
 The formatting helpers keep one wording for energy provenance ("estimated by
 model:cpu-default — no power sensor") across every screen: a figure without its method
@@ -35,6 +37,7 @@ from magneton.model import (
 )
 from magneton.model.vocab import BOOKKEEPING_OPS
 from magneton.model.wording import energy_wording
+from magneton.render.view import joules, seconds
 
 if TYPE_CHECKING:
     from magneton.graphdb import ProfileDB, QueryStream, RunRow
@@ -90,6 +93,34 @@ class Store:
         res.rows = iter(list(res.rows))  # read all (at most `limit`) in the worker thread
         return res
 
+    def stored_diff(self, a: str, b: str, threshold: float) -> tuple[DiffResult | None, str]:
+        """The diff of (a, b) stored in the DB and "", or (None, why there is none to
+        show): none stored, stale (a run re-recorded since), made at another threshold,
+        changed outside Magneton, or not diagnosed. A multi-rank job's diff is never
+        stored whole."""
+        from magneton.diagnose.api import cause_groups, is_job
+        from magneton.graphdb import load_diff
+
+        with self.db() as pdb:
+            if is_job(pdb, a):
+                return None, "a job's diff is made anew"
+            try:
+                loaded = load_diff(pdb, a, b)
+            except MagnetonError as e:
+                return None, str(e)
+        if loaded is None:
+            return None, "no stored diff"
+        result = loaded[0]
+        if result.threshold != threshold:
+            return None, f"the stored diff is at threshold {fmt_pct(result.threshold)}"
+        if any(
+            f.kind != "interpreter" and f.category is None and f.root_cause is None
+            for f in result.findings
+        ):
+            return None, "the stored diff was not diagnosed"
+        cause_groups(result)
+        return result, ""
+
     def cached_diff(self, a: str, b: str) -> DiffResult | None:
         return self._diffs.get((a, b))
 
@@ -144,26 +175,9 @@ def describe_energy(method: str, source: str) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def fmt_j(j: float) -> str:
-    if not math.isfinite(j):
-        return "? J"
-    a = abs(j)
-    if a >= 1 or a == 0:
-        return f"{j:.3g} J"
-    if a >= 1e-3:
-        return f"{j * 1e3:.3g} mJ"
-    return f"{j * 1e6:.3g} µJ"
-
-
-def fmt_s(s: float) -> str:
-    if not math.isfinite(s):
-        return "? s"
-    a = abs(s)
-    if a >= 1 or a == 0:
-        return f"{s:.3g} s"
-    if a >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    return f"{s * 1e6:.3g} µs"
+# joules and seconds as every surface words them (render/view.py)
+fmt_j = joules
+fmt_s = seconds
 
 
 def fmt_pct(x: float) -> str:

@@ -106,11 +106,12 @@ class EnergyScreen(BaseScreen):
                 Text(cell_name(r.name), style="yellow")
                 if r.kind == "python"
                 else cell_name(r.name),
-                str(r.calls),
+                # interpreter time has no calls: "-", not 0 beside its joules
+                "-" if r.kind == "python" else str(r.calls),
                 fmt_j(r.energy_j),
                 share,
                 fmt_s(r.time_s),
-                fmt_j(r.j_per_call),
+                "-" if r.kind == "python" else fmt_j(r.j_per_call),
                 f"{r.avg_w:.3g}",
                 r.method,
             )

@@ -151,7 +151,9 @@ class FindingScreen(BaseScreen):
 
     def render_all(self) -> None:
         f, r = self.finding, self.result
-        self.query_one("#finding-summary", Static).update(finding_summary(r, f))
+        self.query_one("#finding-summary", Static).update(
+            finding_summary(r, f, self.owner.row_of(f))
+        )
         for side, run, region, names in (
             ("a", r.a, f.region_a, f.ops_a),
             ("b", r.b, f.region_b, f.ops_b),
@@ -189,11 +191,19 @@ class FindingScreen(BaseScreen):
         self.query_one(target).focus()
 
     def action_fix(self) -> None:
-        """The fix and its patch preview, at the top of the view (tab 3 scrolled)."""
+        """The fix and its patch preview, at the top of the view (tab 3 scrolled). The
+        scroll waits for the tab's layout: pressed right after the screen opened, the
+        tab had no size yet and the view stayed at the root cause."""
         self.action_tab("cause")
-        self.query_one("#cause-scroll", VerticalScroll).scroll_to_widget(
-            self.query_one("#fix"), animate=False, top=True
-        )
+        self.call_after_refresh(self._scroll_to_fix)
+
+    def _scroll_to_fix(self) -> None:
+        scroll = self.query_one("#cause-scroll", VerticalScroll)
+        fix = self.query_one("#fix")
+        if fix.region.height == 0:  # not laid out yet: try again after the next refresh
+            self.call_after_refresh(self._scroll_to_fix)
+            return
+        scroll.scroll_to_widget(fix, animate=False, top=True)
 
     def action_export(self) -> None:
         export_finding(self, self.result, self.finding, self.owner.exported)

@@ -1,6 +1,16 @@
-"""The findings of one diff: the job runs the diff pipeline in a child process (jobs.py)
-and the table fills as soon as detection is done, while diagnosis continues behind a
-progress bar."""
+"""The findings of one diff, one row per cause (render/view.py `diff_view`, the rows of
+`magneton diff`'s table and of its HTML page).
+
+The diff shown is the one stored in the DB (`Store.stored_diff`), read in a worker
+thread: a TUI that diffed on its own re-measured both scripts and showed numbers of its
+own (3.4% + 0.7% where `magneton diff` said 5.2%). Only when no usable diff is stored,
+or `--rerun` asks for a new one, does the job run the diff pipeline in a child process
+(jobs.py), which stores its result; the table then fills as soon as detection is done,
+while diagnosis continues behind a progress bar.
+
+The table is laid out for the terminal it is in (`widgets.ops_width`): the verdict,
+saving and cause come first, and the operator lists take only the width that is left,
+re-cut when the terminal is resized."""
 
 from __future__ import annotations
 
@@ -14,13 +24,14 @@ from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Stati
 from textual.worker import get_current_worker
 
 from magneton.model import DiffResult, Finding, RootCause
+from magneton.render.view import DiffView, diff_view
 
 from .base import BaseScreen, row_summary
 from .data import fmt_pct
 from .energy_screen import EnergyScreen
 from .finding_screen import FindingScreen, export_finding
 from .jobs import DiffJob
-from .widgets import FINDING_COLUMNS, Note, cause_text, energy_header, finding_row
+from .widgets import FINDING_COLUMNS, Note, energy_header, finding_row, ops_width
 
 if TYPE_CHECKING:
     from magneton.graphdb import RunRow
@@ -46,6 +57,8 @@ class FindingsScreen(BaseScreen):
         super().__init__()
         self.row_a, self.row_b = a, b
         self.result: DiffResult | None = None
+        self.view: DiffView | None = None
+        self.stored = False  # the result is the DB's stored diff
         self.diagnosing = False
         self.status_text = ""
         self.job: DiffJob | None = None
@@ -72,23 +85,65 @@ class FindingsScreen(BaseScreen):
 
     def on_mount(self) -> None:
         self.title = f"{self.run_a} vs {self.run_b}"
-        self.sub_title = "findings, largest saving first"
+        self.sub_title = "findings, one row per cause"
         self.query_one("#energy-header", Static).update(
             energy_header(DiffResult(row_summary(self.row_a), row_summary(self.row_b)))
         )
-        table = self.query_one("#findings", DataTable)
-        for label, key in FINDING_COLUMNS:
-            table.add_column(label, key=key)
+        self._add_columns()
         cached = self.store.cached_diff(self.run_a, self.run_b)
         if cached is not None:
             self.show_result(cached)
             self.set_progress("")
+        elif self.mapp.fresh:
+            self._start_job("a new diff (--rerun)")
         else:
-            confirm = ", re-measuring candidates" if self.mapp.rerun else ""
-            self.set_progress(f"matching the two graphs{confirm}…")
-            self.run_job()
+            self.set_progress("reading the stored diff…")
+            self.load_stored()
         self.set_interval(0.5, self._tick)
         self.preload_profiles()
+
+    def _add_columns(self) -> None:
+        table = self.query_one("#findings", DataTable)
+        width = self._ops_width()
+        for label, key, w in FINDING_COLUMNS:
+            table.add_column(label, key=key, width=w or width)
+
+    def _ops_width(self) -> int:
+        return ops_width(self.size.width or self.app.size.width)
+
+    def on_resize(self) -> None:
+        """Re-cut the operator lists to the new width (the columns before them stay)."""
+        table = self.query_one("#findings", DataTable)
+        width = self._ops_width()
+        column = table.columns.get("ops")  # type: ignore[call-overload]
+        if column is not None and column.width != width:
+            table.clear(columns=True)
+            self._add_columns()
+            if self.result is not None:
+                self.show_result(self.result)
+
+    @work(thread=True, exclusive=True, group="diff")
+    def load_stored(self) -> None:
+        """The stored diff of A and B (module docstring), or the job when there is none."""
+        try:
+            result, why = self.store.stored_diff(self.run_a, self.run_b, self.mapp.threshold)
+        except Exception as e:  # an unreadable DB: make the diff instead
+            result, why = None, str(e)
+        self.from_thread(self._stored_loaded, result, why)
+
+    def _stored_loaded(self, result: DiffResult | None, why: str) -> None:
+        if result is None:
+            self._start_job(why)
+            return
+        self.stored = True
+        self.store.remember_diff(self.run_a, self.run_b, result)
+        self.set_progress("")
+        self.show_result(result)
+
+    def _start_job(self, why: str) -> None:
+        confirm = ", re-measuring candidates" if self.mapp.rerun else ""
+        self.set_progress(f"{why}: matching the two graphs{confirm}…")
+        self.run_job()
 
     @work(thread=True, group="preload")
     def preload_profiles(self) -> None:
@@ -125,9 +180,7 @@ class FindingsScreen(BaseScreen):
                 if worker.is_cancelled:  # the screen went away: nobody to tell
                     break
                 self.from_thread(self.on_job_event, ev.kind, ev.result, ev.message)
-                if ev.kind in ("diagnosed", "error", "diagnosis-error"):
-                    break
-                if ev.kind == "diff" and (not app.diagnose or not ev.result.findings):
+                if ev.kind in ("done", "error", "diagnosis-error"):
                     break
         finally:
             if worker.is_cancelled:
@@ -144,7 +197,6 @@ class FindingsScreen(BaseScreen):
                 self.set_progress(f"diagnosing ({how})", 0)
             else:
                 self.set_progress("")
-                self.store.remember_diff(self.run_a, self.run_b, result)
         elif kind == "progress" and result is not None:
             self.show_result(result)
             done, _, total = message.partition("/")
@@ -153,8 +205,15 @@ class FindingsScreen(BaseScreen):
             self.diagnosing = False
             self.show_result(result)
             self.set_progress("")
-            self.store.remember_diff(self.run_a, self.run_b, result)
             self.notify("diagnosis done", timeout=3)
+        elif kind == "done":
+            self.diagnosing = False
+            self.set_progress("")
+            if self.result is not None:
+                self.store.remember_diff(self.run_a, self.run_b, self.result)
+                self.show_result(self.result)
+            if message:  # why the diff was not stored; the findings stand
+                self.notify(message, severity="warning", timeout=8)
         elif kind == "diagnosis-error" or (kind == "error" and self.result is not None):
             # the findings arrived before the failure (even a crash of the child): keep them
             self.diagnosing = False
@@ -196,34 +255,34 @@ class FindingsScreen(BaseScreen):
 
     # ---- showing ---------------------------------------------------------------------
 
-    def show_result(self, result: DiffResult) -> None:
+    def show_result(self, result: DiffResult, note: bool = True) -> None:
+        """Fill the table with `result`'s causes; with `note`, the line above it says
+        how many (False keeps a line that says something else, a failure)."""
         self.result = result
+        self.view = view = diff_view(result)
         self.query_one("#energy-header", Static).update(energy_header(result))
         table = self.query_one("#findings", DataTable)
         cursor = table.cursor_row
-        selected = None  # keep the selected finding, not the row number: rows reorder
+        selected = None  # keep the selected cause, not the row number: rows reorder
         if 0 <= cursor < table.row_count:
-            selected = table.coordinate_to_cell_key((cursor, 0)).row_key.value
+            selected = int(table.coordinate_to_cell_key((cursor, 0)).row_key.value or 0)
         table.clear()
-        # noise last, as `diff` prints them: the verdict column is off-screen at 80-120
-        # columns, and interleaved noise rows buried the findings worth acting on
-        rows = result.ordered()
-        for f in rows:
-            table.add_row(*finding_row(f, self.diagnosing), key=str(f.id))
-        if result.findings:
-            keys = [str(f.id) for f in rows]
-            row = keys.index(selected) if selected in keys else min(max(cursor, 0), len(rows) - 1)
-            table.move_cursor(row=row)
-            n = len(result.findings)
-            noise = sum(f.verdict == "noise" for f in result.findings)
-            self.show_msg(
-                f"{n} finding{'s' if n != 1 else ''} over the {fmt_pct(result.threshold)} energy "
-                f"threshold among {result.matched_pairs} matched regions"
-                + (f" ({noise} judged noise: same code, arguments and settings)" if noise else "")
-                + " · enter: open",
-                "info",
+        width = self._ops_width()
+        # noise last, as `diff` prints it: a row per cause, keyed by its lead finding
+        for row in view.rows:
+            table.add_row(*finding_row(row, self.diagnosing, width), key=str(row.lead.id), height=2)
+        if view.rows:
+            # the selection follows its finding, also into the group it joined
+            held = view.row_of(selected) if selected is not None else None
+            index = (
+                view.rows.index(held)
+                if held is not None
+                else min(max(cursor, 0), len(view.rows) - 1)
             )
-        else:
+            table.move_cursor(row=index)
+            if note:
+                self.show_msg(self._summary(view), "info")
+        elif note:
             why = result.message or (
                 f"{result.matched_pairs} matched regions, none differs by more than "
                 f"{fmt_pct(result.threshold)} in energy"
@@ -233,6 +292,20 @@ class FindingsScreen(BaseScreen):
             f = self.finding(self.detail.finding.id)
             if f is not None:
                 self.detail.update_finding(result, f)
+
+    def _summary(self, view: DiffView) -> str:
+        result = view.result
+        real, noise = len(view.real), len(view.noise)
+        n = len(result.findings)
+        text = (
+            f"{real} cause{'s' if real != 1 else ''} ({n} finding{'s' if n != 1 else ''}) "
+            f"over the {fmt_pct(result.threshold)} threshold, {result.matched_pairs} "
+            "matched regions"
+            + (f"; {noise} judged noise: same code, arguments and settings" if noise else "")
+        )
+        if self.stored:
+            text += " · the stored diff (--rerun measures again)"
+        return text + " · enter: open"
 
     def _mark_failed(self, message: str) -> None:
         """Findings the failed diagnosis left without a cause carry its error, so the
@@ -246,11 +319,8 @@ class FindingsScreen(BaseScreen):
             self.detail.render_all()
 
     def _refresh_causes(self) -> None:
-        if self.result is None:
-            return
-        table = self.query_one("#findings", DataTable)
-        for f in self.result.findings:
-            table.update_cell(str(f.id), "cause", cause_text(f, self.diagnosing))
+        if self.result is not None:  # the note above says why diagnosis stopped
+            self.show_result(self.result, note=False)
 
     def finding(self, fid: int) -> Finding | None:
         if self.result is None:
@@ -258,11 +328,12 @@ class FindingsScreen(BaseScreen):
         return next((f for f in self.result.findings if f.id == fid), None)
 
     def selected(self) -> Finding | None:
+        """The highlighted cause's lead finding (it carries the diagnosis and patch)."""
         table = self.query_one("#findings", DataTable)
         if self.result is None or not self.result.findings or table.row_count == 0:
             return None
         key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
-        return self.finding(int(key))
+        return self.finding(int(key or 0))
 
     # ---- actions ---------------------------------------------------------------------
 
@@ -277,6 +348,10 @@ class FindingsScreen(BaseScreen):
             return
         self.detail = FindingScreen(self, self.result, f)
         self.app.push_screen(self.detail)
+
+    def row_of(self, f: Finding):  # -> CauseRow | None
+        """The cause row finding `f` belongs to (the detail view shows its figures)."""
+        return self.view.row_of(f.id) if self.view is not None else None
 
     def action_export(self) -> None:
         f = self.selected()

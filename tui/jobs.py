@@ -16,8 +16,19 @@ The child keeps a private duplicate of its stdout pipe for results, opens the DB
 read-only itself and sends pickled `(kind, DiffResult | None, message)` tuples:
 `("diff", result)` as soon as detection is done, `("progress", result, "k/n")` after
 each diagnosed finding (the pipeline's progress callback), then `("diagnosed", result)`,
-or `("error" | "diagnosis-error", None, line)`. A and B may be runs or multi-rank jobs:
-the child runs the same pipeline as `magneton diff`. `DiffJob.cancel()` terminates it.
+and last `("done", None, note)`; or `("error" | "diagnosis-error", None, line)`. A and B
+may be runs or multi-rank jobs: the child runs the same pipeline as `magneton diff`.
+`DiffJob.cancel()` terminates it.
+
+The child only runs when the DB holds no diff of A and B (or the user asked `--rerun`),
+and it stores what it made (`--store`), as `magneton diff` does: the DB is opened
+read-write only for that write, after the pipeline, so `magneton record` in another
+terminal is not locked out for the minutes a diagnosis takes. A TUI that kept its diff
+to itself showed other numbers than the `diff` table and the HTML page of the same pair
+(3.4% + 0.7% where the table said 5.2%): they were three measurements. A diff whose
+findings were not diagnosed (`--no-diagnose`) is not stored, so a later `magneton diff`
+does not show it undiagnosed. The store is written before "done" is sent, and the
+parent waits for "done", so a TUI that leaves right after never kills a child mid-write.
 """
 
 from __future__ import annotations
@@ -39,7 +50,7 @@ from magneton.model import DiffResult
 
 @dataclass
 class JobEvent:
-    kind: str  # "diff" | "progress" | "diagnosed" | "error" | "diagnosis-error"
+    kind: str  # "diff" | "progress" | "diagnosed" | "done" | "error" | "diagnosis-error"
     result: DiffResult | None = None
     message: str = ""
 
@@ -65,6 +76,7 @@ def child_main(argv: list[str] | None = None) -> int:
     p.add_argument("--threshold", type=float, default=0.10)
     p.add_argument("--no-diagnose", action="store_true")
     p.add_argument("--no-rerun", action="store_true")
+    p.add_argument("--store", action="store_true")
     p.add_argument("a")
     p.add_argument("b")
     args = p.parse_args(argv)
@@ -80,8 +92,9 @@ def child_main(argv: list[str] | None = None) -> int:
 
 
 def _diff(args: argparse.Namespace, out: IO[bytes]) -> int:
-    """Run the diff pipeline (diagnose/pipeline.py), sending its stages as events. The DB
-    is opened read-only: the pipeline stores nothing, and neither does the TUI."""
+    """Run the diff pipeline (diagnose/pipeline.py), sending its stages as events, then
+    store the outcome when asked (module docstring). The pipeline reads the DB opened
+    read-only."""
     from magneton.diagnose.api import run_diff
     from magneton.graphdb import open_db
     from magneton.model import MagnetonError
@@ -93,14 +106,14 @@ def _diff(args: argparse.Namespace, out: IO[bytes]) -> int:
         if stage == "detected":
             detected = True
             _send(out, "diff", result)
-        elif done < total:
+        elif stage == "diagnosed" and done < total:
             _send(out, "progress", result, f"{done}/{total}")
 
     # an error after detection loses no findings: the TUI keeps those it was sent
     failed = "diagnosis-error"
     try:
         with open_db(args.db, read_only=True) as db:
-            res = run_diff(
+            outcome = run_diff(
                 db,
                 args.a,
                 args.b,
@@ -108,9 +121,12 @@ def _diff(args: argparse.Namespace, out: IO[bytes]) -> int:
                 diagnose=not args.no_diagnose,
                 rerun=not args.no_rerun,
                 progress=progress,
-            ).result
+            )
+        note = _store(args, outcome) if args.store else ""
+        res = outcome.result
         if not args.no_diagnose and res.findings:
             _send(out, "diagnosed", res)
+        _send(out, "done", message=note)
     except MagnetonError as e:
         _send(out, failed if detected else "error", message=str(e))
     except Exception as e:  # a bug must not lose the findings shown
@@ -120,6 +136,23 @@ def _diff(args: argparse.Namespace, out: IO[bytes]) -> int:
         _send(out, failed if detected else "error", message=f"{type(e).__name__}: {_first_line(e)}")
         return 1
     return 0
+
+
+def _store(args: argparse.Namespace, outcome) -> str:
+    """Store the diff for every other surface; "" when stored, else why not (one line:
+    the findings stand either way)."""
+    from magneton.diagnose.api import store_outcome
+    from magneton.graphdb import open_db
+    from magneton.model import MagnetonError
+
+    if args.no_diagnose and outcome.result.findings:
+        return ""  # undiagnosed: not the diff the other surfaces should show (asked for)
+    try:
+        with open_db(args.db, create=False) as db:
+            store_outcome(db, outcome)
+    except MagnetonError as e:
+        return f"not stored: {_first_line(e)}"
+    return ""
 
 
 # --------------------------------------------------------------------------------------
@@ -147,12 +180,14 @@ class DiffJob:
         threshold: float = 0.10,
         diagnose: bool = True,
         rerun: bool = True,
+        store: bool = True,
     ):
         self.db_path = str(db_path)
         self.a, self.b = a, b
         self.threshold = threshold
         self.diagnose = diagnose
         self.rerun = rerun
+        self.store = store
         self.log = ""
         self._proc: subprocess.Popen[bytes] | None = None
         self._failed = False
@@ -166,6 +201,8 @@ class DiffJob:
             cmd.append("--no-diagnose")
         if not self.rerun:
             cmd.append("--no-rerun")
+        if self.store:
+            cmd.append("--store")
         cmd += ["--", self.a, self.b]
         try:
             self._proc = subprocess.Popen(

@@ -13,6 +13,7 @@ cause's `note` and `error` are always shown, so "why nothing was found" is visib
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -36,17 +37,23 @@ from magneton.model import (
     RuleRef,
 )
 from magneton.model.vocab import BOOKKEEPING_OPS, IGNORED_OPS
+from magneton.render.view import (
+    CauseRow,
+    abbreviate,
+    changed_lines,
+    first_changed_line,
+    joules,
+    place_text,
+    share_text,
+)
 
 from .data import (
     PowerSlice,
-    bar,
     describe_energy,
     fmt_j,
-    fmt_pct,
     fmt_ratio,
     fmt_s,
     interval_text,
-    ops_summary,
     ratio,
     short_op,
     source_snippet,
@@ -56,20 +63,38 @@ from .data import (
 # Findings table
 # ------------------------------------------------------------------------------------
 
+# The findings table, one row per cause (render/view.py `CauseRow`). At 80 columns the
+# first four are on screen whatever the operator lists say: verdict, saving and cause
+# sat right of two 36-character "ops" cells and were 40-60 presses of → away on a BERT
+# pair. The operators come next, both sides in one cell of two lines, cut to the width
+# left (`ops_width`); the per-side figures follow for those who scroll. The detail view
+# has every operator.
 FINDING_COLUMNS = (
-    ("#", "id"),
-    ("saved", "saved"),
-    ("share of run", "share"),
-    ("ops A", "ops_a"),
-    ("ops B", "ops_b"),
-    ("A J", "ja"),
-    ("B J", "jb"),
-    ("A s", "sa"),
-    ("B s", "sb"),
-    ("ratio", "ratio"),
-    ("verdict", "verdict"),
-    ("cause", "cause"),
+    ("#", "id", 8),
+    ("saved", "saved", 14),  # "  8.0% 5.92 mJ": a share and a joule figure, never wrapped
+    ("verdict", "verdict", 9),
+    ("cause", "cause", 16),
+    ("ops (◀ spends more)", "ops", 0),  # 0: the width left (`ops_width`)
+    ("A J", "ja", 8),
+    ("B J", "jb", 8),
+    ("A s", "sa", 8),
+    ("B s", "sb", 8),
+    ("ratio", "ratio", 6),
+    ("places", "places", 6),
 )
+OPS_MIN_WIDTH = 16
+
+
+def ops_width(table_width: int) -> int:
+    """The operators' column width that keeps the columns before it, and itself, on a
+    table `table_width` cells wide (each cell has one cell of padding either side; two
+    more for the vertical scrollbar)."""
+    fixed = 0
+    for _, key, width in FINDING_COLUMNS:
+        if key == "ops":
+            break
+        fixed += width + 2
+    return max(OPS_MIN_WIDTH, table_width - fixed - 2 - 2)
 
 
 def verdict_text(f: Finding) -> Text:
@@ -104,40 +129,52 @@ def cause_text(f: Finding, diagnosing: bool) -> Text:
     return Text("diagnosing…" if diagnosing else "-", style="dim")
 
 
-SIDE_CELL_MAX = 36  # widest an "ops A"/"ops B" cell gets in the findings table
-
-
-def _clip_cell(text: str, width: int = SIDE_CELL_MAX) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _clip_cell(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
 def side_summary(f: Finding, side: str) -> str:
-    """A side's operators, or for interpreter time the Python frames that ran it."""
+    """A side's operators as `magneton diff` abbreviates them (render/view.py), or for
+    interpreter time the Python frames that ran it."""
     if f.kind == "interpreter":
-        from magneton.render.diff import place_text
-
         return place_text(f, side)
-    return ops_summary(f.ops_a if side == "a" else f.ops_b)
+    return abbreviate(f.ops_a if side == "a" else f.ops_b, f.occurrences)
 
 
-def finding_row(f: Finding, diagnosing: bool = False) -> list[RenderableType]:
-    share = Text(bar(f.saving_share, 6), style="magenta")
-    share.append(f" {fmt_pct(f.saving_share):>6}", style="bold")
+def ops_cell(row: CauseRow, width: int) -> Text:
+    """Both sides' operators of a cause's lead region, one line each, cut to `width`
+    (the full lists are in the detail view), the side that spends more marked ◀."""
+    f = row.lead
+    t = Text()
+    for side in ("a", "b"):
+        mark = "◀" if f.wasteful == side and f.verdict != "noise" else " "
+        line = f"{mark}{side.upper()} {side_summary(f, side)}"
+        if side == "b":
+            t.append("\n")
+        t.append(_clip_cell(line, width), style=side_style(f, side))
+    return t
+
+
+def cause_cell(row: CauseRow, diagnosing: bool) -> Text:
+    return cause_text(row.lead, diagnosing)
+
+
+def finding_row(row: CauseRow, diagnosing: bool = False, width: int = 30) -> list[RenderableType]:
+    """The cells of one cause (FINDING_COLUMNS), the operators cut to `width`."""
+    saved = Text(f"{share_text(row.saving_share):>6}", style="bold", no_wrap=True)
+    saved.append(f" {joules(row.saving_j)}")
     return [
-        Text(str(f.id), style="bold"),
-        Text(fmt_j(f.saving_j), style="bold"),
-        share,
-        # capped: one interpreter finding's "python: …" cell was hundreds of characters
-        # wide, and the verdict and cause columns 360 presses of → away at 80 columns
-        Text(_clip_cell(side_summary(f, "a")), style=side_style(f, "a")),
-        Text(_clip_cell(side_summary(f, "b")), style=side_style(f, "b")),
-        fmt_j(f.region_a.energy_j),
-        fmt_j(f.region_b.energy_j),
-        fmt_s(f.region_a.time_s),
-        fmt_s(f.region_b.time_s),
-        fmt_ratio(ratio(f)),
-        verdict_text(f),
-        cause_text(f, diagnosing),
+        Text(row.ids_text(), style="bold"),
+        saved,
+        verdict_text(row.lead),
+        cause_cell(row, diagnosing),
+        ops_cell(row, width),
+        fmt_j(row.energy_j("a")),
+        fmt_j(row.energy_j("b")),
+        fmt_s(row.time_s("a")),
+        fmt_s(row.time_s("b")),
+        fmt_ratio(row.ratio),
+        str(row.places),
     ]
 
 
@@ -159,30 +196,76 @@ def energy_header(result: DiffResult) -> Text:
 # ------------------------------------------------------------------------------------
 
 
-def finding_summary(result: DiffResult, f: Finding) -> Text:
-    """Two lines at most, each cut with "…" rather than wrapped (80×24: every line the
-    header takes is one the patch preview loses): what the finding is and saves, then
-    how sure it is. The long forms (the test, why unconfirmed, the outputs' difference)
-    head the Root cause tab (`finding_details`)."""
-    waste_run = result.a.run if f.wasteful == "a" else result.b.run
+SUMMARY_WIDTH = 78  # an 80-column screen less the summary's padding
+
+
+def _fit(parts: list[str], width: int = SUMMARY_WIDTH) -> str:
+    """`parts` joined with " · ", the last ones left out until the line fits: each part
+    is whole or absent ("confirmed in 20 …" cut mid-word read as a different claim)."""
+    while len(parts) > 1 and len(" · ".join(parts)) > width:
+        parts = parts[:-1]
+    return " · ".join(parts)
+
+
+def finding_summary(result: DiffResult, f: Finding, row: CauseRow | None = None) -> Text:
+    """Two lines that fit 80 columns, the figures of the finding's cause (`row`, the
+    table's row; the finding alone without one): what it is and saves, then how sure.
+    Parts are dropped whole from the end of a line that would not fit, never cut (every
+    line the header takes is one the patch preview loses). The long forms (the test, why
+    unconfirmed, the outputs' difference) head the Root cause tab (`finding_details`)."""
+    ids = row.ids_text() if row is not None else str(f.id)
+    share = row.saving_share if row is not None else f.saving_share
+    saving = row.saving_j if row is not None else f.saving_j
+    rat = row.ratio if row is not None else ratio(f)
+    places = row.places if row is not None else f.occurrences
+    side = f.wasteful.upper()
+    cause = f.category or ("python between ops" if f.kind == "interpreter" else "")
+    head = [f"#{ids} {f.verdict}"] + ([cause] if cause else [])
+    head += [f"saves {share_text(share)} of {side}, {joules(saving)}/call", fmt_ratio(rat)]
     t = Text(no_wrap=True, overflow="ellipsis")
-    t.append(f"#{f.id} ", style="bold")
+    line = _fit(head)
+    t.append(f"#{ids} ", style="bold")
     t.append_text(verdict_text(f))
-    t.append(f" · saves {fmt_j(f.saving_j)}/call, {fmt_pct(f.saving_share)} of '{waste_run}'")
-    t.append(f" · {fmt_ratio(ratio(f))}")
-    if f.occurrences > 1:  # repeats of one region: layers, decode steps, loop turns
-        t.append(f" · {f.occurrences} places")
-    if f.category:
-        t.append(f" · {f.category}", style="bold cyan")
-    elif f.kind == "interpreter":
-        t.append(" · python between ops", style="bold yellow")
-    iv = f.interval
-    if iv is not None:
+    rest = line[len(f"#{ids} {f.verdict}") :]
+    if cause and rest.startswith(f" · {cause}"):
+        t.append(" · ")
+        t.append(cause, style="bold cyan" if f.category else "bold yellow")
+        rest = rest[len(f" · {cause}") :]
+    t.append(rest)
+    sure = _sureness(f, row)
+    tail = [f"{places} places"] if places > 1 else []
+    if sure or tail:
+        iv = f.interval
         t.append("\n")
-        text = interval_text(f).split(", confirmed:")[0].split(", unconfirmed")[0]
-        text += f", confirmed in {iv.rounds} rounds" if iv.confirmed else ", unconfirmed"
-        t.append(text, style="green" if iv.confirmed else "yellow")
+        t.append(
+            _fit(sure + tail),
+            style="green" if iv is not None and iv.confirmed else "yellow" if iv else "",
+        )
     return t
+
+
+def _sureness(f: Finding, row: CauseRow | None) -> list[str]:
+    """The saving's interval and whether re-measurement confirmed it, as parts: the
+    cause's summed interval, or the lead finding's labelled with its id when the cause
+    has other findings without one (an unlabelled 286–425 µJ under a 593 µJ saving read
+    as a contradiction)."""
+    iv = f.interval
+    if iv is None:
+        return []
+    grouped = row is not None and len(row.ids) > 1
+    if grouped and row is not None and row.interval is not None:
+        low, high, who = row.interval.low_j, row.interval.high_j, ""
+    else:
+        low, high = iv.saving_j_low, iv.saving_j_high
+        who = f"#{f.id} " if grouped else ""
+    part = f"{who}{iv.confidence:.0%}: {joules(low)} to {joules(high)}/call"
+    if not grouped and math.isfinite(iv.ratio_high):
+        part += f", {iv.ratio_low:.2f}–{iv.ratio_high:.2f}×"
+    conf = row.confirmed if row is not None else ""
+    if not iv.confirmed:
+        return [part, "unconfirmed"]
+    rounds = conf.removeprefix("yes (").removesuffix(" rounds)") if conf.startswith("yes") else ""
+    return [part, f"confirmed in {rounds or iv.rounds} rounds"]
 
 
 def finding_details(f: Finding) -> Text:
@@ -615,9 +698,7 @@ def fix_view(f: Finding, exported: str | None = None) -> RenderableType:
         t.append(f"\n  {ref}", style="underline")
     parts.append(t)
     if fx.patch:
-        where = f" (paths relative to {fx.base_dir})" if fx.base_dir else ""
-        parts.append(Text(f"\nPatch preview{where} · x: export, never applied here", style="dim"))
-        parts.append(Syntax(fx.patch.rstrip("\n"), "diff", theme="ansi_dark", word_wrap=True))
+        parts += patch_preview(fx.patch, fx.base_dir or "")
     else:
         parts.append(Text("\nNo patch: the change is not mechanical here.", style="dim"))
         if fx.snippet:
@@ -626,6 +707,24 @@ def fix_view(f: Finding, exported: str | None = None) -> RenderableType:
     if exported:
         parts.append(Text(f"\nexported to {exported}", style="bold"))
     return Group(*parts)
+
+
+def patch_preview(patch: str, base_dir: str) -> list[RenderableType]:
+    """A patch, its changed lines first: the `-`/`+` lines under the place they change,
+    then the whole patch with its headers and context. At 80×24 the unified diff's
+    headers, hunk line and three lines of context put the change itself below the fold."""
+    where = first_changed_line(patch)
+    at = f" at {where[0]}:{where[1]}" if where else ""
+    head = Text(f"\nPatch preview{at}", style="bold")
+    head.append(" · x: export, never applied here", style="dim")
+    parts: list[RenderableType] = [head]
+    changed = changed_lines(patch)
+    if changed:
+        parts.append(Syntax("\n".join(changed), "diff", theme="ansi_dark", word_wrap=True))
+    rel = f" (paths relative to {base_dir})" if base_dir else ""
+    parts.append(Text(f"\nThe whole patch{rel}:", style="dim"))
+    parts.append(Syntax(patch.rstrip("\n"), "diff", theme="ansi_dark", word_wrap=True))
+    return parts
 
 
 # ------------------------------------------------------------------------------------

@@ -150,6 +150,8 @@ def wasteful_bounds_j(w: np.ndarray, confidence: float = CONFIDENCE) -> tuple[fl
 
 def unconfirmable(p: Profile) -> str:
     """Why run `p` cannot be re-measured in a warm worker ('' when it can)."""
+    from magneton.tracer.programs.program import program_config
+
     from ..source.index import script_unchanged
 
     name = p.run.name
@@ -163,6 +165,11 @@ def unconfirmable(p: Profile) -> str:
         return f"'{name}' was measured by {p.run.power_source or 'a sensor'} (re-measurement prices the energy model only)"
     if p.run.timing != "separate":
         return f"the timing pass of '{name}' did not align with its operators"
+    if program_config(p.config) and p.config.get("framework", "torch") != "torch":
+        return (
+            f"'{name}' is a step of a {p.config['framework']} program, whose rounds would re-run "
+            "the program's compiled step: not re-measured yet"
+        )
     return ""
 
 

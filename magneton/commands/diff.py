@@ -232,7 +232,8 @@ def stored_diff(
 ) -> tuple[DiffResult, str]:
     """The diff of A and B every surface shows (module docstring) and a line saying it
     is the stored one ("" when it was made now): the stored diff unless `fresh`, it is
-    stale or missing, or it was made at another threshold; else the pipeline's, stored.
+    stale or missing, or it answers another question (`_same_question`); else the
+    pipeline's, stored.
     A stored diff's findings that were never diagnosed are diagnosed now and that is
     stored too (no energy is measured again; `rerun` allows the line-traced re-run)."""
     from magneton.diagnose.api import (

@@ -20,7 +20,9 @@ in its recorded Python frames), and must neither create, delete, rename nor chan
 mode of a file (git's own `--numstat --summary` reading of the patch is what is checked).
 Stored diffs also carry a checksum (graphdb/matches.py `seal`): a row edited outside
 Magneton is refused before any of this. The patch file `--apply` hands to git without
-`-o` is a temporary file removed when the command ends.
+`-o` is a temporary file removed when the command ends. `-o FILE` never writes through
+a symbolic link out of FILE's folder (graphdb/files.py: a `fix.patch` linked to a file
+outside the repository overwrote that file).
 
 The finding and its patch come from the stored diff (`magneton diff` stores its result),
 the one the table, the HTML page and the TUI show: nothing is measured again unless
@@ -124,6 +126,25 @@ def confine(db: ProfileDB, a: str, b: str, fix: Fix) -> str:
     return target
 
 
+def _not_utf8(scripts: list[str]) -> str:
+    """Why a script may have no patch: fixes are made by rewriting UTF-8 source, and a
+    script with one byte that is not UTF-8 lost its patch without a word of it."""
+    for script in scripts:
+        try:
+            with open(script, "rb") as fh:
+                data = fh.read()
+            data.decode("utf-8")
+        except OSError:
+            continue
+        except UnicodeDecodeError as e:
+            return (
+                f"; {script} is not UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start}) "
+                "and patches are made only for UTF-8 source: save it as UTF-8, then diff "
+                "again with --rerun"
+            )
+    return ""
+
+
 def _patch_touches(patch_file: str, cwd: str) -> list[str]:
     """What git would do with the patch, one line per changed file and per create,
     delete, rename or mode change (`git apply --numstat --summary`; nothing is changed)."""
@@ -182,20 +203,24 @@ def run(args: argparse.Namespace) -> int:
         )
         fix = finding.fix or Fix()
         target = confine(db, args.a, args.b, fix) if args.apply and fix.patch else ""
+        scripts = [] if fix.patch else _recorded_sources(db, args.a, args.b)[0]
     patch = fix.patch
     summary = fix.summary or "no fix"
     if not patch:
         print(f"finding {finding.id}: {summary}", file=sys.stderr)
         raise MagnetonError(
-            f"finding {finding.id} has no mechanical patch (see the summary above)", exit_code=1
+            f"finding {finding.id} has no mechanical patch (see the summary above)"
+            + _not_utf8(scripts),
+            exit_code=1,
         )
     base = fix.base_dir or ""
     if args.output == "-":
         sys.stdout.write(patch)
         patch_file = None
-    else:
-        with open(args.output, "w", encoding="utf-8") as fh:
-            fh.write(patch)
+    else:  # never through a link out of the folder named (graphdb/files.py)
+        from magneton.graphdb import write_confined
+
+        write_confined(args.output, patch)
         patch_file = args.output
         argv, cwd = git_apply_command(base, patch_file)
         print(f"wrote {args.output}: {summary}", file=sys.stderr)

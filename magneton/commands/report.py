@@ -1,7 +1,8 @@
 """`magneton report --db DIR RUN`: where one run's energy went, and how it was obtained.
 
 Prints the per-operator energy table (name, calls, time, energy, J/call, avg W, share, method) grouped
-by operator, module or kernel; the idle baseline; the power source and method (an estimate
+by operator or kernel, or by module as a tree to `--depth` levels (repeated blocks folded,
+`--top N` children per node); the idle baseline; the power source and method (an estimate
 says so and names its model); and the folded module tree (repeated blocks as `h.*`).
 `--json` and `--csv` give the same numbers for scripts: the operators' energies always sum
 to the run's (with `--top N` the remainder is one "(other N)" row). What is printed is
@@ -44,7 +45,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--top", type=int, default=None, help="show the N costliest rows")
     p.add_argument("--no-fold", action="store_true", help="do not fold repeated blocks")
-    p.add_argument("--depth", type=int, default=4, help="module tree depth shown (default 4)")
+    p.add_argument(
+        "--depth",
+        type=int,
+        default=4,
+        help="module tree depth shown (default 4); with --by module, the table's depth",
+    )
     add_full_names(p)
     p.set_defaults(func=run)
 
@@ -102,5 +108,5 @@ def run(args: argparse.Namespace) -> int:
     if args.csv:
         write_report_csv(rows, sys.stdout)
         return 0
-    print_report(profile, rows, tree, args.by, args.depth, args.db)
+    print_report(profile, rows, tree, args.by, args.depth, args.db, top=args.top)
     return 0

@@ -821,7 +821,8 @@ def _finished(rec: Any, spec: ProgramSpec) -> Profile:
     from magneton.tracer.programs import cmdline, configfiles
 
     profile = rec.profile
-    profile.config.update(spec.to_config())
+    for key, value in spec.to_config().items():  # the recorder's own (a named window) win
+        profile.config.setdefault(key, value)
     profile.config.update(cmdline.to_config(rec.parsers))
     profile.config.update(configfiles.to_config(rec.files))
     return profile
