@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .cause.grouping import CauseGroup, cause_key, kernel_family
     from .cause.rootcause import describe_finding, side_facts, store_diagnosis
     from .fix.apply import git_apply_command, git_toplevel
+    from .fix.verify import verify_fix
     from .jobs.ranks import RankReport, job_runs, rank_ranges, rank_report
     from .matching.detect import check_threshold
     from .matching.interpreter import interp_energy, operators_only
@@ -60,6 +61,7 @@ __all__ = [
     "store_diagnosis",
     "store_outcome",
     "top_rows",
+    "verify_fix",
 ]
 
 _LAZY = {
@@ -67,6 +69,7 @@ _LAZY = {
     **dict.fromkeys(("CauseGroup", "cause_key", "kernel_family"), ".cause.grouping"),
     **dict.fromkeys(("describe_finding", "side_facts", "store_diagnosis"), ".cause.rootcause"),
     **dict.fromkeys(("git_apply_command", "git_toplevel"), ".fix.apply"),
+    "verify_fix": ".fix.verify",
     **dict.fromkeys(("RankReport", "job_runs", "rank_ranges", "rank_report"), ".jobs.ranks"),
     "check_threshold": ".matching.detect",
     **dict.fromkeys(("interp_energy", "operators_only"), ".matching.interpreter"),

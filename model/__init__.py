@@ -27,6 +27,7 @@ from .diagnosis import (
     PathElement,
     RootCause,
     RuleRef,
+    Verification,
 )
 from .diff import (
     DiffResult,
@@ -102,6 +103,7 @@ __all__ = [
     "SavingInterval",
     "TensorRecord",
     "UNSTABLE_CV",
+    "Verification",
     "WorkerError",
     "WorkloadError",
     "gc_paused",

@@ -384,6 +384,38 @@ class RootCause:
 
 
 @dataclass
+class Verification:
+    """A fix tried: applied to a scratch copy of the wasteful side's program, which was
+    recorded again beside an unpatched copy and re-measured against it in interleaved
+    rounds (`magneton export-patch --verify`, diagnose/fix/verify.py)."""
+
+    verified: bool  # the saving's interval lies above zero
+    saving_share: float | None = None  # 1 - E_patched / E_unpatched, whole run
+    low: float | None = None  # its confidence interval
+    high: float | None = None
+    rounds: int = 0  # interleaved rounds per side
+    note: str = ""  # why it is not verified, or how it was measured
+
+    def line(self) -> str:
+        """ "verified: saves 41% ± 3% (...)" or "not verified: ..."."""
+        if self.saving_share is None or self.low is None or self.high is None:
+            return f"not verified: {self.note}"
+        pm = 100 * max(self.saving_share - self.low, self.high - self.saving_share)
+        figure = f"saves {100 * self.saving_share:.0f}% ± {pm:.0f}%"
+        how = f"re-measured against the unpatched program in {self.rounds} interleaved rounds"
+        if self.verified:
+            return f"verified: {figure} ({how})"
+        return f"not verified: {figure} ({how}){'; ' + self.note if self.note else ''}"
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, d: dict) -> Verification:
+        return cls(**pick_fields(cls, d))
+
+
+@dataclass
 class Fix:
     """What to change: a summary, and a unified diff when the change is mechanical."""
 
@@ -402,6 +434,7 @@ class Fix:
     # in the JSON as "sets" when they are values (one short line each)
     old_text: str | None = None
     new_text: str | None = None
+    verification: Verification | None = None  # `export-patch --verify` tried it
 
     def sets_value(self) -> bool:
         return (
@@ -425,6 +458,8 @@ class Fix:
             d["command"] = self.command
         if self.sets_value():
             d["sets"] = {"from": self.old_text, "to": self.new_text}
+        if self.verification is not None:
+            d["verification"] = self.verification.to_json()
         if self.rule is not None or self.references:
             d["rule"] = self.rule
             d["references"] = list(self.references)
@@ -436,4 +471,6 @@ class Fix:
         kw["references"] = list(d.get("references") or [])
         sets = d.get("sets") or {}
         kw["old_text"], kw["new_text"] = sets.get("from"), sets.get("to")
+        v = d.get("verification")
+        kw["verification"] = Verification.from_json(v) if v else None
         return cls(**kw)

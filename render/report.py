@@ -504,7 +504,7 @@ def outside_line(profile: Profile, unit: str = "unit") -> str:
     o = profile.energy.outside
     if o is None or not o.operators:
         return ""
-    top = ", ".join(f"{escape(n)} ×{c}" for n, c, _ in o.top[:3])
+    top = ", ".join(f"{n} ×{c}" for n, c, _ in o.top[:3])
     return (
         f"outside the step's common work: {_fmt(o.energy_j)} J/{unit}, "
         f"{o.time_s * 1e3:.3g} ms/{unit} averaged over the {o.of_units} timed {unit}s "
@@ -538,8 +538,8 @@ def busy_line(profile: Profile) -> str:
 
 def record_lines(profile: Profile, db: str, described: str = "") -> tuple[list[str], list[str]]:
     """What `magneton record` prints for a run it stored: (lines for stdout, warnings for
-    stderr). A run that could not be priced (status "incomparable") says why instead of
-    showing figures."""
+    stderr), plain text (a run name such as `[/]` is not markup). A run that could not be
+    priced (status "incomparable") says why instead of showing figures."""
     r = profile.run
     unit = "unit" if described else "call"
     what = f" ({described})" if described else ""
@@ -561,10 +561,4 @@ def record_lines(profile: Profile, db: str, described: str = "") -> tuple[list[s
     spin = busy_line(profile)
     if spin:
         out.append(spin)
-    warn = []
-    if r.timing == "combined" and r.repeat <= 1 and described:
-        warn.append(
-            "priced from the one traced unit: its times include the structure capture's "
-            "overhead; record two or more units (--steps W:WU:A with A >= 2) to time them apart"
-        )
-    return out, warn
+    return out, []

@@ -268,6 +268,9 @@ def cause_lines(g: CauseGroup) -> list[str]:
     fam = kernel_family(f) if len(g.findings) > 1 and cause_key(f)[0] == "family" else ""
     if fam:
         lines.append(f"{len(g.findings)} regions without a cause, grouped by kernel family {fam}")
+    tried = next((x.fix.verification for x in g.findings if x.fix and x.fix.verification), None)
+    if tried is not None:  # `export-patch --verify` tried the fix (diagnose/fix/verify.py)
+        lines.append(tried.line())
     return lines
 
 

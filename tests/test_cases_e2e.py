@@ -267,6 +267,26 @@ def test_root_line_is_the_first_diverging_line_and_the_patch_applies(case, tmp_p
     assert patched[sum_line - 2] == lines[sum_line - 2]  # the normalization kept
 
 
+def test_verify_tries_the_fix_and_every_surface_says_what_it_saved(case):
+    """`export-patch --verify` (diagnose/fix/verify.py) records the wasteful script from
+    scratch copies with and without the patch, re-measures the two in interleaved rounds
+    and stores the verdict with the diff, where `diff` shows it. The case's folder is
+    left as it was. One case: it costs two recordings and the rounds."""
+    name, d, db, diff, expect = case
+    if name != "gelu_backend":
+        pytest.skip("one case tries --verify")
+    f = _relevant(db, expect)
+    assert f is not None and f.fix.patch
+    original = (d / "a.py").read_text()
+    cli("export-patch", "--db", str(db), "a", "b", "--finding", str(f.id), "--verify")
+    assert (d / "a.py").read_text() == original  # tried on copies only
+    stored = json.loads(cli("diff", "--db", str(db), "a", "b", "--json"))
+    v = next(x for x in stored["findings"] if x["id"] == f.id)["fix"]["verification"]
+    assert v["rounds"] >= 2 and v["saving_share"] > 0, v  # GELU's chain costs more
+    text = cli("diff", "--db", str(db), "a", "b")
+    assert ("verified: saves" in text) or ("not verified: saves" in text), text[-2000:]
+
+
 def test_patch_closes_the_gap(case):
     name, d, db, diff, expect = case
     if name not in PATCHED_CASES:

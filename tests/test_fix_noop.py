@@ -19,6 +19,7 @@ from fixcheck import noop_reason
 from magneton.diagnose.fix.plan import RunPair, _FixInput, refuse_noop
 from magneton.diagnose.source.dataflow import find_attribute_origin
 from magneton.model import Divergence, Finding, Fix, PathElement, Region
+from magneton.tracer.programs import cmdline
 from magneton.tracer.programs.program import parse_command
 
 PROGRAM = """\
@@ -50,7 +51,19 @@ def _program(tmp_path: Path, default: str) -> Path:
 
 
 def _config(script: Path, *args: str) -> dict[str, str]:
-    return parse_command(["python", str(script), *args], steps="1:1:3").to_config()
+    """A program run's config: its command line and its parser, as `record` keeps them
+    (the program run up to its parse; tracer/programs/cmdline.py)."""
+    import sys
+
+    config = parse_command(["python", str(script), *args], steps="1:1:3").to_config()
+    argv = sys.argv
+    try:
+        with cmdline.observed_parsers() as seen:
+            assert cmdline.parses(str(script), list(args)) == 0
+    finally:
+        sys.argv = argv
+    config.update(cmdline.to_config(seen))
+    return config
 
 
 def test_args_attribute_continues_to_the_command_line_option(tmp_path):
@@ -137,15 +150,20 @@ def test_patch_of_the_default_applies_with_git(tmp_path):
     from magneton.diagnose.source.dataflow import Origin
 
     script = _program(tmp_path, "eager")
-    ow = find_attribute_origin("attn_implementation", [str(script)], "eager", _config(script))
+    wasteful, efficient = _config(script), _config(script, "--attn-implementation", "sdpa")
+    ow = find_attribute_origin("attn_implementation", [str(script)], "eager", wasteful)
     oe = Origin(kind="command-line", variable="attn_implementation", value="sdpa", option=ow.option)
     f = _finding()
 
-    side = SimpleNamespace(run=SimpleNamespace(script=str(script)))  # what the fix reads
-    x = _FixInput(f, None, {"a": ow, "b": oe}, RunPair(side, side), None, "command-line")  # type: ignore[arg-type]
+    def side(config: dict) -> SimpleNamespace:  # what the fix reads of a run
+        return SimpleNamespace(run=SimpleNamespace(script=str(script)), config=config)
+
+    pair = RunPair(side(wasteful), side(efficient))  # type: ignore[arg-type]
+    x = _FixInput(f, None, {"a": ow, "b": oe}, pair, None, "command-line")
     fix = Fix()
     _run_with_fix(x, fix, "")
-    assert "Run with `--attn-implementation sdpa`" in fix.summary and fix.patch
+    assert "adds `--attn-implementation sdpa`" in fix.summary and fix.patch
+    assert fix.command == f"python {script} --attn-implementation sdpa"
     assert noop_reason({"fix": fix.to_json()}) == ""
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     (tmp_path / "fix.patch").write_text(fix.patch)
@@ -153,16 +171,14 @@ def test_patch_of_the_default_applies_with_git(tmp_path):
     assert "default='sdpa'" in script.read_text()
     # the default already is the efficient value (the wasteful run gave eager on its
     # command line): no patch, only the command line to change
-    ow = find_attribute_origin(
-        "attn_implementation",
-        [str(script)],
-        "eager",
-        _config(script, "--attn-implementation", "eager"),
-    )
+    explicit = _config(script, "--attn-implementation", "eager")
+    ow = find_attribute_origin("attn_implementation", [str(script)], "eager", explicit)
     x.origins["a"] = ow
+    x.runs = RunPair(side(explicit), side(efficient))  # type: ignore[arg-type]
     fix = Fix()
     _run_with_fix(x, fix, "")
-    assert fix.patch is None and "used `--attn-implementation eager`" in fix.summary
+    assert fix.patch is None
+    assert "`--attn-implementation sdpa` in place of `--attn-implementation eager`" in fix.summary
     assert json.loads(json.dumps(fix.to_json()))["patch"] is None
 
 

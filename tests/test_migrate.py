@@ -51,6 +51,21 @@ DUMP_RUNS = textwrap.dedent(
 )
 
 
+def as_before(after: object, before: object) -> object:
+    """`after` without the fields this version added that `before` (the old release's
+    dump) cannot have, where they hold their defaults: a field added to the model since
+    (e.g. `RunEnergy.outside`) is no loss, a field the old dump has and `after` lacks is."""
+    if isinstance(after, dict) and isinstance(before, dict):
+        return {
+            k: as_before(v, before.get(k))
+            for k, v in after.items()
+            if k in before or v not in (None, [], {}, "", 0)
+        }
+    if isinstance(after, list) and isinstance(before, list) and len(after) == len(before):
+        return [as_before(a, b) for a, b in zip(after, before, strict=True)]
+    return after
+
+
 def _old_release(tmp: Path, commit: str = LAST_KUZU_RELEASE) -> Path:
     """The tree of this repository at `commit` (an earlier release), extracted from git."""
     where = tmp / "old"
@@ -132,7 +147,7 @@ def test_migrate_keeps_every_run_diff_and_failure(old_db, tmp_path: Path) -> Non
     assert (db / "profile.kuzu").read_bytes() == old_bytes  # the old file is untouched
     after = _run(["-c", DUMP_RUNS, str(db)])
     assert after.returncode == 0, after.stderr[-2000:]
-    assert json.loads(after.stdout) == before
+    assert as_before(json.loads(after.stdout), before) == before
     assert before["broken"]["status"] == "failed" and before["#diffs"]
     # and the converted DB is an ordinary one: commands work, a new run goes in
     runs = _run(["-m", "magneton", "runs", "--db", str(db)])

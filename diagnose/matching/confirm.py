@@ -85,7 +85,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import special  # t/normal quantiles; scipy.stats costs 0.6 s more to import
 
-from magneton.model import Finding, Profile, SavingInterval, WorkerError
+from magneton.model import Finding, Profile, Region, SavingInterval, WorkerError
 from magneton.tracer.timing.warm import WarmPool, WarmWorker, unix_address
 
 from .detect import CONFIDENCE, cannot_reach, confident, ranked, undecided, verdict_of
@@ -669,6 +669,51 @@ def confirm_findings(
     why = not_confirmable(pa, pb, rerun)
     if why:
         return mark_unconfirmed(findings, why, threshold), f"findings unconfirmed: {why}"
+    try:
+        rm = remeasure(pa, pb, findings, threshold, pool)
+    except WorkerError as e:
+        why = str(e)
+        return mark_unconfirmed(findings, why, threshold), f"findings unconfirmed: {why}"
+    rounds, att = rm.rounds, rm.att
+    n = rounds.n
+    kept = []
+    levels = confidences(findings, threshold)
+    k = sum(undecided(f, threshold) for f in findings)
+    for f, iv, level in zip(
+        findings, _intervals(findings, att, rounds, levels), levels, strict=True
+    ):
+        if iv is not None and confident(iv[1], threshold):
+            g = _confirmed(f, iv, att, rounds, level)
+            if g is not None:
+                kept.append(g)
+    note = (
+        f"interleaved re-measurement ({n} rounds per side in {rm.seconds:.1f} s, "
+        f"{rm.how}): {len(kept)} of {len(findings)} candidate(s) confirmed at {CONFIDENCE:.0%}"
+        + (f" ({k} left undecided by the recordings, tested at {max(levels):.1%})" if k else "")
+    )
+    return ranked(kept), note
+
+
+@dataclass
+class Remeasured:
+    """Both runs re-measured in interleaved rounds (`remeasure`)."""
+
+    rounds: Rounds
+    att: dict  # side -> the last pricing of its rounds
+    seconds: float  # the rounds' wall time
+    how: str  # where the rounds ran, in words
+
+
+def remeasure(
+    pa: Profile,
+    pb: Profile,
+    findings: list[Finding],
+    threshold: float,
+    pool: WarmPool | None = None,
+) -> Remeasured:
+    """Run and re-price both sides in interleaved rounds until every one of `findings`
+    is decided (module docstring). WorkerError when a worker fails or the rounds cannot
+    be priced."""
     profiles = {"a": pa, "b": pb}
     t0 = time.monotonic()
     workers: dict[str, Worker | ProgramWorker] = {}
@@ -689,35 +734,40 @@ def confirm_findings(
                     w.close()
                 if own is not None:
                     own.close()
-    except (WorkerError, OSError, ValueError) as e:  # ValueError: garbled
-        why = str(e) or type(e).__name__
-        return mark_unconfirmed(findings, why, threshold), f"findings unconfirmed: {why}"
+    except (OSError, ValueError) as e:  # ValueError: garbled
+        raise WorkerError(str(e) or type(e).__name__) from None
     if att["a"] is None or att["b"] is None:
-        why = "the runs' energy could not be re-priced"
-        return mark_unconfirmed(findings, why, threshold), f"findings unconfirmed: {why}"
-    n = rounds.n
-    kept = []
-    levels = confidences(findings, threshold)
-    k = sum(undecided(f, threshold) for f in findings)
-    for f, iv, level in zip(
-        findings, _intervals(findings, att, rounds, levels), levels, strict=True
-    ):
-        if iv is not None and confident(iv[1], threshold):
-            g = _confirmed(f, iv, att, rounds, level)
-            if g is not None:
-                kept.append(g)
+        raise WorkerError("the runs' energy could not be re-priced")
     forked = all(w.warm.stats is not None and w.warm.stats.forking for w in workers.values())
     where = f"{_zygotes(workers)} warm worker(s){'' if forked else ', fresh processes'}"
     if any(isinstance(w, ProgramWorker) for w in workers.values()):
         how = f"each round runs the programs' windows afresh in {where}"
     else:
         how = f"after {t_ready - t0:.0f} s loading both scripts in {where}"
-    note = (
-        f"interleaved re-measurement ({n} rounds per side in {time.monotonic() - t_ready:.1f} s, "
-        f"{how}): {len(kept)} of {len(findings)} candidate(s) confirmed at {CONFIDENCE:.0%}"
-        + (f" ({k} left undecided by the recordings, tested at {max(levels):.1%})" if k else "")
+    return Remeasured(rounds, att, time.monotonic() - t_ready, how)
+
+
+def whole_run_saving(
+    before: Profile, after: Profile, threshold: float
+) -> tuple[tuple[float, float, float] | None, Remeasured]:
+    """What `after` saves over `before`, every operator of each: (E_before / E_after and
+    its confidence interval, or None) from interleaved rounds of the two. WorkerError
+    when they cannot be re-measured."""
+    whole = Finding(
+        id=0,
+        wasteful="a",
+        verdict="waste",
+        region_a=Region(ops=[op.idx for op in before.ops]),
+        region_b=Region(ops=[op.idx for op in after.ops]),
+        saving_j=before.run.energy_j - after.run.energy_j,
+        saving_share=0.0,
+        output_rel_diff=0.0,
     )
-    return ranked(kept), note
+    why = not_confirmable(before, after, True)
+    if why:
+        raise WorkerError(why)
+    rm = remeasure(before, after, [whole], threshold)
+    return _intervals([whole], rm.att, rm.rounds, [CONFIDENCE])[0], rm
 
 
 def _zygotes(workers: dict[str, Worker | ProgramWorker]) -> int:

@@ -13,6 +13,7 @@ expect.toml keys: `finding` (bool: must a finding cover `region_ops`?), `region_
 `wasteful` ("a", "b" or "either"), `category`, `kind` (root-cause kind), `variable`,
 `file` (basename of the origin), `line_contains` (text of the origin line), `rule`,
 `divergence_level`, `option` (the command-line flag the wasteful side's value came from),
+`key` (the config-file key it came from, dotted: `model.attn_implementation`),
 `patch` (bool: a patch is expected; it must apply with `git apply` to a copy of the
 case and, for a script pair, the patched script must still run setup() and main()),
 `min_repeat` (timed calls to record at least: for a case whose difference is a small
@@ -254,6 +255,8 @@ def check(expect: dict, f: Finding) -> str:
         return f"root cause kind {rc.kind or None}, expected {expect['kind']}"
     if "variable" in expect and (rc.variable or "") != expect["variable"]:
         return f"variable {rc.variable}, expected {expect['variable']}"
+    if "key" in expect and (rc.variable or "") != expect["key"]:  # a config file's key
+        return f"config-file key {rc.variable}, expected {expect['key']}"
     if "file" in expect:
         wasteful_file = expect["file"] if w != "either" else f"{f.wasteful}.py"
         if os.path.basename(rc.file or "") != wasteful_file:

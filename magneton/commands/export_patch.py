@@ -1,5 +1,10 @@
 """`magneton export-patch --db DIR A B --finding N [-o fix.patch] [--apply]`.
 
+`--verify` tries the fix first (diagnose/fix/verify.py): the wasteful program recorded
+from scratch copies with and without it, re-measured in interleaved rounds; the
+verdict ("verified: saves 41% ± 3% ..." or "not verified: ...") is stored with the diff,
+where every surface shows it.
+
 Writes the patch of one diagnosed finding as a unified diff whose paths are relative to
 the wasteful script's directory (git's a/ b/ prefixes), so `git apply` accepts it there.
 Nothing is edited unless `--apply` is given; then the patch is checked first
@@ -73,6 +78,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="diff anew and replace the stored diff (by default the stored diff's patch)",
     )
     p.add_argument(
+        "--verify",
+        action="store_true",
+        help="try the fix: record the wasteful program from scratch copies with and without "
+        "it, re-measure the two in interleaved rounds, and store what it saves",
+    )
+    p.add_argument(
         "--no-rerun",
         action="store_true",
         help="diagnose without re-running the scripts (static analysis only)",
@@ -124,6 +135,12 @@ def confine(db: ProfileDB, a: str, b: str, fix: Fix) -> str:
             f"recordings of '{a}' and '{b}' read"
         )
     return target
+
+
+def _scripts_wasteful_first(db: ProfileDB, a: str, b: str, finding) -> list[str]:
+    wasteful = a if finding.wasteful == "a" else b
+    first = _recorded_sources(db, wasteful, wasteful)[0]
+    return list(dict.fromkeys([*first, *_recorded_sources(db, a, b)[0]]))
 
 
 def _not_utf8(scripts: list[str]) -> str:
@@ -201,9 +218,11 @@ def run(args: argparse.Namespace) -> int:
         result, finding = find_finding(
             db, args.a, args.b, args.finding, not args.no_rerun, fresh=args.rerun
         )
+        if args.verify:
+            _verify(db, result, finding)
         fix = finding.fix or Fix()
         target = confine(db, args.a, args.b, fix) if args.apply and fix.patch else ""
-        scripts = [] if fix.patch else _recorded_sources(db, args.a, args.b)[0]
+        scripts = [] if fix.patch else _scripts_wasteful_first(db, args.a, args.b, finding)
     patch = fix.patch
     summary = fix.summary or "no fix"
     if not patch:
@@ -239,6 +258,20 @@ def run(args: argparse.Namespace) -> int:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+
+
+def _verify(db: ProfileDB, result, finding) -> None:
+    """Try the finding's fix (diagnose/fix/verify.py), say what it saves, and store it
+    with the diff: the table, the HTML page and the TUI show it from there."""
+    from magneton.diagnose.api import store_diagnosis, verify_fix
+
+    run = result.a.run if finding.wasteful == "a" else result.b.run
+    print(f"finding {finding.id}: trying its fix on '{run}' ...", file=sys.stderr)
+    v = verify_fix(db.load_profile(run), finding, result.threshold)
+    print(f"finding {finding.id}: {v.line()}", file=sys.stderr)
+    if finding.fix is not None:
+        finding.fix.verification = v
+        store_diagnosis(db, result)
 
 
 def _apply(base: str, patch_file: str, fix: Fix, target: str) -> int:

@@ -132,16 +132,15 @@ def _print_recorded(profile, db: str, described: str = "", advice: str = "") -> 
     if warning:
         print(f"magneton: {warning}", file=sys.stderr)
     out, warn = record_lines(profile, db, described)
-    console = Console(highlight=False, soft_wrap=True)
     for line in out:
-        console.print(line)
+        print(line)
     for line in warn + ([advice] if advice else []):
         print(f"magneton: {line}", file=sys.stderr)
     if profile.run.status != "ok":
         return 1
     line = spread_line(profile, db)
     if line:
-        console.print(line)
+        Console(highlight=False, soft_wrap=True).print(line)
     return 0
 
 
@@ -173,5 +172,10 @@ def few_units_advice(spec, profile, db: str) -> str:
     base = (
         f"{n} {what} (ACTIVE {spec.schedule.active} minus the structure unit): "
         f"too few for a stable estimate, a diff needs about {MIN_TIMED_UNITS}"
+        + (
+            " (priced from the traced unit itself, its times include the capture's overhead)"
+            if n == 0
+            else ""
+        )
     )
     return f"{base}; record again with {spec.command(suggested_steps(spec.schedule), profile.run.name, db)}"

@@ -30,6 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.abc
+import importlib.util
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -94,6 +97,7 @@ class StepRecorder:
             import tensorflow as tf
 
             self._wrap(tf, "function")
+            self._when_imported("keras", self._wrap_keras)
 
     def _wrap(self, module: Any, attr: str) -> None:
         original = getattr(module, attr)
@@ -108,6 +112,34 @@ class StepRecorder:
 
         setattr(module, attr, compile_)
         self._undo.append(lambda: setattr(module, attr, original))
+
+    def _when_imported(self, name: str, patch: Callable[[Any], None]) -> None:
+        """Apply `patch` to module `name` once the program imports it (now, if it has):
+        importing Keras ahead of the program would fix its backend before the program
+        chose one (`KERAS_BACKEND`)."""
+        if name in sys.modules:
+            patch(sys.modules[name])
+            return
+        hook = _OnImport(name, patch)
+        sys.meta_path.insert(0, hook)
+        self._undo.append(lambda: hook in sys.meta_path and sys.meta_path.remove(hook))
+
+    def _wrap_keras(self, keras: Any) -> None:
+        """Keras' `fit` steps through `model.train_function(iterator)`, which it builds in
+        `make_train_function`: the built function is wrapped so its calls are steps."""
+        cls = keras.Model
+        original = cls.make_train_function
+        recorder = self
+
+        def make_train_function(model: Any, *a: Any, **k: Any) -> Any:
+            out = original(model, *a, **k)
+            fn = model.train_function
+            if fn is not None and not isinstance(fn, _KerasStep):
+                model.train_function = _KerasStep(fn, recorder, model)
+            return out
+
+        cls.make_train_function = make_train_function
+        self._undo.append(lambda: setattr(cls, "make_train_function", original))
 
     def uninstall(self) -> None:
         while self._undo:
@@ -139,6 +171,12 @@ class StepRecorder:
                 self.unit = self.calls[w._key] - 1
             if self.unit == self.sched.wait + self.sched.warmup:
                 return self._record(w, args, kwargs)
+        if isinstance(w, _KerasStep):  # the compiled functions it calls are this step's
+            self._busy = True
+            try:
+                return w._compiled(*args, **kwargs)
+            finally:
+                self._busy = False
         return w._compiled(*args, **kwargs)
 
     def _is_step(self, w: _Counted) -> bool:
@@ -156,9 +194,8 @@ class StepRecorder:
     def _record(self, w: _Counted, args: tuple, kwargs: dict) -> Any:
         self._busy = True
         try:
-            keras = _keras_step(w, args)
-            if keras is not None:
-                return self._record_keras(w, keras, args)
+            if isinstance(w, _KerasStep):
+                return self._record_keras(w.model, args[0])
             with _variables_kept(self.framework, w._compiled, args, kwargs):
                 self.profile = self._traced(w._compiled, args, kwargs, w._name)
             return w._compiled(*args, **kwargs)
@@ -186,16 +223,23 @@ class StepRecorder:
             phases=Phases(False),
         )
 
-    def _record_keras(self, w: _Counted, model: Any, args: tuple) -> Any:
+    def _record_keras(self, model: Any, iterator: Any) -> Any:
         """Keras' `fit`: one batch from its iterator, `train_step` on it recorded, then
-        applied once for real in place of the program's call."""
+        applied once for real in place of the program's call (what `fit`'s own function
+        returns: the step's logs)."""
         import tensorflow as tf
 
-        data = next(args[0])
-        step = tf.function(model.train_step, jit_compile=bool(getattr(model, "jit_compile", False)))
+        if getattr(model, "steps_per_execution", 1) != 1:
+            raise MagnetonError(
+                "Keras fit() with steps_per_execution > 1 runs several steps per call; "
+                "record it with steps_per_execution=1"
+            )
+        data = iterator.get_next() if hasattr(iterator, "get_next") else next(iterator)
+        jit = bool(getattr(model, "jit_compile", False))
+        step = tf.function(model.train_step, jit_compile=jit)
         with _variables_kept("tf", step, (data,), {}):
             self.profile = self._traced(step, (data,), {}, "train_step")
-        return step(data)
+        return (model.train_step if getattr(model, "run_eagerly", False) else step)(data)
 
 
 def _traced(framework: str, args: tuple, kwargs: dict) -> bool:
@@ -214,22 +258,43 @@ def _traced(framework: str, args: tuple, kwargs: dict) -> bool:
     )
 
 
-def _keras_step(w: _Counted, args: tuple) -> Any:
-    """The Keras model whose `fit` built this `train_function`, or None."""
-    fn = getattr(w._compiled, "python_function", None)
-    qual = getattr(fn, "__qualname__", "")
-    if "on_iterator" not in qual:
-        return None
-    if "multi_step" in qual:
-        raise MagnetonError(
-            "Keras fit() with steps_per_execution > 1 runs several steps per call; record "
-            "it with steps_per_execution=1"
-        )
-    for cell in getattr(fn, "__closure__", None) or ():
-        obj = cell.cell_contents
-        if hasattr(obj, "train_step") and hasattr(obj, "trainable_variables"):
-            return obj
-    return None
+class _KerasStep(_Counted):
+    """A Keras model's `train_function(iterator)`: one call, one step of `fit`. Compiled
+    functions it calls inside are not steps of their own."""
+
+    def __init__(self, compiled: Any, recorder: StepRecorder, model: Any):
+        super().__init__(compiled, recorder, "train_function")
+        self.model = model
+
+
+class _OnImport:
+    """A `sys.meta_path` finder that patches module `name` right after it is loaded."""
+
+    def __init__(self, name: str, patch: Callable[[Any], None]):
+        self.name, self.patch = name, patch
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)  # find the real spec, once
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _PatchingLoader(spec.loader, self.patch)
+        return spec
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    """The module's own loader, then the patch."""
+
+    def __init__(self, loader: Any, patch: Callable[[Any], None]):
+        self.loader, self.patch = loader, patch
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.loader.exec_module(module)
+        self.patch(module)
 
 
 @contextlib.contextmanager

@@ -993,9 +993,11 @@ def command_line_origin(config: dict[str, str], dest: str) -> CommandLineOrigin 
     if rec is None:
         return static
     spans = cmdline.occurrences(rec, spec.args, dest)
-    words = [spec.args[s].split("=", 1)[0] for s, _ in spans]
-    longs = [o for a in rec.actions_of(dest) for o in a.option_strings if o.startswith("--")]
-    option = (words[-1] if words else "") or (longs[0] if longs else dest)
+    # the option by its first long name (`--use-cache`, whether the run typed it or
+    # `--no-use-cache`): one name per option on both sides of a diff
+    strings = [o for a in rec.actions_of(dest) for o in a.option_strings]
+    longs = [o for o in strings if o.startswith("--")] or strings
+    option = longs[0] if longs else dest
     value = _shown(rec.values.get(dest, "None"))
     file, line = (static.file, static.line) if static else (spec.script, 0)
     return CommandLineOrigin(dest, option, value, bool(spans), file, line)

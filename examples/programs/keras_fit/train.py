@@ -4,9 +4,12 @@ The everyday Keras workflow: a `Sequential` model, `compile`, `fit` with validat
 a `ModelCheckpoint` callback every epoch and a small callback that prints the batch loss
 every 5 steps. Seeds are fixed with `keras.utils.set_random_seed`.
 
-`--run-eagerly` passes `run_eagerly=True` to `compile`: every train step then runs op by op
-in Python instead of as one traced `tf.function` graph. Handy for debugging, often left on.
-source: tensorflow/tensorflow#30561 (eager execution drastically increases Model.fit runtimes)
+`--floatx float64` makes Keras build every weight and compute in double precision
+(`keras.config.set_floatx`), as models ported from scientific code often leave it: the
+same training, twice the bytes and slower float64 arithmetic. `--run-eagerly` passes
+`run_eagerly=True` to `compile` (op by op in Python; handy for debugging).
+source: theislab/batchglm#109 ("Do we need float64?": a TF2 model trained in float64 by
+default, moved to float32)
 """
 
 import argparse
@@ -49,6 +52,7 @@ def parse_args():
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--run-eagerly", action="store_true", help="run train steps eagerly (debug)")
+    p.add_argument("--floatx", default="float32", choices=["float32", "float64"])
     p.add_argument("--log-every", type=int, default=5)
     p.add_argument("--out", default="checkpoints/keras_mlp")
     p.add_argument("--seed", type=int, default=0)
@@ -57,10 +61,11 @@ def parse_args():
 
 def main():
     args = parse_args()
+    keras.config.set_floatx(args.floatx)
     keras.utils.set_random_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     n = args.steps_per_epoch * args.batch_size
-    x = rng.standard_normal((n + 512, args.features)).astype("float32")
+    x = rng.standard_normal((n + 512, args.features)).astype(args.floatx)
     y = (x @ rng.standard_normal((args.features, args.classes))).argmax(-1)
     x_train, y_train, x_val, y_val = x[:n], y[:n], x[n:], y[n:]
 
