@@ -32,4 +32,7 @@ def test_demo_works_in_its_scratch_dir_and_its_hint_applies_as_printed(tmp_path:
     assert applied.returncode == 0, applied.stdout + applied.stderr
     scratch = tmp_path / "magneton-demo"
     assert 'activation_function="gelu_new"' not in (scratch / "a.py").read_text()
+    # the scratch repository committed the example as shipped: `git diff` is the patch
+    shown = subprocess.run(["git", "diff", "--stat"], cwd=scratch, capture_output=True, text=True)
+    assert "a.py" in shown.stdout and "1 file changed" in shown.stdout, shown
     assert (CASE / "a.py").read_text() == shipped  # the shipped example is untouched

@@ -54,3 +54,12 @@ def test_a_fix_that_sets_another_value_than_the_efficient_sides_is_withdrawn():
     ok = _finding(1, "a", 1.0, {"a": "'eager'", "b": "'sdpa'"}, '"sdpa"')
     refuse_inverse_fixes([ok])
     assert ok.fix.patch is not None
+
+
+def test_a_port_of_the_efficient_sides_statements_is_not_taken_for_a_value():
+    """ce_permuted_logits: the fix ports two statements of the efficient side; the root
+    cause's value is one expression in them. That is not "another value"."""
+    f = _finding(1, "a", 1.0, {"a": "logits.permute(0, 2, 1)", "b": "logits.reshape(-1, V)"}, "")
+    f.fix.new_text = "scores = logits.reshape(-1, V)\nreturn F.cross_entropy(scores, y)\n"
+    refuse_inverse_fixes([f])
+    assert f.fix.patch is not None

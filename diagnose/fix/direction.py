@@ -8,7 +8,8 @@ more got "in mlp_batched.py change BATCHED from True to False", a patch that mad
 efficient script 37x slower. So after diagnosis every fix is checked against the whole
 diff, and one that fails is not offered (its summary says why):
 
-* the value it sets must be the efficient side's value of the variable it names;
+* the value it sets (when it sets a value rather than porting statements) must be the
+  efficient side's value of the variable it names;
 * no finding with a larger saving may blame the same variable with the sides swapped:
   setting it the small finding's way would undo the large one.
 """
@@ -30,7 +31,9 @@ def direction_problem(f: Finding, findings: list[Finding]) -> str:
         return ""
     efficient = "b" if f.wasteful == "a" else "a"
     eff = rc.values.get(efficient)
-    if fix.new_text is not None and eff is not None and _norm(fix.new_text) != _norm(eff):
+    # a value the fix sets (one short line), not code it ports (the efficient side's
+    # statements, of which the variable's value is only a part)
+    if fix.sets_value() and eff is not None and _norm(fix.new_text) != _norm(eff):
         return f"it would set {rc.variable} to {fix.new_text}, while the efficient side has {eff}"
     for g in findings:
         grc = g.root_cause

@@ -27,7 +27,7 @@ from magneton.model import Finding, Fix, Profile
 from magneton.model.frameworks import framework_name, framework_of
 
 from ..source.dataflow import KeyVariable, Origin
-from ..source.index import Span, is_user_file, script_unchanged, source_index
+from ..source.index import SourceIndex, Span, is_user_file, script_unchanged, source_index
 from .edits import (
     Block,
     add_keyword,
@@ -405,6 +405,7 @@ def _setting_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
         )
     elif _runs_extra_statement(x):
         oe = x.origins[e]
+        assert oe is not None  # _runs_extra_statement checked it
         fix.summary = (
             f"{_rel(ow.file, base)}:{ow.line} runs `{ow.value}`, which sets {ow.variable} "
             f"to {kv.values.get(w) if kv is not None else 'another value'}; the efficient "
@@ -536,7 +537,7 @@ def _run_with_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
     if p is not None:
         fix.file = _rel(file, x.base)
         fix.patch = p.diff()
-        if ow.option:
+        if ow is not None and ow.option:  # (a target comes from ow: it is not None)
             fix.summary += f" The patch makes {new} the default of {ow.option}."
 
 
@@ -589,7 +590,17 @@ def _value_port_is_partial(x: _FixInput) -> bool:
             _normal(b.idx.code(st)) for st in b.statements if not b.idx.span(st).contains_line(line)
         ]
 
-    return rest(bw, _own_origin_line(x, x.w)) != rest(be, _own_origin_line(x, x.e))
+    rw, re_ = rest(bw, _own_origin_line(x, x.w)), rest(be, _own_origin_line(x, x.e))
+    # a statement the other file also holds word for word is not a difference in code: the
+    # value chose which of the two branches ran (`if per_row:` ... `else:` in both files,
+    # `PER_ROW = True` vs `False`), and porting the value alone makes the other one run
+    in_e, in_w = _all_statements(be.idx), _all_statements(bw.idx)
+    return [s for s in rw if s not in in_e] != [s for s in re_ if s not in in_w]
+
+
+def _all_statements(idx: SourceIndex) -> set[str]:
+    """The normalised text of every simple statement of a file, at any depth."""
+    return {_normal(idx.code(st)) for st in idx.nodes_of(cst.SimpleStatementLine)}
 
 
 def _same_file(a: str, b: str) -> bool:

@@ -62,6 +62,24 @@ def _different_inputs(m: MatchResult, pa: Profile, pb: Profile) -> str:
     )
 
 
+def unsummarised_note(pa: Profile, pb: Profile) -> str:
+    """What matching could not compare: tensors a recorder kept without a value summary
+    (TensorFlow's TensorLists and other variant tensors, counted in the run's config by
+    tracer/frameworks/tf_program.py). They never pair, so they stay inside the regions
+    around them; the note says so instead of leaving it silent."""
+    parts = [
+        f"{p.config['tf.unsummarised_tensors']} of '{p.run.name}'"
+        for p in (pa, pb)
+        if p.config.get("tf.unsummarised_tensors")
+    ]
+    if not parts:
+        return ""
+    return (
+        f"tensors without a value summary (TensorLists, handles): {' and '.join(parts)}; "
+        "matching cannot compare them, so they stay inside the regions around them"
+    )
+
+
 def diff_profiles(
     pa: Profile,
     pb: Profile,
@@ -85,6 +103,7 @@ def diff_profiles(
         m.pairs = []
         return result, m
     result.matched_pairs = len(m.pairs)
+    result.match_note = unsummarised_note(pa, pb)
     if not m.pairs:
         result.message = (
             f"nothing in common: no region of '{pa.run.name}' computes values equivalent to "

@@ -366,10 +366,39 @@ def _value_origins(
     return out
 
 
+def _inside_definitions(
+    tag: str, blocks: dict[str, list[Unit]], idxs: dict[str, SourceIndex], before: dict
+) -> tuple[str, dict[str, list[Unit]], dict]:
+    """The first differing block inside two same-named definitions (`def make_optimizer`
+    on both sides, differing in one statement of its body), descending while the block
+    is one such pair: the root is the statement that differs, not the `def` line that
+    holds it, whose "code" fix could only point at the whole function."""
+    while tag == "replace" and len(blocks["a"]) == len(blocks["b"]) == 1:
+        na, nb = blocks["a"][0].node, blocks["b"][0].node
+        defs = (cst.FunctionDef, cst.ClassDef)
+        if not (isinstance(na, defs) and type(na) is type(nb) and na.name.value == nb.name.value):
+            break
+        ua = [Unit.of(idxs["a"], st, top=False) for st in _def_body(na)]
+        ub = [Unit.of(idxs["b"], st, top=False) for st in _def_body(nb)]
+        sm = difflib.SequenceMatcher(None, [u.text for u in ua], [u.text for u in ub], False)
+        ops = [o for o in sm.get_opcodes() if o[0] != "equal"]
+        if not ops:
+            break
+        tag, i1, i2, j1, j2 = ops[0]
+        blocks = {"a": ua[i1:i2], "b": ub[j1:j2]}
+        before = {"a": ua[i1 - 1] if i1 else before["a"], "b": ub[j1 - 1] if j1 else before["b"]}
+    return tag, blocks, before
+
+
+def _def_body(node: cst.FunctionDef | cst.ClassDef) -> list[cst.CSTNode]:
+    return list(node.body.body) if isinstance(node.body, cst.IndentedBlock) else []
+
+
 def _block_root(
     tag: str, blocks: dict[str, list[Unit]], idxs: dict[str, SourceIndex], profs, before
 ) -> tuple[str, dict[str, Origin]]:
     """(kind, origins) of the first differing block of the two aligned slices."""
+    tag, blocks, before = _inside_definitions(tag, blocks, idxs, before)
     ua, ub = blocks["a"], blocks["b"]
     if tag == "replace":
         ka, kb = _pick(profs["a"], idxs["a"], ua), _pick(profs["b"], idxs["b"], ub)

@@ -53,6 +53,14 @@ def _scratch(case: Path, target: Path) -> None:
         shutil.copyfile(case / side, target / side)
     if shutil.which("git") and not (target / ".git").exists():
         subprocess.run(["git", "init", "-q", str(target)], check=False)
+        # the starting state as a commit, so `git diff` after the patch shows exactly it
+        (target / ".gitignore").write_text("db/\nfix.patch\n")
+        identity = ["-c", "user.name=magneton demo", "-c", "user.email=demo@magneton.invalid"]
+        subprocess.run(["git", "-C", str(target), "add", "a.py", "b.py", ".gitignore"], check=False)
+        subprocess.run(
+            ["git", "-C", str(target), *identity, "commit", "-q", "-m", "the example as shipped"],
+            check=False,
+        )
 
 
 def run(args: argparse.Namespace) -> int:
