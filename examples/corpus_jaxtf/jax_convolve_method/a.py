@@ -27,7 +27,9 @@ def setup():
 
 @functools.partial(jax.jit, static_argnames="method")
 def smooth(x, kernel, method):
-    return jnp.stack([jsp_signal.convolve(x[i], kernel, mode="same", method=method) for i in range(x.shape[0])])
+    return jnp.stack(
+        [jsp_signal.convolve(x[i], kernel, mode="same", method=method) for i in range(x.shape[0])]
+    )
 
 
 def main(x, kernel):

@@ -21,7 +21,9 @@ def weights():
 
 def setup():
     w1, w2, x = weights()
-    model = keras.Sequential([keras.Input((D,)), keras.layers.Dense(H, activation="relu"), keras.layers.Dense(D)])
+    model = keras.Sequential(
+        [keras.Input((D,)), keras.layers.Dense(H, activation="relu"), keras.layers.Dense(D)]
+    )
     model.set_weights([w1, np.zeros(H, np.float32), w2, np.zeros(D, np.float32)])
     return model, tf.constant(x)
 

@@ -28,4 +28,6 @@ def label_to_levels(label):
 @tf.function
 def main(labels, logits):
     levels = tf.map_fn(label_to_levels, labels, fn_output_signature=tf.float32)
-    return -tf.reduce_mean(levels * tf.math.log_sigmoid(logits) + (1.0 - levels) * tf.math.log_sigmoid(-logits))
+    return -tf.reduce_mean(
+        levels * tf.math.log_sigmoid(logits) + (1.0 - levels) * tf.math.log_sigmoid(-logits)
+    )

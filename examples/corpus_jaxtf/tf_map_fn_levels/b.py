@@ -21,4 +21,6 @@ def setup():
 @tf.function
 def main(labels, logits):
     levels = tf.sequence_mask(labels, CLASSES - 1, dtype=tf.float32)
-    return -tf.reduce_mean(levels * tf.math.log_sigmoid(logits) + (1.0 - levels) * tf.math.log_sigmoid(-logits))
+    return -tf.reduce_mean(
+        levels * tf.math.log_sigmoid(logits) + (1.0 - levels) * tf.math.log_sigmoid(-logits)
+    )

@@ -30,4 +30,6 @@ def embedding_lookup(ids, table, use_one_hot_embeddings):
 
 
 def main(ids, table):
-    return tf.nn.l2_normalize(embedding_lookup(ids, table, use_one_hot_embeddings=USE_ONE_HOT), axis=-1)
+    return tf.nn.l2_normalize(
+        embedding_lookup(ids, table, use_one_hot_embeddings=USE_ONE_HOT), axis=-1
+    )
