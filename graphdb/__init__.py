@@ -23,13 +23,17 @@ if TYPE_CHECKING:
         find_write_clause,
         ghost_message,
         open_db,
+        open_db_prefer_write,
     )
+    from .files import write_confined
+    from .limits import Limits, limited
     from .matches import load_diff
     from .migrate import migrate as migrate_db
     from .schema import SCHEMA_VERSION
 
 __all__ = [
     "DEFAULT_ROW_LIMIT",
+    "Limits",
     "SCHEMA_VERSION",
     "MagnetonError",
     "Profile",
@@ -40,11 +44,15 @@ __all__ = [
     "db_file",
     "find_write_clause",
     "ghost_message",
+    "import_limits",
+    "limited",
     "load_diff",
     "load_profile",
     "migrate_db",
     "open_db",
+    "open_db_prefer_write",
     "stream_query",
+    "write_confined",
 ]
 
 _LAZY = {
@@ -57,11 +65,14 @@ _LAZY = {
             "find_write_clause",
             "ghost_message",
             "open_db",
+            "open_db_prefer_write",
         ),
         ".db",
     ),
     **dict.fromkeys(("DEFAULT_ROW_LIMIT", "QueryStream", "stream_query"), ".contained"),
     "load_diff": ".matches",
+    **dict.fromkeys(("Limits", "limited"), ".limits"),
+    "write_confined": ".files",
     "migrate_db": ".migrate",
     "SCHEMA_VERSION": ".schema",
 }
@@ -75,6 +86,14 @@ def __getattr__(name: str) -> Any:
     # (`from magneton.graphdb import migrate` gives the module), hence `migrate_db`
     attr = "migrate" if name == "migrate_db" else name
     return getattr(importlib.import_module(module, __name__), attr)
+
+
+def import_limits(memory_mb: float | None = None, time_s: float | None = None) -> Limits:
+    """The memory and time limits of an import (graphdb/limits.py): the flags' values,
+    else MAGNETON_IMPORT_MEMORY_MB / MAGNETON_IMPORT_TIME_LIMIT_S, else the defaults."""
+    from .limits import resolve
+
+    return resolve("import", memory_mb, time_s)
 
 
 def load_profile(db_dir: str, run: str) -> Profile:

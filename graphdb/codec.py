@@ -76,6 +76,12 @@ def _check_profile(p: Profile) -> None:
     check("modules", "parent", [[m.parent] for m in p.modules], "modules", lo=-1)
 
 
+def check_structure(p: Profile) -> None:
+    """ValueError naming the first index of `p` that is not dense or points out of range
+    (a shard or an import checks what it read with it before anything is stored)."""
+    _check_profile(p)
+
+
 # Bounds no real recording reaches: per-call figures of one entry call.
 _MAX_TIME_S = 1e6
 _MAX_ENERGY_J = 1e9

@@ -32,18 +32,21 @@ Choices and the failures they prevent:
   readers across processes; a busy DB is waited for, as SQLite's busy timeout does):
   the engine itself lets a reader in while another process writes. Within a process a
   registry of open paths refuses a second writer, which no file lock can see.
-- `user_query` tokenizes the Cypher, skipping string literals, escaped names and
-  comments, and refuses write clauses and `LOAD FROM` (host files) before running
-  anything (graphdb/guard.py); the read-only database is the real enforcement of the
-  former. The CLI and the TUI run user queries in a child process (graphdb/contained.py).
+- `user_query` runs only what graphdb/guard.py's allow-list of read-only clauses,
+  catalog procedures and functions admits, checked on the tokens before anything runs
+  (files, extensions, other databases and settings stay out; the read-only database
+  also refuses writes). The CLI and the TUI run user queries in a child process under a
+  memory and a time limit (graphdb/contained.py).
 - Every engine `QueryResult` is closed before its DB (`_execute` keeps them): one left
   open at close segfaulted in `QueryResult.__del__` (Kùzu). `user_query` refuses
   several statements in one text.
 - Failure modes are named, never lumped as "corrupt": a DB in use (`DBLocked`), not
   writable (`DBNotWritable`), out of disk (checked before writing, `check_space`), out
   of memory or address space (`ulimit -v`), a commit cut in its checkpoint (`.shadow`,
-  finished by `_finish_commit`, or set aside beside the DB when a full disk cut the
-  shadow pages short), and a run whose numbers or references are implausible on load
+  `.wal.checkpoint`: finished by graphdb/recovery.py before anything reads the DB,
+  whichever command opens it, or set aside beside the DB when a full disk cut the
+  shadow pages short or a kill tore the WAL), and a run whose numbers or references are
+  implausible on load
   (`_check_plausible`: damaged pages); graphdb/opening.py words each.
 - Damage (graphdb/integrity.py): each Run stores a checksum of its rows, verified by
   every `load_profile`; a file that is not byte for byte what a writer's clean close left
@@ -81,7 +84,7 @@ from magneton.model import (
     split_stored_config,
 )
 
-from . import engine, integrity, lock
+from . import engine, files, integrity, lock, recovery
 from . import schema as S
 from .codec import (
     _JSON_OP_COLUMNS,
@@ -99,9 +102,17 @@ from .codec import (
     blobs_as_lists,
     conform,
 )
-from .guard import _query_error, _refused, find_write_clause, query_params, statement_count
+from .guard import (
+    _query_error,
+    _refused,
+    check_size,
+    find_write_clause,
+    query_params,
+    statement_count,
+)
 from .opening import (
     DBNotWritable,
+    Reserve,
     _first_line,
     _not_writable,
     _open_kuzu,
@@ -109,7 +120,10 @@ from .opening import (
     _release,
     _unregister_open,
     check_space,
+    disk_full,
     ghost_message,
+    memory_message,
+    out_of_memory,
     out_of_space_message,
 )
 from .schema import SCHEMA_VERSION
@@ -192,6 +206,8 @@ def open_db(
             file.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise _not_writable(file, e) from None
+        # the engine, the lock and the seal must not write through a link out of --db
+        files.check_db_files(file, (*engine.SIDE_SUFFIXES, ".lock", ".sha256", ".reserve"))
     key = file.resolve()
     mode = "ro" if read_only else "rw"
     _register_open(key, mode)
@@ -202,8 +218,16 @@ def open_db(
         held = lock.DBFileLock(None) if probe else lock.acquire(file, not read_only, wait_s)
         if not read_only and not file.exists():
             check_space(file)  # a new DB's pages, before the engine writes (and dies on) any
-        damaged = integrity.check_before_open(file)  # a damaged file can crash the engine
-        db = _open_kuzu(file, read_only)
+        if not probe:  # a checkpoint a killed writer left pending, before anything reads
+            held = recovery.recover_if_pending(file, read_only, held, wait_s)
+            Reserve(file).release_stale()  # a killed writer's; no writer holds the lock
+        try:
+            damaged, db = _probe_and_open(file, read_only)
+        except recovery.RecoveryPending:  # by a file this code does not know: same cure
+            if probe:
+                raise
+            held = recovery.recover_if_pending(file, read_only, held, wait_s, force=True)
+            damaged, db = _probe_and_open(file, read_only)
     except BaseException:
         if held is not None:
             held.release()
@@ -220,6 +244,11 @@ def open_db(
         raise
     pdb._finalizer = weakref.finalize(pdb, _release, key, mode, held)
     return pdb
+
+
+def _probe_and_open(file: Path, read_only: bool) -> tuple[dict, engine.Database]:
+    damaged = integrity.check_before_open(file)  # a damaged file can crash the engine
+    return damaged, _open_kuzu(file, read_only)
 
 
 def open_db_prefer_write(path: str | Path) -> ProfileDB:
@@ -245,9 +274,12 @@ def _used(cypher: str, params: dict) -> dict:
 def write_fresh(file: Path, tables: Iterable[tuple[S.Table, pa.Table]]) -> None:
     """Write a new DB file `file` holding the schema and `tables` (nodes before the rels
     that point at them), one bulk write per table; on any failure the partial file is
-    removed. `magneton migrate` writes the converted DB with it."""
-    for stale in (file, file.with_name(file.name + ".wal")):
-        stale.unlink(missing_ok=True)
+    removed. `magneton migrate` writes the converted DB with it.
+
+    A writer of `file` killed before (a migration killed in its checkpoint) left the
+    engine's files beside it; they are removed with it, since the engine refuses to open
+    a new file beside another file's WAL or shadow pages."""
+    _remove_with_side_files(file)
     new_db = engine.open_database(file, read_only=False)
     try:
         conn = engine.Connection(new_db)
@@ -265,10 +297,14 @@ def write_fresh(file: Path, tables: Iterable[tuple[S.Table, pa.Table]]) -> None:
         conn.close()
     except BaseException:
         new_db.close()
-        for stale in (file, file.with_name(file.name + ".wal")):
-            stale.unlink(missing_ok=True)
+        _remove_with_side_files(file)
         raise
     new_db.close()
+
+
+def _remove_with_side_files(file: Path) -> None:
+    for suffix in ("", *engine.SIDE_SUFFIXES):
+        file.with_name(file.name + suffix).unlink(missing_ok=True)
 
 
 class ProfileDB:
@@ -286,12 +322,20 @@ class ProfileDB:
         # every kuzu.QueryResult handed out, closed before the DB (see `_execute`)
         self._results: weakref.WeakSet = weakref.WeakSet()
         self.removed_ghosts: list[str] = []  # "loading" runs of a dead writer, removed
+        # disk kept back for the engine's close after a disk filled mid-write (opening.py)
+        self._reserve = Reserve(file)
+        if not read_only:
+            self._reserve.claim()
         try:
             self._conn = engine.Connection(db)
             self._check_or_create_schema()
         except MagnetonError:
+            self._reserve.release()
             raise
         except Exception as e:
+            self._reserve.release()
+            if out_of_memory(e):  # not "corrupt": a healthy DB under `ulimit -v`
+                raise MagnetonError(memory_message(f"to read the Magneton DB {file}", e)) from None
             raise MagnetonError(
                 f"cannot read the Magneton DB {file} (corrupt?): {_first_line(e)}"
             ) from None
@@ -309,9 +353,10 @@ class ProfileDB:
                 reseal = not any(self.has_run(r) for r in self.damaged)
         self._close_results()
         self._conn.close()
+        self._reserve.release()  # room for the engine's final WAL flush and checkpoint
         self._db.close()
         self._db = None
-        if reseal:
+        if reseal and not recovery.pending(self.file):  # a cut checkpoint is no clean close
             integrity.seal(self.file)
         if self._finalizer is not None:
             self._finalizer()
@@ -324,7 +369,12 @@ class ProfileDB:
         first. A result still alive when its DB is closed (an exception traceback holding
         it, a multi-statement query's unread results) segfaulted later in
         `QueryResult.__del__` (seen at exit after Ctrl-C and for `RETURN 1; RETURN 2`)."""
-        res = self._conn.execute(cypher, params or {})
+        try:
+            res = self._conn.execute(cypher, params or {})
+        except RuntimeError as e:
+            if not self.read_only and disk_full(self.file, e):
+                self._reserve.release()  # room for the rollback, the cleanup and the close
+            raise
         for r in res if isinstance(res, list) else [res]:
             self._results.add(r)
         return res
@@ -548,9 +598,11 @@ class ProfileDB:
                     deleted += self._delete(spec, f"coalesce({pred.format(v='x')}, false)", params)
             self._load_tables(added)
             self._execute("COMMIT")
-        except BaseException:
+        except BaseException as e:
             with contextlib.suppress(Exception):
                 self._execute("ROLLBACK")
+            if isinstance(e, RuntimeError):
+                raise self._write_error(e) from None
             raise
         return deleted
 
@@ -642,9 +694,18 @@ class ProfileDB:
         try:
             self._save_tables(profile, tables, status, rewrite, replace)
         except RuntimeError as e:
-            if "no space left" in str(e).lower():
-                raise MagnetonError(out_of_space_message(self.file)) from None
-            raise
+            raise self._write_error(e) from None
+
+    def _write_error(self, e: RuntimeError) -> Exception:
+        """What a failed engine write becomes: the full disk named in one line (the next
+        writable open finishes or sets aside what the engine left), else the error."""
+        if disk_full(self.file, e):
+            return MagnetonError(out_of_space_message(self.file))
+        if out_of_memory(e):  # the next writable open finishes or drops the write
+            return MagnetonError(
+                memory_message(f"to write to the Magneton DB {self.file}", e), exit_code=1
+            )
+        return e
 
     def _save_tables(
         self,
@@ -897,6 +958,7 @@ class ProfileDB:
                 f"query could return); `magneton rm --db {self.file.parent} {names}` "
                 "removes them"
             )
+        check_size(cypher)  # before the engine's parser spends gigabytes on it
         clause = find_write_clause(cypher)
         if clause:
             raise _refused(clause)

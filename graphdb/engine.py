@@ -47,20 +47,37 @@ EngineError = RuntimeError
 _KUZU_MAGIC = b"KUZU"
 
 
+# The files the engine keeps beside a DB file FILE, as FILE + suffix: its WAL, and a
+# checkpoint's shadow pages, frozen WAL and locks (graphdb/recovery.py reads a cut one)
+SIDE_SUFFIXES = (
+    ".wal",
+    ".shadow",
+    ".wal.checkpoint",
+    ".checkpoint.intent.lock",
+    ".checkpoint.apply.lock",
+)
+
+
 # the engine's page cache; 0 = its default (most of the RAM). graphdb/contained.py caps it
 # for user-written queries, so a runaway query fails in the engine, not in the machine
 BUFFER_POOL_B = 0
 
 
-def open_database(file: Path, read_only: bool) -> Any:  # engine.Database
-    """Open (or create) the engine file `file`.
+def open_database(file: Path, read_only: bool, drop_torn_tail: bool = False) -> Any:
+    """Open (or create) the engine file `file` (an engine.Database).
 
     compression=False: Kùzu 0.11.3's float compression zeroed some DOUBLE[] list
     elements written by a later COPY into a non-empty table (tensor stats came back 0.0).
     LadybugDB inherits that storage code; tests/test_graphdb.py round-trips every stored
     double exactly, and uncompressed pages cost nothing a run notices.
+
+    `drop_torn_tail`: replay the WAL up to a record that fails its checksum and drop the
+    rest (the torn tail a kill -9 mid-write leaves), instead of refusing to open; only
+    graphdb/recovery.py asks for it, after keeping a copy of the WAL.
     """
     sizes: dict[str, Any] = {"buffer_pool_size": BUFFER_POOL_B, **_address_space_fit()}
+    if drop_torn_tail:
+        sizes["throw_on_wal_replay_failure"] = False
     return Database(str(file), read_only=read_only, compression=False, **sizes)
 
 

@@ -35,6 +35,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,6 +44,7 @@ import pyarrow as pa
 
 from magneton.model import MagnetonError, RunInfo
 
+from . import recovery
 from .codec import blobs_as_lists
 
 if TYPE_CHECKING:
@@ -105,13 +107,17 @@ def seal(file: Path, digest: str | None = None) -> None:
     """Record the file's hash (`digest`, or the file's now) after a clean close or probe
     (best effort: a read-only directory only means the next open probes again)."""
     target = seal_file(file)
-    tmp = target.with_name(target.name + ".tmp")
-    try:
-        tmp.write_text((digest or _file_sha256(file)) + "\n")
-        os.replace(tmp, target)
-    except OSError:  # e.g. a read-only mount, where even removing the stray .tmp fails
+    tmp = ""
+    try:  # a fresh temporary file: a planted `.tmp` link is never written through
+        text = (digest or _file_sha256(file)) + "\n"
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, target)  # replaces a link at `target`, never follows it
+    except OSError:  # e.g. a read-only mount, where even removing the stray temp fails
         with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+            if tmp:
+                os.unlink(tmp)
 
 
 def unseal(file: Path) -> None:
@@ -189,7 +195,10 @@ def _run_probe(file: Path) -> dict[str, str]:
                 print(line, file=sys.stderr)
         return json.loads(result)
     if proc.returncode == 3 and proc.stderr.strip():  # its one-line MagnetonError
-        raise MagnetonError(proc.stderr.strip().splitlines()[-1])
+        said = proc.stderr.strip().splitlines()[-1]
+        if recovery.says_pending(said):  # the caller finishes the commit, then probes again
+            raise recovery.RecoveryPending(said)
+        raise MagnetonError(said)
     where = f" ({steps[-1]})" if steps else ""
     verb = "crashed" if proc.returncode < 0 else "failed in"
     last = proc.stderr.strip().splitlines()[-1:] if proc.returncode > 0 else []

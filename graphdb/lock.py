@@ -16,7 +16,9 @@ Why Magneton keeps its own lock (an `flock` on `profile.lbug.lock` beside the DB
   leaves the DB locked, and the lock file itself is never deleted (deleting it while
   another process waits on it would let two writers in).
 - Where the lock file cannot be created (a read-only mount, a directory the user cannot
-  write), a read-only open proceeds unlocked: nothing can write there through Magneton.
+  write), a read-only open proceeds unlocked: nothing can write there through Magneton;
+  a writer's open is `DBNotWritable`, so a command whose write is only a cache (`diff`
+  storing its result) reads instead of failing on the lock.
 """
 
 from __future__ import annotations
@@ -37,6 +39,14 @@ _POLL_S = 0.05
 
 class DBLocked(MagnetonError):
     """The DB file is held by another process (a writer, or readers while we write)."""
+
+
+class DBNotWritable(MagnetonError):
+    """The DB file or its directory cannot be written (read-only mount, permissions)."""
+
+
+# why a lock file cannot be created: the place is not writable, not a failure to report
+_NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def wait_budget_s() -> float:
@@ -73,13 +83,16 @@ class DBFileLock:
 
 
 def _open_lock_fd(path: Path, exclusive: bool) -> int | None:
+    # O_NOFOLLOW: a lock file planted as a link out of the DB's folder is not created or
+    # opened through (a writer's open refuses such links first: graphdb/files.py)
+    flags = os.O_CLOEXEC | os.O_NOFOLLOW
     try:
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        return os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o666)
     except OSError:
         if exclusive:
             raise
     try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return os.open(path, os.O_RDONLY | flags)
     except OSError:
         return None  # read-only place without a lock file: nobody writes here
 
@@ -96,6 +109,11 @@ def acquire(
     try:
         fd = _open_lock_fd(lock_file(db_file), exclusive)
     except OSError as e:
+        if e.errno in _NOT_WRITABLE:  # a writer's open on a read-only mount: say so, so
+            raise DBNotWritable(  # `open_db_prefer_write` falls back to reading
+                f"the Magneton DB {db_file} is not writable ({e.strerror}: cannot create its "
+                "lock file); read-only commands (runs, query, report) still work on it"
+            ) from None
         raise MagnetonError(f"cannot lock the Magneton DB {db_file}: {e}") from None
     if fd is None:
         return DBFileLock(None)

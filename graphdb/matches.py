@@ -246,6 +246,10 @@ def _result_dict(result: DiffResult, regions: list[tuple[str, Region, Region]]) 
         "matched_pairs": result.matched_pairs,
         "threshold": result.threshold,
         "message": result.message,
+        # what `diff` prints beside the findings: a diff shown from the store says the same
+        "dismissed": [finding_record(f) for f in result.dismissed],
+        "match_note": result.match_note,
+        "confirm_note": result.confirm_note,
     }
     return {
         "result": res,
@@ -295,6 +299,9 @@ def load_diff(
         matched_pairs=r["matched_pairs"],
         threshold=r["threshold"],
         message=r["message"],
+        match_note=r.get("match_note", ""),
+        confirm_note=r.get("confirm_note", ""),
+        dismissed=[finding_from_record(f) for f in r.get("dismissed", [])],
     )
     regions = [(x["kind"], Region(**x["a"]), Region(**x["b"])) for x in data["regions"]]
     return result, regions

@@ -24,6 +24,12 @@ kept beside the new one as `profile.lbug.vN`. Choices and the failures they prev
   checked (every run loads and verifies its checksum; every table has as many rows as
   were read), and only then renamed to `profile.lbug`. `profile.kuzu` is never modified;
   the user deletes it when satisfied.
+- A migration killed at any point (kill -9 in the engine's checkpoint of the staging
+  file, between the old file's `.vN` link and the rename) is simply run again: the
+  staging file goes with the engine's files beside it (the engine refused to create a
+  new file beside another's WAL, and the next `migrate` printed a traceback), a `.vN`
+  that is the very same file as `profile.lbug` is the killed run's link, and the
+  Kùzu-era dump lives in one fixed folder, emptied first. An engine error is one line.
 """
 
 from __future__ import annotations
@@ -31,9 +37,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,6 +50,8 @@ from magneton.model import MagnetonError
 from . import engine
 
 _DUMP_SUFFIX = ".arrow"
+# where the Kùzu-era tables are dumped, beside the old file
+_SCRATCH = ".magneton-migrate"
 
 
 @dataclass
@@ -58,23 +66,38 @@ class MigrationResult:
 def migrate(path: str | Path, say: Callable[[str], None] = print) -> MigrationResult:
     """Convert the Kùzu-era DB in `path` into `path`/profile.lbug, or a `profile.lbug` of
     an older schema into the current one (see the module doc)."""
-    old = engine.old_file(path)
-    if old is None:
-        return _upgrade(Path(path), say)
+    try:
+        old = engine.old_file(path)
+        return _upgrade(Path(path), say) if old is None else _from_kuzu(old, say)
+    except engine.EngineError as e:  # the old file as it was; one line, not a traceback
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise MagnetonError(
+            f"converting the DB in {path} failed ({first}); the old file is unchanged",
+            exit_code=1,
+        ) from None
+
+
+def _from_kuzu(old: Path, say: Callable[[str], None]) -> MigrationResult:
     new = old.with_name(engine.DB_FILENAME)
     if new.exists():
         raise MagnetonError(
             f"{new} exists already (converted before?); move it away to convert {old} again"
         )
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="magneton-migrate-", dir=old.parent) as tmp:
+    # a fixed name, emptied first: a migration killed before left its dump there
+    scratch = old.with_name(_SCRATCH)
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir()
+    try:
         say(f"reading {old} with Kùzu (a child process) ...")
-        runs = _dump_in_child(old, Path(tmp))
-        tables = _read_dump(Path(tmp))
+        runs = _dump_in_child(old, scratch)
+        tables = _read_dump(scratch)
         staging = new.with_name(new.name + ".migrating")
         say(f"writing {len(runs)} run(s) into {new} ...")
         _write_and_check(staging, _current_meta(tables), runs)
         os.replace(staging, new)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     rows = {spec.name: t.num_rows for spec, t in tables}
     return MigrationResult(old, new, runs, rows, time.perf_counter() - t0)
 
@@ -158,6 +181,8 @@ def _upgrade(path: Path, say: Callable[[str], None]) -> MigrationResult:
         say(f"reading {file} (schema v{version}) ...")
         tables, runs = _read_tables(pdb)
     kept = file.with_name(f"{file.name}.v{version}")
+    if kept.exists() and os.path.samefile(kept, file):
+        kept.unlink()  # the link of a migration killed before its rename: made again below
     if kept.exists():
         raise MagnetonError(f"{kept} exists already; move it away to convert {file} again")
     staging = file.with_name(file.name + ".migrating")

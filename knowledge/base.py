@@ -147,7 +147,7 @@ class Rule:
     file: str = ""
     line: int = 0
 
-    def render_fix(self, **values: str) -> str:
+    def render_fix(self, **values: str | None) -> str:
         known = {k: v for k, v in values.items() if v is not None}
         known.setdefault("knob", self.knob or "")
         known.setdefault("efficient_value", self.efficient_value or "")

@@ -14,6 +14,12 @@ What every command shares is handled here, once, not per command:
 - The reader went away (`| head -1`): a quiet exit 0, as `cat` does. In both cases fd 1 is
   pointed at /dev/null so the interpreter's final flush of what is still buffered does
   not print "Exception ignored ..." after the message.
+- Memory runs out (a low `ulimit -v`, a full cgroup): a MemoryError, or a library that
+  cannot map its code (numpy's and pyarrow's ImportError "failed to map segment"), is one
+  line naming the limit, exit 1, where `runs` printed a traceback. The recorder's imports
+  are made inside `main` for that reason.
+- Values no command can use are refused for every command at once (`_POSITIVE`: a
+  sampling interval of -3 ms or 0 ranks was accepted silently), exit 2.
 """
 
 from __future__ import annotations
@@ -23,11 +29,11 @@ import contextlib
 import importlib
 import os
 import pkgutil
+import resource  # here, not when memory has run out: importing it maps a shared object
 import sys
 from typing import Any
 
 from magneton.model import MagnetonError
-from magneton.tracer.api import interruptible, stop_message
 
 # Display order in --help; commands not listed here follow alphabetically.
 _ORDER = [
@@ -122,12 +128,59 @@ def _drop_output() -> None:
         os.close(devnull)
 
 
+# options that must be positive wherever a command has them (dest → flag)
+_POSITIVE = {"interval_ms": "--interval-ms", "nproc": "--nproc"}
+
+
+def _check_positive(args: argparse.Namespace) -> None:
+    for dest, flag in _POSITIVE.items():
+        v = getattr(args, dest, None)
+        if v is not None and not v > 0:
+            raise MagnetonError(f"{flag} must be a positive number, got {v:g}")
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    if isinstance(e, MemoryError):
+        return True
+    text = str(e).lower()
+    return getattr(e, "errno", None) == 12 or "failed to map segment" in text
+
+
+def _memory_line(e: BaseException) -> str:
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    limit = "" if soft in (resource.RLIM_INFINITY, -1) else f"; ulimit -v allows {soft >> 20} MB"
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    # numpy wraps the loader's "failed to map segment" in a page of advice
+    what = next((ln for ln in lines if "failed to map" in ln), lines[0] if lines else "")
+    what = (what or type(e).__name__)[:200]
+    return (
+        f"magneton: out of memory or address space ({what}{limit}); raise the limit or free memory"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except (MemoryError, ImportError, OSError) as e:
+        if not _out_of_memory(e):
+            raise
+        print(_memory_line(e), file=sys.stderr)
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
+    from magneton.tracer.api import interruptible, stop_message
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    try:
+        _check_positive(args)
+    except MagnetonError as e:
+        print(f"magneton: {e}", file=sys.stderr)
+        return e.exit_code
     real_stdout = sys.stdout
     sys.stdout = _GuardedOutput(real_stdout)
     try:

@@ -130,9 +130,9 @@ def print_result(result: DiffResult, groups: list[CauseGroup] | None = None) -> 
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console()
+    console = Console(emoji=False)
     if not console.is_terminal:  # piped or logged: do not fold op lists at 80 columns
-        console = Console(width=max(console.width, 140))
+        console = Console(emoji=False, width=max(console.width, 140))
     console.print(
         escape("energy: " + energy_line(result.a, "a") + "; " + energy_line(result.b, "b"))
     )

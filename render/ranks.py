@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 def print_rank_report(rep: RankReport, console: Any = None) -> None:
     from rich.console import Console
 
-    console = console or Console()
+    console = console or Console(emoji=False)
     _print_job_line(rep, console)
 
     t, c = _rank_tables(rep)

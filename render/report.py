@@ -213,9 +213,9 @@ def print_rank_breakdowns(profiles: list, args: argparse.Namespace) -> None:
 
     from magneton.diagnose.api import operator_table, top_rows
 
-    console = Console()
+    console = Console(emoji=False)
     if not console.is_terminal:
-        console = Console(width=max(console.width, 120))
+        console = Console(emoji=False, width=max(console.width, 120))
     for p in profiles:
         rows = top_rows(operator_table(p, by=args.by), args.top or 10, p.run.energy_j)
         console.print(_table(p, rows, args.by))
@@ -403,9 +403,11 @@ def print_report(
     from rich.console import Console
 
     r = profile.run
-    console = Console()
+    console = Console(emoji=False)
     if not console.is_terminal:
-        console = Console(width=max(console.width, 120))  # a pipe: no wrapping of names
+        console = Console(
+            emoji=False, width=max(console.width, 120)
+        )  # a pipe: no wrapping of names
     if by == "module":  # the tree, not 70 flat rows of cut dotted paths
         console.print(module_table(profile, tree, max_depth, top))
     else:

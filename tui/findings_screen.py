@@ -20,6 +20,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
 from textual.worker import get_current_worker
 
@@ -265,7 +266,7 @@ class FindingsScreen(BaseScreen):
         cursor = table.cursor_row
         selected = None  # keep the selected cause, not the row number: rows reorder
         if 0 <= cursor < table.row_count:
-            selected = int(table.coordinate_to_cell_key((cursor, 0)).row_key.value or 0)
+            selected = int(table.coordinate_to_cell_key(Coordinate(cursor, 0)).row_key.value or 0)
         table.clear()
         width = self._ops_width()
         # noise last, as `diff` prints it: a row per cause, keyed by its lead finding
@@ -332,7 +333,7 @@ class FindingsScreen(BaseScreen):
         table = self.query_one("#findings", DataTable)
         if self.result is None or not self.result.findings or table.row_count == 0:
             return None
-        key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
         return self.finding(int(key or 0))
 
     # ---- actions ---------------------------------------------------------------------

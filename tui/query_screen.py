@@ -1,4 +1,10 @@
-"""The Cypher console: read-only queries over the DB, with the result as a table."""
+"""The Cypher console: read-only queries over the DB, with the result as a table.
+
+Queries run as `magneton query` runs them (graphdb/contained.py, through tui/data.py):
+the same allow-list of read-only clauses and functions (graphdb/guard.py), the same
+memory and time limits (MAGNETON_QUERY_MEMORY_MB, MAGNETON_QUERY_TIME_LIMIT_S). Cells are
+shown as plain text, never as markup or emoji codes.
+"""
 
 from __future__ import annotations
 
@@ -97,9 +103,11 @@ class QueryScreen(BaseScreen):
         self.query_one("#query-error", Note).display = False
         table = self.query_one("#query-result", DataTable)
         table.clear(columns=True)
-        table.add_columns(*[str(c) for c in columns])
+        # Text, not str: DataTable reads a str cell as rich markup with emoji codes, so
+        # a value `:x:` showed an emoji and `[red]` vanished (cells are the DB's text)
+        table.add_columns(*[Text(str(c)) for c in columns])
         for row in rows[:MAX_ROWS]:
-            table.add_row(*[cell(v) for v in row])
+            table.add_row(*[Text(cell(v), no_wrap=True) for v in row])
         n = len(rows)
         if truncated:
             info = f"more than {n} rows (showing the first {n}; add LIMIT or ORDER BY)"

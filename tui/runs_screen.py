@@ -9,6 +9,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Footer, Header, Static
 
 from .base import BaseScreen
@@ -126,7 +127,7 @@ class RunsScreen(BaseScreen):
         table = self.query_one("#runs", DataTable)
         if not self.runs or table.cursor_row < 0 or table.cursor_row >= len(self.runs):
             return None
-        key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
         return next((r for r in self.runs if r.name == key), None)
 
     def _usable(self, r: RunRow) -> bool:

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from textual.widgets import DataTable, Input
+
 from .app import MagnetonApp
 from .data import Store
 from .screens import EnergyScreen, FindingScreen, FindingsScreen, QueryScreen
@@ -43,6 +45,7 @@ async def _shoot(app: MagnetonApp, out: Path, size: tuple[int, int]) -> list[Pat
     async with app.run_test(size=size) as pilot:
         await _wait(pilot, lambda: isinstance(app.screen, FindingsScreen), 10, "findings")
         findings = app.screen
+        assert isinstance(findings, FindingsScreen)
         await _wait(pilot, lambda: findings.result is not None, 600, "the diff")
         await pilot.pause(0.5)
         snap("findings-diagnosing")
@@ -50,9 +53,9 @@ async def _shoot(app: MagnetonApp, out: Path, size: tuple[int, int]) -> list[Pat
         await pilot.pause(0.5)
         snap("findings")
         # open the largest finding that has a patch (the one the docs walk through)
-        with_patch = [
-            i for i, f in enumerate(findings.result.findings) if f.fix is not None and f.fix.patch
-        ]
+        result = findings.result
+        assert result is not None
+        with_patch = [i for i, f in enumerate(result.findings) if f.fix is not None and f.fix.patch]
         for _ in range(with_patch[0] if with_patch else 0):
             await pilot.press("down")
         await pilot.press("enter")
@@ -76,16 +79,23 @@ async def _shoot(app: MagnetonApp, out: Path, size: tuple[int, int]) -> list[Pat
         await pilot.press("escape", "escape", "v")
         await _wait(pilot, lambda: isinstance(app.screen, EnergyScreen), 10, "energy view")
         energy = app.screen
-        await _wait(pilot, lambda: energy.query_one("#op-table").row_count > 0, 60, "op table")
+        await _wait(
+            pilot, lambda: energy.query_one("#op-table", DataTable).row_count > 0, 60, "op table"
+        )
         snap("energy-ops")
         await pilot.press("t")
         await pilot.pause(0.3)
         snap("energy-tree")
         await pilot.press("escape", "c")
         assert isinstance(app.screen, QueryScreen)
-        app.screen.query_one("#cypher").value = SHOT_QUERY
+        app.screen.query_one("#cypher", Input).value = SHOT_QUERY
         await pilot.press("enter")
-        await _wait(pilot, lambda: app.screen.query_one("#query-result").row_count > 0, 60, "rows")
+        await _wait(
+            pilot,
+            lambda: app.screen.query_one("#query-result", DataTable).row_count > 0,
+            60,
+            "rows",
+        )
         snap("cypher")
         await pilot.press("escape", "question_mark")
         await pilot.pause(0.3)

@@ -152,7 +152,8 @@ class Block:
     end: int  # one past the last
 
     @property
-    def statements(self) -> list[cst.BaseStatement]:
+    def statements(self) -> list[cst.BaseStatement | cst.BaseSmallStatement]:
+        # small statements when the block is a one-line body (`def f(): x = g(); return x`)
         return list(self.body.body[self.start : self.end])
 
     def code(self) -> str:
@@ -178,8 +179,7 @@ def statement_block(file: str, lines: list[int]) -> Block | None:
         hit = [i for i, s in enumerate(stmts) if any(idx.span(s).contains_line(ln) for ln in lines)]
         if not hit:
             return None
-        if len(hit) == 1 and isinstance(stmts[hit[0]], cst.BaseCompoundStatement):
-            inner = stmts[hit[0]]
+        if len(hit) == 1 and isinstance(inner := stmts[hit[0]], cst.BaseCompoundStatement):
             header_lines = [ln for ln in lines if ln == idx.span(inner).line]
             if not header_lines and isinstance(inner.body, cst.IndentedBlock):
                 body = inner.body  # all lines inside one compound statement: descend
@@ -447,7 +447,7 @@ class _Swap(cst.CSTTransformer):
         return updated_node.with_changes(body=body)
 
 
-def _ends_in_return(st: cst.BaseStatement) -> bool:
+def _ends_in_return(st: cst.BaseStatement | cst.BaseSmallStatement) -> bool:
     return isinstance(st, cst.SimpleStatementLine) and any(
         isinstance(s, cst.Return) for s in st.body
     )

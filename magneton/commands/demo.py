@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from magneton.cli import main as cli
     from magneton.tracer.api import RecordOptions, record_script
 
-    console = Console()
+    console = Console(emoji=False)
     case = Path(args.case) if args.case else _find_case("gelu_backend")
     if not ((case / "a.py").is_file() and (case / "b.py").is_file()):
         raise MagnetonError(f"{case} must contain a.py and b.py")

@@ -268,7 +268,8 @@ def stored_diff(
             "(--rerun makes a new one)"
         )
     out = run_diff(db, a, b, threshold=threshold, rerun=rerun, progress=progress)
-    store_outcome(db, out)
+    if not db.read_only:  # a DB on a read-only mount is diffed, not written
+        store_outcome(db, out)
     return out.result, ""
 
 
@@ -301,7 +302,7 @@ def _made_at(db: ProfileDB, a: str, b: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from magneton.diagnose.api import check_threshold
-    from magneton.graphdb import open_db
+    from magneton.graphdb import open_db, open_db_prefer_write
     from magneton.model import MagnetonError
     from magneton.model.names import set_full_names
 
@@ -313,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
     if args.a == args.b:
         with open_db(args.db, read_only=True, create=False) as db:
             return self_diff(db, args.a, "json" if args.json else "csv" if args.csv else "")
-    with open_db(args.db, create=False) as db, diff_progress() as progress:
+    with open_db_prefer_write(args.db) as db, diff_progress() as progress:
         result, stored = stored_diff(
             db,
             args.a,

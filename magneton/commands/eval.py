@@ -500,9 +500,9 @@ def print_table(results: list[CaseResult]) -> None:
             r.root_cause + (f"\n[red]{r.reason}[/]" if r.reason else ""),
             *([r.aa or "-"] if any(x.aa for x in results) else []),
         )
-    Console().print(t)
+    Console(emoji=False).print(t)
     ok = sum(r.diagnosed for r in results)
-    Console().print(f"diagnosed {ok} of {len(results)} cases")
+    Console(emoji=False).print(f"diagnosed {ok} of {len(results)} cases")
 
 
 def run(args: argparse.Namespace) -> int:

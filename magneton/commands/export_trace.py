@@ -1,6 +1,10 @@
 """`magneton export-trace --db DIR RUN -o OUT`: Kineto-style Chrome traces of a run or job,
 or (`--format folded`) its energy as folded stacks for a flame graph (`folded_stacks`).
 
+The output is written whole (a temporary file renamed over it) and never through a
+symbolic link out of the folder named: OUT's folder for a run, OUT for a job
+(graphdb/files.py).
+
 The files follow torch.profiler's (Kineto's) trace format, so Perfetto, chrome://tracing
 and Holistic Trace Analysis (HTA) read them as they read a profiler trace:
 
@@ -86,7 +90,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from magneton.diagnose.api import job_runs
-    from magneton.graphdb import open_db
+    from magneton.graphdb import open_db, write_confined
     from magneton.model import MagnetonError
     from magneton.tracer.api import KEPT_CATS
 
@@ -100,16 +104,15 @@ def run(args: argparse.Namespace) -> int:
         if p.run.status != "ok" or not p.ops:
             raise MagnetonError(f"run '{p.run.name}' has no operators to export")
     out = Path(args.output)
+    # a job's files stay inside the folder named, a run's file inside its own folder;
+    # a link out of it is refused, never followed (graphdb/files.py)
+    root = out if ranks else None
     if args.format == "folded":
         suffix = ".folded"
         targets = {r: out / f"rank{r}{suffix}" for r in profiles} if ranks else {-1: out}
         for r, p in profiles.items():
             lines = folded_stacks(p)
-            try:
-                targets[r].parent.mkdir(parents=True, exist_ok=True)
-                targets[r].write_text("".join(f"{k} {v}\n" for k, v in lines.items()))
-            except OSError as e:
-                raise MagnetonError(f"cannot write {targets[r]}: {e.strerror or e}") from None
+            write_confined(targets[r], "".join(f"{k} {v}\n" for k, v in lines.items()), root)
             total = sum(lines.values())
             print(f"wrote {targets[r]}: {len(lines)} stacks, {total} µJ per call")
         print("render with flamegraph.pl --countname uJ, or open in https://www.speedscope.app")
@@ -117,11 +120,7 @@ def run(args: argparse.Namespace) -> int:
     targets = {r: out / f"rank{r}.json" for r in profiles} if ranks else {-1: out}
     for r, p in profiles.items():
         trace = build_trace(p)
-        try:
-            targets[r].parent.mkdir(parents=True, exist_ok=True)
-            targets[r].write_text(json.dumps(trace))
-        except OSError as e:
-            raise MagnetonError(f"cannot write {targets[r]}: {e.strerror or e}") from None
+        write_confined(targets[r], json.dumps(trace), root)
         ev = trace["traceEvents"]
         n_ops = sum(1 for e in ev if e.get("cat") == "cpu_op")
         on_device = [e for e in ev if e.get("cat") in _GPU_CATS.values()]

@@ -5,7 +5,9 @@ file's `distributedInfo`, else from a `rank<N>` in its name) becomes job NAME wi
 `NAME/rank<r>`, stored through the same merge as a multi-rank recording
 (tracer/distributed/worker.py), so `magneton diff NAME OTHER` compares the jobs rank by rank.
 Every trace is parsed and priced before anything is written: a bad file in a directory
-leaves the DB untouched. A single file is saved without importing torch (the job path
+leaves the DB untouched. The parse runs under the import's memory and time limits
+(`--memory-mb`, `--time-limit-s`; graphdb/limits.py): a gzip that inflates past a quarter
+of the memory limit, or a parse past it, is refused in one line. A single file is saved without importing torch (the job path
 goes through tracer/distributed/worker.py, which does), which keeps a 40k-event import's memory
 to the trace and the DB. What is read and how energy is obtained: tracer/capture/kineto.py,
 docs/traces.md.
@@ -50,23 +52,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="energy model profile for the estimate (default: from the trace's GPU name)",
     )
     p.add_argument("--replace", action="store_true", help="overwrite runs of the same names")
+    from magneton.commands.query import add_limit_args
+
+    add_limit_args(p, "import", "4096", "1800")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from magneton.tracer.api import find_trace_files, read_trace
+    from magneton.graphdb import import_limits, limited
+    from magneton.tracer.api import find_trace_files
 
     if args.power and not args.power.startswith("meter:"):
         raise MagnetonError(f"--power must be meter:FILE[@OFFSET_S], not {args.power!r}")
+    limits = import_limits(args.memory_mb, args.time_limit_s)
     files = find_trace_files(args.trace)
     per_rank = len(files) > 1 or Path(args.trace).is_dir()
-    profiles = {}
-    for f in files:  # one parsed trace in memory at a time: a job may have many ranks
-        tf = read_trace(f)
-        if per_rank and tf.rank in profiles:
-            raise MagnetonError(f"two traces for rank {tf.rank} in {args.trace}; keep one per rank")
-        name = f"{args.run}/rank{tf.rank}" if per_rank else args.run
-        profiles[tf.rank] = (_convert(tf, name, args), tf.world_size, str(tf.path))
+    with limited(limits):  # the parse and pricing; the DB write below is not starved
+        profiles = _parse_all(files, per_rank, args, limits.memory_mb << 20)
     if not per_rank:
         _save_one(args.db, profiles[next(iter(profiles))][0], args.replace)
         return 0
@@ -80,6 +82,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_all(files: list[Path], per_rank: bool, args: argparse.Namespace, memory_b: int) -> dict:
+    """rank → (profile, world size, path) of every trace, each checked and priced."""
+    from magneton.tracer.api import read_trace
+
+    profiles = {}
+    for f in files:  # one parsed trace in memory at a time: a job may have many ranks
+        # the JSON text may take a quarter of the memory limit: its parse takes the rest
+        tf = read_trace(f, max_bytes=memory_b // 4)
+        if per_rank and tf.rank in profiles:
+            raise MagnetonError(f"two traces for rank {tf.rank} in {args.trace}; keep one per rank")
+        name = f"{args.run}/rank{tf.rank}" if per_rank else args.run
+        profiles[tf.rank] = (_convert(tf, name, args), tf.world_size, str(tf.path))
+    return profiles
+
+
 def _convert(tf: TraceFile, name: str, args: argparse.Namespace) -> Profile:
     from magneton.tracer.api import estimate_energy, meter_energy, profile_from_trace
 
@@ -87,8 +104,7 @@ def _convert(tf: TraceFile, name: str, args: argparse.Namespace) -> Profile:
     if not profile.ops:
         raise MagnetonError(f"{tf.path} has no cpu_op or GPU events to import")
     if args.power:
-        base = int(tf.doc.get("baseTimeNanoseconds", 0) or 0)
-        meter_energy(profile, args.power, base_time_ns=base)
+        meter_energy(profile, args.power, base_time_ns=tf.base_time_ns)
     else:
         estimate_energy(profile, args.model)
     from magneton.tracer.api import check_profile
@@ -98,11 +114,20 @@ def _convert(tf: TraceFile, name: str, args: argparse.Namespace) -> Profile:
     print(
         f"{tf.path.name} -> run '{name}': {stats.operators} operators "
         f"({stats.cpu_ops} cpu_ops), {stats.kernels} kernels, {stats.memcpys} memcpys, "
-        f"{stats.memsets} memsets; launches linked {stats.launched}/{stats.gpu_activities}, "
-        f"from an operator {stats.from_operator}; {run.energy_j:.4g} J "
+        f"{stats.memsets} memsets; launches linked {stats.launched}/{stats.gpu_activities}"
+        + _ambiguous(stats.ambiguous)
+        + f", from an operator {stats.from_operator}; {run.energy_j:.4g} J "
         f"({run.energy_method}, {run.power_source})"
     )
     return profile
+
+
+def _ambiguous(n: int) -> str:
+    """The GPU activities left unlinked because several launches share their correlation
+    id (tracer/capture/kineto.py): said, so "linked 0/5" is not a mystery."""
+    if not n:
+        return ""
+    return f" ({n} not linked: several launches share their correlation id)"
 
 
 def _save_one(db_path: str, profile: Profile, replace: bool) -> None:

@@ -6,7 +6,8 @@ The multi-node recipe (docs/distributed.md): the ranks are started by torchrun
 DIR/shards/NAME/; with DIR on a shared filesystem merge them here once the job is done,
 else copy those directories to one machine first. Shards are files or directories (searched recursively). Nothing is written when
 a run of the same name already exists, unless --replace; merging node by node is fine
-(ranks already in the DB stay).
+(ranks already in the DB stay). Shards are read and checked under the import limits
+(`--memory-mb`, `--time-limit-s`; graphdb/limits.py), one line when passed.
 """
 
 from __future__ import annotations
@@ -34,14 +35,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--delete", action="store_true", help="delete the shard files once they are merged"
     )
+    from magneton.commands.query import add_limit_args
+
+    add_limit_args(p, "import", "4096", "1800")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from magneton.graphdb import import_limits, limited
     from magneton.tracer.api import find_shards, merge_shards, read_shard
 
+    limits = import_limits(args.memory_mb, args.time_limit_s)
     paths = find_shards(args.shards)
-    shards = [read_shard(p) for p in paths]
+    with limited(limits):  # reading and checking the shards; the DB write is not starved
+        shards = [read_shard(p, max_bytes=(limits.memory_mb << 20) // 4) for p in paths]
     if not shards:
         raise MagnetonError("no shards to merge")
     merged = merge_shards(args.db, shards, replace=args.replace)

@@ -1,12 +1,15 @@
 """`magneton query --db DIR "CYPHER" [--json|--csv] [--limit N]`: read-only Cypher over a
 profile DB.
 
-The DB is opened read-only and write clauses (and `LOAD FROM`, which reads other files)
-are refused before running (see graphdb/guard.py), so a query can never change recorded
-runs. The query runs in a child process that streams its rows (graphdb/contained.py): an
-engine crash is one line and exit 1, a huge result is cut at `--limit` rows (said on
-stderr), and `--json`/`--csv` print rows as they arrive. The schema and example queries
-are in docs/schema.md.
+The DB is opened read-only and only what graphdb/guard.py's allow-list of read-only
+clauses, catalog procedures and functions admits runs (no files, extensions or other
+databases), so a query can never change recorded runs or reach outside the DB. The query
+runs in a child process that streams its rows (graphdb/contained.py), under a memory and
+a time limit (`--memory-mb`, `--time-limit-s`; graphdb/limits.py): an engine crash or a
+limit passed is one line and exit 1, a huge result is cut at `--limit` rows (said on
+stderr), and `--json`/`--csv` print rows as they arrive. Cells are printed as text, never
+as rich markup or emoji codes (a run named `:x:` stays `:x:`). The schema and example
+queries are in docs/schema.md.
 """
 
 from __future__ import annotations
@@ -49,10 +52,31 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="print at most N rows (default 10000; 0: all); a query's own LIMIT is kept",
     )
+    add_limit_args(p, "query", "2048", "600")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print a JSON list of row objects")
     fmt.add_argument("--csv", action="store_true", help="print CSV with a header row")
     p.set_defaults(func=run)
+
+
+def add_limit_args(p: argparse.ArgumentParser, kind: str, memory: str, time_s: str) -> None:
+    """`--memory-mb` and `--time-limit-s` of a query or an import (graphdb/limits.py)."""
+    env = f"MAGNETON_{kind.upper()}"
+    p.add_argument(
+        "--memory-mb",
+        type=float,
+        default=None,
+        metavar="N",
+        help=f"memory the {kind} may use (default {memory}, or {env}_MEMORY_MB); past it the "
+        f"{kind} is refused in one line",
+    )
+    p.add_argument(
+        "--time-limit-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help=f"seconds the {kind} may run (default {time_s}, or {env}_TIME_LIMIT_S; 0: none)",
+    )
 
 
 def _params(items: list[str]) -> dict[str, Any]:
@@ -86,7 +110,9 @@ def run(args: argparse.Namespace) -> int:
     from magneton.graphdb import DEFAULT_ROW_LIMIT, stream_query
 
     limit = DEFAULT_ROW_LIMIT if args.limit is None else max(0, args.limit)
-    res = stream_query(args.db, args.cypher, _params(args.param), limit)
+    res = stream_query(
+        args.db, args.cypher, _params(args.param), limit, args.memory_mb, args.time_limit_s
+    )
     if args.json:
         _print_json(res)
     elif args.csv:

@@ -140,7 +140,7 @@ def _print_recorded(profile, db: str, described: str = "", advice: str = "") -> 
         return 1
     line = spread_line(profile, db)
     if line:
-        Console(highlight=False, soft_wrap=True).print(line)
+        Console(highlight=False, soft_wrap=True, emoji=False).print(line)
     return 0
 
 

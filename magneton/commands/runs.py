@@ -30,12 +30,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _console() -> Console:
     """A rich console. Piped output gets a wide page instead of rich's 80 columns, so
-    `magneton runs | less` and captured output keep whole cells."""
+    `magneton runs | less` and captured output keep whole cells. No emoji codes: a run
+    named `:x:` (or a query cell holding it) printed as an emoji; user text is escaped
+    for markup by the callers, and emoji codes are not markup."""
     from rich.console import Console
 
-    console = Console()
+    console = Console(emoji=False)
     if not console.is_terminal:
-        console = Console(width=200)
+        console = Console(width=200, emoji=False)
     return console
 
 

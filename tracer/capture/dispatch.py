@@ -37,6 +37,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 import torch
@@ -282,7 +283,9 @@ class TimingCapture(RecorderMode):
 
     def __init__(self):
         super().__init__()
-        self.raw: list[tuple[Any, int, int]] = []
+        # (func, start_ns, end_ns); CpuTimingCapture (tracer/timing/passes.py) appends the
+        # process CPU clock's start and end as well
+        self.raw: list[tuple[Any, ...]] = []
         self._append = self.raw.append
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None, _clock=time.perf_counter_ns):
@@ -422,7 +425,7 @@ class StructureCapture(RecorderMode):
             self._pending.append((rec, self._pool.submit(dense)))
         self.result.tensors.append(rec)
         key = id(t)
-        self._live[key] = _Live(weakref.ref(t, lambda _r, k=key: self._forget(k)), rec.idx)
+        self._live[key] = _Live(weakref.ref(t, lambda _r: self._forget(key)), rec.idx)
         sk = _storage_key(t)
         if sk is not None:
             self._by_storage.setdefault(sk, []).append(key)
@@ -440,7 +443,7 @@ class StructureCapture(RecorderMode):
 
     def _stack(self) -> list[int]:
         frames: list[int] = []
-        f = sys._getframe(3)  # above _stack, _dispatch and __torch_dispatch__
+        f: FrameType | None = sys._getframe(3)  # above _stack, _dispatch and __torch_dispatch__
         while f is not None:
             code = f.f_code
             fn = code.co_filename
@@ -596,7 +599,7 @@ def _schema_values(func, args, kwargs):
 
 
 def _mutated_tensors(func, args, kwargs) -> list[torch.Tensor]:
-    out = []
+    out: list[torch.Tensor] = []
     for a, v in _schema_values(func, args, kwargs):
         if a.alias_info is not None and a.alias_info.is_write:
             flat, _ = tree_flatten(v)

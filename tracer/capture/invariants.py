@@ -176,7 +176,9 @@ def _cached(t: torch.Tensor) -> tuple[tuple | None, dict | None]:
     if t.numel() < CACHE_MIN_NUMEL:
         return None, None
     key = _cache_key(t)
-    hit = _cache.get(key) if key is not None else None
+    if key is None:
+        return None, None
+    hit = _cache.get(key)
     if hit is not None:
         if _unchanged(hit.ref, hit.version):
             return key, _copy(hit.summary)
@@ -474,7 +476,7 @@ def _int_summary(a: np.ndarray, cls: str) -> dict:
     h2 = hashlib.blake2b(digest_size=8)
     h2.update(repr(canonical_shape(a.shape)).encode())
     h2.update(flat.tobytes())
-    out = {"value_hash": f"{cls}:{h1}:{h2.hexdigest()}"}
+    out: dict[str, str | list[float]] = {"value_hash": f"{cls}:{h1}:{h2.hexdigest()}"}
     if flat.size:
         out["quantiles"] = _quantiles_sorted(srt.astype(np.float64))
     return out
@@ -572,8 +574,8 @@ def _omega(n: int, width: int) -> np.ndarray:
 
 def _spectra(x: np.ndarray, splits: tuple[Split, ...], scale: float) -> tuple[list, list]:
     k = x.ndim
+    lens: list[int] = []
     if scale == 0.0:
-        lens = []
         for sp in splits:
             m = math.prod(x.shape[j] for j in sp.rows)
             lens.append(min(TOP_K, m, x.size // m))
@@ -581,7 +583,6 @@ def _spectra(x: np.ndarray, splits: tuple[Split, ...], scale: float) -> tuple[li
     xs = x / scale if x.dtype == np.float64 else x.astype(np.float64) / scale
     core = None
     inv: list[float] = []
-    lens: list[int] = []
     for sp in splits:
         if sp.exact:
             cols = tuple(j for j in range(k) if j not in sp.rows)

@@ -49,10 +49,10 @@ not its rated power); host operators are not priced. Those figures are labelled 
 from __future__ import annotations
 
 import datetime as _dt
-import gzip
 import json
 import math
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,6 +95,9 @@ class ImportStats:
     launched: int = 0  # GPU activities whose launch was found by correlation
     from_operator: int = 0  # ... and whose launch lies inside a cpu_op
     frames: int = 0
+    # GPU activities whose correlation id several launches carry: which one launched
+    # them is unknown, so none is taken (all-equal ids linked every kernel to one launch)
+    ambiguous: int = 0
 
     @property
     def gpu_activities(self) -> int:
@@ -159,6 +162,7 @@ class TraceFile:
     rank: int = 0
     world_size: int = 1
     backend: str = ""
+    base_time_ns: int = 0  # `baseTimeNanoseconds`, checked (0 when absent)
 
 
 @dataclass
@@ -194,40 +198,99 @@ def find_trace_files(path: str | Path) -> list[Path]:
     raise MagnetonError(f"no such trace file or directory: {p}")
 
 
-def read_trace(path: str | Path) -> TraceFile:
-    """Load one Chrome/Kineto JSON trace, gzipped or not (told apart by content)."""
+# Deepest nesting of host events on one thread that is read: a Python stack cannot be
+# deeper than the interpreter's recursion limit (1000) and the operators within it are a
+# few levels; a trace of 30k events nested in each other took 1.5-3 GB and a recursion
+# error (each event keeps the frames enclosing it).
+MAX_NESTING = 1024
+
+
+def read_trace(path: str | Path, max_bytes: int | None = None) -> TraceFile:
+    """Load one Chrome/Kineto JSON trace, gzipped or not (told apart by content).
+
+    `max_bytes` bounds the JSON text (after inflating): a 2 MB gzip that inflates to
+    2 GiB is refused as soon as it passes the bound, not after inflating it all."""
     path = Path(path)
     try:
         raw = path.read_bytes()
         if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
+            raw = _inflate(raw, path, max_bytes)
+        elif max_bytes is not None and len(raw) > max_bytes:
+            raise _too_big(path, max_bytes)
         doc = json.loads(raw)
-    except (OSError, EOFError, ValueError) as e:
+    except (OSError, EOFError, ValueError, zlib.error) as e:
         raise MagnetonError(f"{path} is not a readable JSON trace ({e})") from None
+    except RecursionError:
+        raise MagnetonError(
+            f"{path} is not a readable JSON trace (its JSON is nested too deep)"
+        ) from None
     if isinstance(doc, list):  # the Chrome format also allows a bare event array
         doc = {"traceEvents": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise MagnetonError(f"{path} is not a Chrome trace (no traceEvents list)")
+    from magneton.tracer.capture.validate import BadValue
+
+    try:
+        return _trace_file(path, doc)
+    except BadValue as e:
+        raise MagnetonError(f"{path}: {e}; nothing was stored") from None
+
+
+def _too_big(path: Path, max_bytes: int) -> MagnetonError:
+    return MagnetonError(
+        f"{path}: its JSON is larger than {max_bytes >> 20} MB, more than the import's "
+        "memory limit allows (--memory-mb raises it); nothing was stored",
+        exit_code=1,
+    )
+
+
+def _inflate(raw: bytes, path: Path, max_bytes: int | None) -> bytes:
+    """The gzip member(s) of `raw`, inflated in chunks up to `max_bytes`."""
+    out: list[bytes] = []
+    total = 0
+    d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    data = raw
+    while data:
+        chunk = d.decompress(data, 1 << 20)
+        total += len(chunk)
+        if max_bytes is not None and total > max_bytes:
+            raise _too_big(path, max_bytes)
+        out.append(chunk)
+        data = d.unconsumed_tail
+        if not data and d.eof and d.unused_data:  # a second gzip member
+            data, d = d.unused_data, zlib.decompressobj(zlib.MAX_WBITS | 16)
+    out.append(d.flush())  # what zlib still holds of the consumed input (< its window)
+    if not d.eof:
+        raise EOFError("the gzip stream ends early")
+    return b"".join(out)
+
+
+def _trace_file(path: Path, doc: dict) -> TraceFile:
+    """The trace's top-level fields, each checked (tracer/capture/validate.py): a field of
+    the wrong type (`deviceProperties` "x", `baseTimeNanoseconds` "abc") was a traceback."""
+    from magneton.tracer.capture.validate import BadValue, integer
+
     dist = doc.get("distributedInfo") or {}
     if not isinstance(dist, dict):
-        raise MagnetonError(f"{path}: distributedInfo: expected an object; nothing was stored")
+        raise BadValue("distributedInfo: expected an object")
     rank = dist.get("rank")
     if rank is None:
         m = re.search(r"rank[-_]?(\d+)", path.name)
         rank = int(m.group(1)) if m else 0
-    from magneton.tracer.capture.validate import BadValue, integer
-
-    try:
-        rank = integer(rank, "distributedInfo.rank", low=0)
-        world = integer(dist.get("world_size", 1) or 1, "distributedInfo.world_size", low=1)
-    except BadValue as e:
-        raise MagnetonError(f"{path}: {e}; nothing was stored") from None
+    rank = integer(rank, "distributedInfo.rank", low=0)
+    world = integer(dist.get("world_size", 1) or 1, "distributedInfo.world_size", low=1)
+    backend = dist.get("backend", "")
+    if not isinstance(backend, str):
+        raise BadValue(f"distributedInfo.backend: expected a string, got {backend!r:.40}")
+    props = doc.get("deviceProperties")
+    if props is not None and not (
+        isinstance(props, list) and all(isinstance(p, dict) for p in props)
+    ):
+        raise BadValue(f"deviceProperties: expected a list of objects, got {props!r:.40}")
+    base = doc.get("baseTimeNanoseconds")
+    base = 0 if base is None else integer(base, "baseTimeNanoseconds", low=0)
     return TraceFile(
-        path=path,
-        doc=doc,
-        rank=rank,
-        world_size=world,
-        backend=str(dist.get("backend", "")),
+        path=path, doc=doc, rank=rank, world_size=world, backend=backend, base_time_ns=base
     )
 
 
@@ -271,6 +334,9 @@ def _check_event(e: dict, i: int, path: Path) -> None:
         return x
 
     try:
+        cat = e.get("cat")
+        if cat is not None and not isinstance(cat, str):
+            raise BadValue(f"{where}.cat: expected a string, got {cat!r:.40}")
         ts = us("ts", e["ts"], -MAX_TRACE_US)
         dur = us("dur", e.get("dur", 0) or 0, 0)
         if abs(ts) + dur > MAX_TRACE_US:
@@ -296,8 +362,9 @@ def _tid(v: Any) -> int:
     return i if i is not None else abs(hash(str(v))) % (1 << 31)
 
 
-def _nest(nodes: list[_Node], frames: dict[tuple, int], frame_list: list[FrameRecord]) -> None:
-    """Link each node of one thread to its innermost enclosing cpu_op and python frames.
+def _nest(nodes: list[_Node], frames: dict[tuple, int], frame_list: list[FrameRecord]) -> bool:
+    """Link each node of one thread to its innermost enclosing cpu_op and python frames;
+    False (and nothing linked further) once events nest deeper than `MAX_NESTING`.
 
     Sorted by (start, longer first) and swept with a stack of open intervals: O(n log n)."""
     nodes.sort(key=lambda n: (n.start, -(n.end - n.start), n.kind != "python"))
@@ -307,6 +374,8 @@ def _nest(nodes: list[_Node], frames: dict[tuple, int], frame_list: list[FrameRe
             stack.pop()
         while stack and n.end > stack[-1].end + _NEST_SLACK_US:
             stack.pop()
+        if len(stack) >= MAX_NESTING:
+            return False
         for s in reversed(stack):
             if s.kind == "cpu_op":
                 n.parent_op = s
@@ -324,6 +393,7 @@ def _nest(nodes: list[_Node], frames: dict[tuple, int], frame_list: list[FrameRe
             n.parent_op.children.append(n)
         if n.kind != "launch":
             stack.append(n)
+    return True
 
 
 def _chains(n: _Node, prefix: list[str], out: list[str], limit: int = 64) -> None:
@@ -413,11 +483,14 @@ def profile_from_trace(tf: TraceFile, run: str) -> tuple[Profile, ImportStats]:
     threads: dict[tuple, list[_Node]] = {}
     gpu: list[dict] = []
     launches: dict[int, _Node] = {}
+    shared: set[int] = set()  # correlation ids of more than one launch
     kept = HostEvents()
     for i, e in enumerate(tf.doc["traceEvents"]):
         if not isinstance(e, dict) or e.get("ph") != "X" or "ts" not in e:
             continue
         cat = e.get("cat")
+        if cat is not None and not isinstance(cat, str):
+            _check_event(e, i, tf.path)  # names the field and refuses the trace
         if cat in KEPT_CATS or (
             cat == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep")
         ):
@@ -439,11 +512,20 @@ def profile_from_trace(tf: TraceFile, run: str) -> tuple[Profile, ImportStats]:
         if kind == "launch":
             corr = _int(_args(e).get("correlation"))
             if corr >= 0:
+                if corr in launches:
+                    shared.add(corr)
                 launches[corr] = node
+    for corr in shared:  # several launches carry it: which one launched what is unknown
+        del launches[corr]
     frame_keys: dict[tuple, int] = {}
     profile = Profile(run=RunInfo(name=run))
-    for nodes in threads.values():
-        _nest(nodes, frame_keys, profile.frames)
+    for (pid, tid), nodes in threads.items():
+        if not _nest(nodes, frame_keys, profile.frames):
+            raise MagnetonError(
+                f"{tf.path}: host events nested more than {MAX_NESTING} deep on thread "
+                f"{tid!r:.40} of process {pid!r:.40} (no profiler stack is that deep); "
+                "nothing was stored"
+            )
     cpu_ops = [n for nodes in threads.values() for n in nodes if n.kind == "cpu_op"]
     _relink_by_external_id(cpu_ops, launches)
     stats.cpu_ops = len(cpu_ops)
@@ -457,7 +539,9 @@ def profile_from_trace(tf: TraceFile, run: str) -> tuple[Profile, ImportStats]:
         records.append((_cpu_op_record(n), -1))
     stats.operators = len(tops)
     for e in gpu:
-        launch = launches.get(_int(_args(e).get("correlation")))
+        corr = _int(_args(e).get("correlation"))
+        launch = launches.get(corr)
+        stats.ambiguous += corr in shared
         stats.launched += launch is not None
         stats.from_operator += launch is not None and launch.parent_op is not None
         cat = e.get("cat")
@@ -529,7 +613,7 @@ def _fill_run(info: RunInfo, tf: TraceFile, profile: Profile) -> None:
 
 
 def _config(tf: TraceFile, stats: ImportStats) -> dict[str, str]:
-    props = tf.doc.get("deviceProperties") or []
+    props = tf.doc.get("deviceProperties") or []  # a list of objects (`_trace_file`)
     cfg = {
         "trace.file": str(tf.path),
         "trace.gpu": str(props[0].get("name", "")) if props else "",

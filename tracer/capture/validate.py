@@ -115,7 +115,7 @@ def _check(v: Any, tp: Any, where: str, unit: str | None, non_negative: bool) ->
         if len(rest) == 1:
             _check(v, rest[0], where, unit, non_negative)
         return  # a real union: the model has none among stored fields
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(v, tp):
             raise BadValue(f"{where}: expected an object, got {_show(v)}")
         _explain(v, where)
@@ -153,7 +153,7 @@ def _check(v: Any, tp: Any, where: str, unit: str | None, non_negative: bool) ->
 
 def _explain(obj: Any, where: str) -> None:
     """Walk a record field by field and raise BadValue at the first offending value."""
-    cls = type(obj)
+    cls: type = type(obj)  # type[Any], which mypy does not take for Hashable
     for f in dataclasses.fields(obj):
         v = getattr(obj, f.name)
         non_negative = (cls.__name__, f.name) in NON_NEGATIVE
@@ -177,7 +177,7 @@ def _fast(tp: Any, unit: str | None, non_negative: bool) -> Ok:
             return lambda v: True
         inner = _fast(rest[0], unit, non_negative)
         return lambda v: v is None or inner(v)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return lambda v: isinstance(v, tp) and _record_ok(v)
     if tp is bool:
         return lambda v: type(v) is bool
@@ -187,9 +187,9 @@ def _fast(tp: Any, unit: str | None, non_negative: bool) -> Ok:
     if tp is float:
         if unit is None or unit == "_ns":
             return lambda v: type(v) is float or type(v) is int
-        hi, low = BOUNDS[unit], 0.0 if non_negative else -BOUNDS[unit]
+        hi, lo = BOUNDS[unit], 0.0 if non_negative else -BOUNDS[unit]
         # NaN fails both comparisons; an int too large for a float raises, caught below
-        return lambda v: (type(v) is float or type(v) is int) and low <= v <= hi
+        return lambda v: (type(v) is float or type(v) is int) and lo <= v <= hi
     if tp is str:
         return lambda v: type(v) is str
     if origin in (list, tuple):
@@ -221,8 +221,9 @@ def _record_checks(cls: type) -> list[tuple[str, Ok]]:
 
 
 def _record_ok(obj: Any) -> bool:
+    cls: type = type(obj)  # type[Any], which mypy does not take for Hashable
     try:
-        return all(ok(getattr(obj, name)) for name, ok in _record_checks(type(obj)))
+        return all(ok(getattr(obj, name)) for name, ok in _record_checks(cls))
     except (OverflowError, TypeError):
         return False
 

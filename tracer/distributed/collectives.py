@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 from magneton.model import CollectiveTimes, Profile
@@ -206,7 +207,7 @@ def _caller_waits_now(c10d_file: str, dist: Any) -> bool:
     """Whether the Python c10d wrapper that issued this op will `wait()` right after it
     returns (`async_op=False`), so waiting here changes nothing but where the time lands.
     Never inside a coalescing manager, whose works complete together at its end."""
-    f = sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     depth = 0
     while f is not None and depth < 64:
         if f.f_code.co_filename == c10d_file:

@@ -80,17 +80,17 @@ def merge_shards(
             for name, s in sorted(by_name.items(), key=lambda kv: (kv[1].job, kv[1].rank)):
                 if s.profile is not None:
                     handle.save_profile(s.profile, replace=replace)
-                    r = s.profile.run
+                    info = s.profile.run
                     out.append(
                         MergedRun(
                             run=name,
                             rank=s.rank,
-                            status=r.status,
+                            status=info.status,
                             ops=len(s.profile.ops),
-                            time_s=r.time_s,
-                            energy_j=r.energy_j,
-                            energy_method=r.energy_method,
-                            power_source=r.power_source,
+                            time_s=info.time_s,
+                            energy_j=info.energy_j,
+                            energy_method=info.energy_method,
+                            power_source=info.power_source,
                         )
                     )
                 else:

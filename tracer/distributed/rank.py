@@ -353,6 +353,7 @@ def run_worker(
     _teardown()
     if not quiet:
         r = shard.run
+        assert shard.profile is not None  # record_rank returns a recorded rank or raises
         print(
             f"rank {shard.rank}: recorded '{r.name}' ({len(shard.profile.ops)} operators, "
             f"{r.time_s * 1e3:.2f} ms/call) -> {shard_path(shard_dir, shard.rank)}"

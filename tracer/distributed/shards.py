@@ -12,6 +12,10 @@ prevents:
   failure lands in the DB with the other ranks.
 * Typed run metadata (`Profile.dist`) travels as the same config rows the DB stores, so
   the shard format did not change when it became typed.
+* Read as data from outside (`read_shard`): every field typed and bounded
+  (tracer/capture/validate.py), the version an integer, the profile's indices dense and
+  its references in range, the inflated JSON within the merge's memory limit; any
+  offence is one line and nothing is merged.
 """
 
 from __future__ import annotations
@@ -133,20 +137,23 @@ def write_shard(path: str | Path, shard: Shard) -> Path:
     return path
 
 
-def read_shard(path: str | Path) -> Shard:
+def read_shard(path: str | Path, max_bytes: int | None = None) -> Shard:
+    """A shard file, every value checked before anything is merged; `max_bytes` bounds
+    its JSON text (inflated), so a gzip bomb is refused before it fills the memory."""
     path = Path(path)
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, EOFError, ValueError) as e:
-        raise MagnetonError(f"{path} is not a readable Magneton shard ({e})") from None
+    doc = _load(path, max_bytes)
     if not isinstance(doc, dict) or doc.get("format") != SHARD_FORMAT:
         raise MagnetonError(f"{path} is not a Magneton shard")
-    if int(doc.get("version", 0)) > SHARD_VERSION:
-        raise MagnetonError(
-            f"{path} was written by a newer Magneton (shard version {doc['version']}); upgrade"
-        )
     from magneton.tracer.capture.validate import BadValue, check_profile, check_record, integer
+
+    try:  # "version": "abc" or null was a traceback
+        version = integer(doc.get("version"), "version", low=1)
+    except BadValue as e:
+        raise MagnetonError(f"{path}: {e}; nothing was merged") from None
+    if version > SHARD_VERSION:
+        raise MagnetonError(
+            f"{path} was written by a newer Magneton (shard version {version}); upgrade"
+        )
 
     # Every value is checked here, before anything is merged (tracer/capture/validate.py): a
     # shard is a file that travelled between machines, and a rank "zero" or a NaN energy
@@ -175,6 +182,7 @@ def read_shard(path: str | Path) -> Shard:
         raise MagnetonError(f"{path} is not a valid Magneton shard ({e})") from None
     if profile is not None:
         check_profile(profile, f"{path}: profile", stored="merged")
+        _check_indices(profile, path)
     return Shard(
         job=doc["job"],
         rank=rank,
@@ -183,6 +191,34 @@ def read_shard(path: str | Path) -> Shard:
         profile=profile,
         path=str(path),
     )
+
+
+def _load(path: Path, max_bytes: int | None) -> Any:
+    try:
+        with gzip.open(path, "rb") as f:
+            raw = f.read() if max_bytes is None else f.read(max_bytes + 1)
+        if max_bytes is not None and len(raw) > max_bytes:
+            raise MagnetonError(
+                f"{path}: its JSON is larger than {max_bytes >> 20} MB, more than the merge's "
+                "memory limit allows (--memory-mb raises it); nothing was merged",
+                exit_code=1,
+            )
+        return json.loads(raw)
+    except (OSError, EOFError, ValueError) as e:
+        raise MagnetonError(f"{path} is not a readable Magneton shard ({e})") from None
+    except RecursionError:
+        raise MagnetonError(f"{path} is not a readable Magneton shard (nested too deep)") from None
+
+
+def _check_indices(profile: Profile, path: Path) -> None:
+    """Dense indices and references in range (duplicate op indices, an input naming a
+    tensor that does not exist were tracebacks in the merge's write)."""
+    from magneton.graphdb.codec import check_structure
+
+    try:
+        check_structure(profile)
+    except (ValueError, IndexError) as e:
+        raise MagnetonError(f"{path}: profile: {e}; nothing was merged") from None
 
 
 def find_shards(paths: list[str | Path]) -> list[Path]:

@@ -174,12 +174,12 @@ def build_windows(
         for w in ws:
             if w is None:
                 continue
-            a, b = w
-            if b > a:
-                ss.append(a)
-                ee.append(b)
-                all_s.append(a)
-                all_e.append(b)
+            start, end = w
+            if end > start:
+                ss.append(start)
+                ee.append(end)
+                all_s.append(start)
+                all_e.append(end)
     if not all_s:
         raise MagnetonError("no timed operators to build least-squares windows from")
     u = _update_instants(trace)

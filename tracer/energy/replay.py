@@ -172,7 +172,7 @@ def replay_ops_detailed(
     if session.kind != "model" and math.isnan(session.idle_w):
         session.measure_idle(0.5)
     started_here = False
-    if session.live and not session.sampler.running:
+    if session.live and session.sampler is not None and not session.sampler.running:
         session.start()
         started_here = True
     window_s = max(min_window_s, min_updates * session.update_period_s)
@@ -359,7 +359,7 @@ def _prepare(func, args: tuple, kwargs: dict) -> _Prepared:
     import torch
 
     schema = func._schema
-    args = list(args)
+    call_args = list(args)  # a copy: written arguments are replaced by clones
     kwargs = dict(kwargs)
     pristine: list[tuple[torch.Tensor, torch.Tensor]] = []
     tensors: list[torch.Tensor] = []
@@ -379,8 +379,8 @@ def _prepare(func, args: tuple, kwargs: dict) -> _Prepared:
         if info is None or not info.is_write:
             continue
         is_out = a.kwarg_only or a.name.startswith("out")
-        if i < len(args) and not a.kwarg_only:
-            args[i] = clone_written(args[i], restore=not is_out)
+        if i < len(call_args) and not a.kwarg_only:
+            call_args[i] = clone_written(call_args[i], restore=not is_out)
         elif a.name in kwargs:
             kwargs[a.name] = clone_written(kwargs[a.name], restore=not is_out)
 
@@ -391,12 +391,12 @@ def _prepare(func, args: tuple, kwargs: dict) -> _Prepared:
             for x in v:
                 collect(x)
 
-    for v in list(args) + list(kwargs.values()):
+    for v in list(call_args) + list(kwargs.values()):
         collect(v)
     cuda = any(t.is_cuda for t in tensors)
 
     def call():
-        return func(*args, **kwargs)
+        return func(*call_args, **kwargs)
 
     restore = None
     if pristine:

@@ -50,6 +50,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -79,6 +80,9 @@ from magneton.tracer.timing.timeline import (
     op_windows,
     tile,
 )
+
+if TYPE_CHECKING:  # only the type: passes.py imports torch (through capture.dispatch)
+    from magneton.tracer.timing.passes import TimingPass
 
 
 def _device_key(device: str) -> str:
@@ -172,7 +176,7 @@ def attribute_traces(
     fam = np.array([_device_key(op.device) for op in ops])
     op_fams = {_device_key(op.device).split(":")[0] for op in ops}
     for k in range(iters):
-        present = [(i, w[k]) for i, w in enumerate(wins) if len(w) > k and w[k] is not None]
+        present = [(i, wk) for i, w in enumerate(wins) if len(w) > k and (wk := w[k]) is not None]
         if not present:
             continue
         idx = np.array([i for i, _ in present], dtype=int)
@@ -462,7 +466,7 @@ class EnergySession:
         self.meter_offset_used_s: float | None = None
         # the recorder's timing pass (tracer/timing/passes.py), with process-CPU windows when
         # `prices_cpu_time` said so; None for hand-built profiles and record_block
-        self.timing = None
+        self.timing: TimingPass | None = None
         # the clock pair that maps a meter's Unix timestamps onto perf_counter_ns
         self.epoch_at_start_s = time.time()
         self.perf_at_start_ns = time.perf_counter_ns()
@@ -476,6 +480,7 @@ class EnergySession:
         spec = (spec or "auto").strip()
         kind, _, arg = spec.partition(":")
         kind = kind.lower()
+        src: PowerSource
         if kind == "auto":
             reasons = []
             if device.startswith("cuda"):
@@ -800,7 +805,8 @@ class EnergySession:
             for op, w in zip(profile.ops, wins, strict=True)
             if w and w[0] is not None
         )
-        t, p = [], []
+        t: list[int] = []
+        p: list[float] = []
         for s, e, w in items:
             if t and s > t[-1]:
                 t.append(t[-1])
@@ -824,7 +830,7 @@ class EnergySession:
         base = attribute_traces(ops, traces)
         # the solution's per-type power times each op's own time gives its share; gap time
         # is priced at the solved "(between ops)" power; shares then split the measured total
-        total_w = {}
+        total_w: dict[str, float] = {}
         sols = []
         for tr in traces:
             sol = solve_trace(ops, tr, lags_s=_lag_grid(self.settle_s))

@@ -1,20 +1,37 @@
 """Record a JAX program: its jaxpr walked equation by equation.
 
 The structure is the entry's jaxpr (`jax.make_jaxpr`), walked into nested jaxprs so that
-each *primitive* the program runs becomes one `OpRecord` named `jax::<primitive>`:
+each *primitive* the program runs becomes one `OpRecord` named `jax::<primitive>`.
 
-* `jit`/`pjit`, `closed_call`, `remat`, `custom_jvp_call`, `custom_vjp_call` are inlined;
-  the jit's name becomes a module-path segment, after the equation's own name stack
-  (`jax.named_scope`, Flax module names), so the name stack is the module path.
+The entry is traced as the user wrote it. `.block_until_ready()` on a traced value (the
+usual way to time JAX, and the last line of many entries) is the identity while tracing;
+without that the trace failed with "The 'block_until_ready' method is not available on
+traced array". An entry that JAX cannot trace at all because it reads values on the host
+(`float(loss)`, `np.asarray(x)`, an `if` on an array: a host round trip) is *captured
+eagerly* instead (`_capture_eagerly`): it runs once as plain Python while every
+primitive it binds at the top level (each call of a jitted function is one `pjit`) is
+written into a jaxpr of the same form, so the rest of this module walks it unchanged.
+The host's decisions are those of that run (as a jaxpr's are those of its trace).
+
+* `jit`/`pjit`, `closed_call`, `remat`/`checkpoint`, `custom_jvp_call`,
+  `custom_vjp_call` are inlined; the jit's name becomes a module-path segment, after the
+  equation's own name stack (`jax.named_scope`, Flax module names), so the name stack is
+  the module path. A `jax.checkpoint`ed function's recomputation in the backward pass
+  is inlined too: that recomputation is the cost a remat policy adds.
 * `cond` runs the branch its index selects (read from the concrete index), under `cond`.
 * `scan` is unrolled: per iteration a `jax::scan_slice` operator takes the iteration's
   slices of the scanned inputs, and one `jax::scan_stack` operator stacks the outputs,
-  so dataflow stays explicit; a scan of more than `MAX_UNROLLED_EQNS` body equations in
-  all stays one operator (its body runs compiled).
-* `while` is unrolled the same way when it ends within `MAX_WHILE_TRIPS` iterations
-  (counted once with JAX's own evaluator, before anything is recorded, so the structure
-  and the replay make the same decision); longer loops stay one operator.
-* Any other primitive with a sub-jaxpr (`custom_linear_solve`, ...) runs as one operator.
+  so dataflow stays explicit. Unrolling stops at `MAX_UNROLLED_EQNS` body equations in
+  all; the iterations left run as one `jax::scan` operator over the remaining slices
+  (its outputs concatenated after the unrolled ones'), so a long scan records its first
+  iterations one by one and the rest as one cost.
+* `while` is unrolled the same way, up to `MAX_UNROLLED_EQNS` condition and body
+  equations; the trips left run as one `jax::while` operator on the carried values.
+  Both loops decide from the values alone, so the structure pass and each replay run
+  the same operator sequence.
+* `custom_linear_solve` (`jax.scipy.sparse.linalg.cg` and the other iterative solvers)
+  runs its `solve` jaxpr, as JAX's implementation does, so the solver's loop is walked.
+* Any other primitive with a sub-jaxpr runs as one operator.
 
 Every walk makes the same control-flow decisions from the same inputs, so the structure
 pass and each unfused replay yield the same operator sequence.
@@ -32,9 +49,11 @@ recorded like any other integer tensor.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,9 +73,15 @@ from magneton.tracer.frameworks.base import (
     user_dirs,
 )
 
-MAX_UNROLLED_EQNS = 4096  # body equations of one scan, all iterations together
-MAX_WHILE_TRIPS = 256
-_INLINED = ("pjit", "jit", "closed_call", "core_call", "remat", "checkpoint")
+MAX_UNROLLED_EQNS = 4096  # body equations of one loop, all unrolled iterations together
+_INLINED = ("pjit", "jit", "closed_call", "core_call", "remat", "remat2", "checkpoint")
+# a concrete value needed while tracing: the entry reads a value on the host
+_HOST_ERRORS = (
+    "ConcretizationTypeError",
+    "TracerArrayConversionError",
+    "TracerBoolConversionError",
+    "TracerIntegerConversionError",
+)
 _CUSTOM = ("custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr")
 # JAX's dispatch machinery between an API function and its primitive: not an API
 _WRAPPERS = (
@@ -127,13 +152,12 @@ def _params_text(eqn: Any) -> str:
 class _Walker:
     """Evaluates a closed jaxpr, calling `leaf(step, invals, path)` for each operator."""
 
-    def __init__(self, jax: Any, leaf: Callable[[_Step, list, tuple], list], trips: dict):
+    def __init__(self, jax: Any, leaf: Callable[[_Step, list, tuple], list]):
         from jax.extend import core as jcore
 
         self.jax = jax
         self.leaf = leaf
         self.literal_cls = jcore.Literal
-        self.trips = trips  # id(while eqn) -> unrolled?, decided once (see module docstring)
         self.kinds: dict[str, str] = {}  # module path -> what made it (jit, scan, ...)
 
     def run(self, closed: Any, args: list) -> list:
@@ -170,17 +194,36 @@ class _Walker:
                 sub_path = path + (str(label),)
                 return self._eval(sub.jaxpr, list(sub.consts), invals, sub_path, inner)
             if sub is not None and hasattr(sub, "eqns"):
-                return self._eval(sub, [], invals, path + (name,), inner)
+                label = "checkpoint" if name in ("remat", "remat2") else name
+                self.kinds.setdefault(path_name(path + (label,)), name)
+                return self._eval(sub, [], invals, path + (label,), inner)
         if name == "cond":
             branches = p["branches"]
             index = int(np.clip(int(np.asarray(invals[0])), 0, len(branches) - 1))
             br = branches[index]
             return self._eval(br.jaxpr, list(br.consts), invals[1:], path + ("cond",), inner)
-        if name == "scan" and p["length"] * len(p["jaxpr"].jaxpr.eqns) <= MAX_UNROLLED_EQNS:
+        if name == "custom_linear_solve" and hasattr(p.get("jaxprs"), "solve"):
+            return self._linear_solve(eqn, invals, path, inner)
+        if name == "scan":
             return self._scan(eqn, invals, path, inner)
-        if name == "while" and self._while_unrolled(eqn, invals):
+        if name == "while":
             return self._while(eqn, invals, path, inner)
         return self.leaf(_eqn_step(eqn, self.literal_cls, outer), invals, path)
+
+    def _linear_solve(self, eqn: Any, invals: list, path: tuple, outer: tuple) -> list:
+        """`custom_linear_solve` (`jax.scipy.sparse.linalg.cg`, `lax.custom_linear_solve`)
+        evaluates its `solve` jaxpr on the solver's constants and the right-hand side, as
+        JAX's own implementation does; the other jaxprs serve differentiation only."""
+        lengths = list(eqn.params["const_lengths"])
+        start = sum(lengths[:2])  # matvec's and vecmat's constants come first
+        consts = invals[start : start + lengths[2]]
+        b = invals[sum(lengths) :]
+        solve = eqn.params["jaxprs"].solve
+        if solve is None:  # nothing to walk: the primitive runs as one operator
+            return self.leaf(_eqn_step(eqn, self.literal_cls, outer), invals, path)
+        here = path + ("linear_solve",)
+        self.kinds.setdefault(path_name(here), "custom_linear_solve")
+        return self._eval(solve.jaxpr, list(solve.consts), consts + b, here, outer)
 
     def _scan(self, eqn: Any, invals: list, path: tuple, outer: tuple) -> list:
         p = eqn.params
@@ -188,11 +231,13 @@ class _Walker:
         body = p["jaxpr"]
         consts, carry, xs = invals[:nc], invals[nc : nc + ncarry], invals[nc + ncarry :]
         here = path + ("scan",)
-        lax = self.jax.lax
         jnp = self.jax.numpy
+        lax = self.jax.lax
+        own = outer[len(_frames_of(eqn)) :]
+        unrolled = min(length, max(1, MAX_UNROLLED_EQNS // max(1, len(body.jaxpr.eqns))))
+        order = list(range(length - 1, -1, -1) if p["reverse"] else range(length))
         ys: list[list] = []
-        order = range(length - 1, -1, -1) if p["reverse"] else range(length)
-        for i in order:
+        for i in order[:unrolled]:
             x_i: list = []
             if xs:
                 step = _Step(
@@ -201,62 +246,102 @@ class _Walker:
                     literal=[False] * len(xs),
                     params=f"index={i}",
                     source_info=eqn.source_info,
-                    outer=outer[len(_frames_of(eqn)) :],
+                    outer=own,
                 )
                 x_i = self.leaf(step, list(xs), here)
             out = self._eval(body.jaxpr, list(body.consts), consts + carry + x_i, here, outer)
             carry, y = out[:ncarry], out[ncarry:]
             ys.append(y)
+        n_y = len(eqn.outvars) - ncarry
+        rest: list = []
+        if unrolled < length:  # the iterations left: one operator (module docstring)
+            carry, rest = self._scan_rest(eqn, consts, carry, xs, unrolled, here, own)
         if p["reverse"]:
             ys.reverse()
-        n_y = len(eqn.outvars) - ncarry
         if not n_y:
             return carry
         if length == 0:
             return carry + [jnp.zeros(v.aval.shape, v.aval.dtype) for v in eqn.outvars[ncarry:]]
         flat = [y for it in ys for y in it]
+        if rest:  # the rest's stacked outputs join the unrolled ones, in scan order
+            flat = rest + flat if p["reverse"] else flat + rest
         step = _Step(
             name="scan_stack",
-            fn=lambda *a: [jnp.stack(a[k::n_y]) for k in range(n_y)],
+            fn=lambda *a: _stack(jnp, a, n_y, bool(rest), p["reverse"]),
             literal=[False] * len(flat),
             params=f"length={length}",
             source_info=eqn.source_info,
-            outer=outer[len(_frames_of(eqn)) :],
+            outer=own,
         )
         return carry + self.leaf(step, flat, here)
 
-    def _while_unrolled(self, eqn: Any, invals: list) -> bool:
-        key = id(eqn)
-        if key not in self.trips:
-            from jax.extend import core as jcore
-
-            p = eqn.params
-            cj, bj = p["cond_jaxpr"], p["body_jaxpr"]
-            cn, bn = p["cond_nconsts"], p["body_nconsts"]
-            cc, bc, carry = invals[:cn], invals[cn : cn + bn], invals[cn + bn :]
-            cond_fn, body_fn = jcore.jaxpr_as_fun(cj), jcore.jaxpr_as_fun(bj)
-            trips = 0
-            while trips <= MAX_WHILE_TRIPS:
-                (pred,) = cond_fn(*cc, *carry)
-                if not bool(pred):
-                    break
-                carry = list(body_fn(*bc, *carry))
-                trips += 1
-            self.trips[key] = trips <= MAX_WHILE_TRIPS
-        return self.trips[key]
+    def _scan_rest(
+        self, eqn: Any, consts: list, carry: list, xs: list, done: int, here: tuple, own: tuple
+    ) -> tuple[list, list]:
+        """The iterations of a scan after the first DONE, as one `scan` operator over the
+        remaining slices: (carry, its stacked outputs)."""
+        p = dict(eqn.params)
+        length, ncarry, reverse = p["length"], p["num_carry"], p["reverse"]
+        left = length - done
+        lax = self.jax.lax
+        if xs:
+            sl = _Step(
+                name="scan_rest_slice",
+                fn=lambda *a: [
+                    lax.slice_in_dim(x, 0, left) if reverse else lax.slice_in_dim(x, done, length)
+                    for x in a
+                ],
+                literal=[False] * len(xs),
+                params=f"start={0 if reverse else done}, length={left}",
+                source_info=eqn.source_info,
+                outer=own,
+            )
+            xs = self.leaf(sl, list(xs), here)
+        p["length"] = left
+        prim = eqn.primitive
+        bind_params = prim.get_bind_params(p)
+        step = _Step(
+            name="scan",
+            fn=lambda *a: list(prim.bind(*a, **bind_params)),
+            literal=[False] * (len(consts) + len(carry) + len(xs)),
+            params=f"length={left}, trips={left} (after {done} unrolled)",
+            source_info=eqn.source_info,
+            outer=own,
+        )
+        out = self.leaf(step, consts + carry + list(xs), here)
+        return out[:ncarry], out[ncarry:]
 
     def _while(self, eqn: Any, invals: list, path: tuple, outer: tuple) -> list:
         p = eqn.params
         cj, bj = p["cond_jaxpr"], p["body_jaxpr"]
         cn, bn = p["cond_nconsts"], p["body_nconsts"]
         cc, bc, carry = invals[:cn], invals[cn : cn + bn], invals[cn + bn :]
-        while True:
+        per_trip = max(1, len(cj.jaxpr.eqns) + len(bj.jaxpr.eqns))
+        for _ in range(max(1, MAX_UNROLLED_EQNS // per_trip)):
             here = path + ("while_cond",)
             (pred,) = self._eval(cj.jaxpr, list(cj.consts), cc + carry, here, outer)
             if not bool(np.asarray(pred)):
                 return carry
             here = path + ("while_body",)
             carry = self._eval(bj.jaxpr, list(bj.consts), bc + carry, here, outer)
+        # the trips left: the loop itself, on the carried values (module docstring)
+        step = _eqn_step(eqn, self.literal_cls, outer)
+        step.params = "trips left after the unrolled ones; " + step.params
+        return self.leaf(step, cc + bc + carry, path + ("while",))
+
+
+def _stack(jnp: Any, a: tuple, n_y: int, rest: bool, reverse: bool) -> list:
+    """A scan's outputs: the unrolled iterations' (each `n_y` values)
+    stacked, joined with the stacked outputs of the iterations run as one operator."""
+    if not rest:
+        return [jnp.stack(a[k::n_y]) for k in range(n_y)]
+    tail, head = (a[:n_y], a[n_y:]) if reverse else (a[-n_y:], a[:-n_y])
+    out = []
+    for k in range(n_y):
+        unrolled = jnp.stack(head[k::n_y])
+        both = [tail[k], unrolled] if reverse else [unrolled, tail[k]]
+        out.append(jnp.concatenate(both))
+    return out
 
 
 def _frames_of(eqn: Any) -> tuple:
@@ -303,21 +388,31 @@ class JaxProgram(TracedProgram):
         self.args = args
         self.kwargs = kwargs or {}
         flat, self._tree = jax.tree_util.tree_flatten_with_path((args, self.kwargs))
-        self.names = [_arg_name(kp) for kp, _ in flat]
-        self.leaves = [v for _, v in flat]
+        # only arrays are traced: any other leaf (an optax transformation, a config
+        # object, a Python number) is what `jax.jit(..., static_argnums=...)` keeps
+        # static, and as a traced input it failed the trace ("not a valid JAX type")
+        self._static = [None if _is_array(v) else v for _, v in flat]
+        self.names = [_arg_name(kp) for kp, v in flat if _is_array(v)]
+        self.leaves = [v for _, v in flat if _is_array(v)]
+        self.captured = False  # True: the entry was captured eagerly (module docstring)
         try:
-            self.closed = jax.make_jaxpr(self._flat_fn)(*self.leaves)
-        except Exception as e:  # a program JAX cannot trace: say so in one line
-            msg = " ".join(str(e).split())[:300]
-            raise MagnetonError(f"cannot trace the entry with jax.make_jaxpr: {msg}") from e
-        self.trips: dict[int, bool] = {}
+            with _traced_block_until_ready():
+                self.closed = jax.make_jaxpr(self._flat_fn)(*self.leaves)
+        except Exception as e:
+            if type(e).__name__ not in _HOST_ERRORS:  # not a host read: say so in one line
+                msg = " ".join(str(e).split())[:300]
+                raise MagnetonError(f"cannot trace the entry with jax.make_jaxpr: {msg}") from e
+            self.closed = _capture_eagerly(self._flat_fn, self.leaves)
+            self.captured = True
         code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
         self.entry_code = (code.co_filename, code.co_name) if code is not None else None
         self._self_dirs = user_dirs()
         self._jax_dir = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
 
     def _flat_fn(self, *leaves: Any) -> Any:
-        args, kwargs = self.jax.tree_util.tree_unflatten(self._tree, leaves)
+        it = iter(leaves)
+        full = [next(it) if s is None else s for s in self._static]
+        args, kwargs = self.jax.tree_util.tree_unflatten(self._tree, full)
         return self.fn(*args, **kwargs)
 
     # -- running -------------------------------------------------------------------
@@ -338,7 +433,7 @@ class JaxProgram(TracedProgram):
             wins.append(("jax::" + step.name, t0, t1, c0, cpu()))
             return out
 
-        _Walker(self.jax, leaf, self.trips).run(self.closed, list(self.leaves))
+        _Walker(self.jax, leaf).run(self.closed, list(self.leaves))
         return wins
 
     # -- structure -----------------------------------------------------------------
@@ -417,7 +512,7 @@ class JaxProgram(TracedProgram):
             st.ops.append(op)
             return out
 
-        walker = _Walker(self.jax, leaf, self.trips)
+        walker = _Walker(self.jax, leaf)
         walker.run(self.closed, list(self.leaves))
         kinds.update(walker.kinds)
         kinds[""] = "JAX program"
@@ -463,6 +558,8 @@ class JaxProgram(TracedProgram):
             "jax.__version__": jax.__version__,
             "jax.default_backend": jax.default_backend(),
         }
+        if self.captured:
+            cfg["jax.entry_captured"] = "eagerly (the entry reads values on the host)"
         for flag in ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_rank_promotion"):
             try:
                 cfg[f"jax.config.{flag}"] = str(getattr(jax.config, flag))
@@ -480,8 +577,95 @@ class JaxProgram(TracedProgram):
         return total
 
 
+@contextlib.contextmanager
+def _traced_block_until_ready() -> Iterator[None]:
+    """`.block_until_ready()` on a traced value returns it while the entry is traced (a
+    traced value has nothing to wait for); JAX's tracer raises AttributeError."""
+    from jax._src import core
+
+    had = "block_until_ready" in vars(core.Tracer)
+    old = vars(core.Tracer).get("block_until_ready")
+    setattr(core.Tracer, "block_until_ready", lambda self: self)  # noqa: B010
+    try:
+        yield
+    finally:
+        if had:
+            setattr(core.Tracer, "block_until_ready", old)  # noqa: B010
+        else:
+            delattr(core.Tracer, "block_until_ready")
+
+
+def _capture_eagerly(fn: Callable, leaves: list) -> Any:
+    """Run FN(*LEAVES) once as plain Python, writing every primitive it binds at the top
+    level into a closed jaxpr (module docstring): the entry's arguments are its inputs,
+    arrays made outside it (closed over, or built on the host from a value read back)
+    its constants, Python and NumPy scalars literals."""
+    from jax._src import core, source_info_util
+
+    var_of: dict[int, Any] = {}
+    keep: list = []  # values whose ids are in var_of: alive until the capture ends
+    constvars: list = []
+    consts: list = []
+    eqns: list = []
+
+    def bind_var(x: Any) -> Any:
+        v = core.Var(core.typeof(x))
+        var_of[id(x)] = v
+        keep.append(x)
+        return v
+
+    def atom(x: Any) -> Any:
+        got = var_of.get(id(x))
+        if got is not None:
+            return got
+        if isinstance(x, (bool, int, float, complex, np.generic)):
+            return core.Literal(x, core.typeof(x))
+        constvars.append(bind_var(x))
+        consts.append(x)
+        return constvars[-1]
+
+    class _Capture(core.EvalTrace):
+        def process_primitive(self, primitive: Any, args: Any, params: Any, /) -> Any:
+            invars = [atom(a) for a in args]
+            with core.set_current_trace(core.eval_trace):
+                out = core.eval_trace.process_primitive(primitive, args, params)
+            outs = list(out) if primitive.multiple_results else [out]
+            outvars = [bind_var(o) for o in outs]
+            eqns.append(
+                core.new_jaxpr_eqn(
+                    invars,
+                    outvars,
+                    primitive,
+                    params,
+                    core.no_effects,
+                    source_info_util.current(),
+                )
+            )
+            return out
+
+    invars = [bind_var(x) for x in leaves]
+    with core.set_current_trace(_Capture()):
+        result = fn(*leaves)
+    outs = [x for x in _tree_leaves(result) if id(x) in var_of]
+    with warnings.catch_warnings():  # no DebugInfo: this jaxpr was not traced from source
+        warnings.simplefilter("ignore", DeprecationWarning)
+        jaxpr = core.Jaxpr(constvars, invars, [var_of[id(x)] for x in outs], eqns)
+    return core.ClosedJaxpr(jaxpr, consts)
+
+
+def _is_array(v: Any) -> bool:
+    """A leaf the entry gets as an array (traced), not as a static value."""
+    return hasattr(v, "shape") and hasattr(v, "dtype")
+
+
+def _tree_leaves(x: Any) -> list:
+    import jax
+
+    return jax.tree_util.tree_leaves(x)
+
+
 def _kind(segment: str) -> str:
-    if segment in ("scan", "cond", "while_cond", "while_body"):
+    if segment in ("scan", "cond", "while", "while_cond", "while_body", "checkpoint"):
         return segment
     return "named_scope"
 

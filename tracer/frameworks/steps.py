@@ -122,7 +122,12 @@ class StepRecorder:
             return
         hook = _OnImport(name, patch)
         sys.meta_path.insert(0, hook)
-        self._undo.append(lambda: hook in sys.meta_path and sys.meta_path.remove(hook))
+
+        def unhook() -> None:
+            if hook in sys.meta_path:
+                sys.meta_path.remove(hook)
+
+        self._undo.append(unhook)
 
     def _wrap_keras(self, keras: Any) -> None:
         """Keras' `fit` steps through `model.train_function(iterator)`, which it builds in

@@ -16,13 +16,31 @@ in creation order (a topological order for a function graph), are the operators:
   the TensorFlow function the user called (`tf.math.count_nonzero`), and the call path
   the library functions under it, then the op.
 
+Control flow is walked, not run as one operator, so its cost lands on the operations
+its bodies run (`tf.map_fn`, `tf.while_loop`, autograph loops, `tf.cond`, nested
+`tf.function` calls):
+
+* `If`/`StatelessIf` and `Case` run the branch their (concrete) predicate or index
+  selects; `PartitionedCall`/`StatefulPartitionedCall` run their function's graph. The
+  body's operations carry their own names, which TensorFlow writes under the calling
+  op's scope (`map/while/mul`), so the module path puts them inside the loop or branch.
+* `While`/`StatelessWhile` are unrolled: each iteration's condition and body operations
+  are operators of their own, up to `MAX_UNROLLED_OPS` body operations per loop; the
+  iterations left after that run as one operator (the `While` op on the carried values,
+  its function definitions registered in the eager context), so a long loop records
+  its first iterations one by one and the rest as one cost, never a failed recording.
+  Every walk makes the same decisions from the same values, so the structure pass and
+  each replay run the same operator sequence.
+* Values that have no numeric summary (TensorLists and other `variant` tensors, resource
+  handles) are recorded with their dtype and no summary: matching never pairs them
+  (diagnose/matching/equivalence.py compares summaries), and the run's config counts
+  them (`tf.unsummarised_tensors`).
+
 The unfused replay runs each operation eagerly (`execute.execute`: the op's own kernel,
-with the graph's attributes), in the same order, so its windows are one op each. An
-operation that cannot run eagerly on its own (a call of a nested function whose
-definition the eager context lacks) fails the recording with a one-line error naming it.
-Not supported yet: control flow inside the graph (`If`, `While` and nested function calls
-run as one operator, their bodies unseen), Keras models (they run: their layers' variables
-are captures, but layers are name scopes only where Keras writes them).
+with the graph's attributes, converted to the form eager execution takes: shapes as
+lists, functions by name), in the same order, so its windows are one op each. An
+operation that still cannot run eagerly fails the recording with a one-line error
+naming it.
 """
 
 from __future__ import annotations
@@ -51,6 +69,29 @@ from magneton.tracer.frameworks.base import (
 _SKIPPED = ("Placeholder", "NoOp")
 # TensorFlow's plumbing between an API function and the op it creates: not an API
 _PLUMBING = ("/util/", "/framework/", "/eager/", "/autograph/", "gen_")
+_IF = ("If", "StatelessIf")
+_CASE = ("Case", "StatelessCase")
+_WHILE = ("While", "StatelessWhile")
+_CALL = ("PartitionedCall", "StatefulPartitionedCall")
+MAX_UNROLLED_OPS = 4096  # body operations of one loop, all unrolled iterations together
+
+# (op, inputs) -> outputs: what a walk does with one operation
+Leaf = Callable[[Any, list], list]
+
+
+class _Graph:
+    """One graph's operations, ready to run: the entry's concrete graph or a function's
+    body. `inputs`/`outputs` are its placeholders and results in call order."""
+
+    def __init__(self, tf: Any, graph: Any, inputs: list, outputs: list):
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.ops = [op for op in graph.get_operations() if op.type not in _SKIPPED]
+        self.consts = {
+            op.outputs[0].name: tf.constant(tf.make_ndarray(op.get_attr("value")))
+            for op in self.ops
+            if op.type == "Const"
+        }
 
 
 class TfProgram(TracedProgram):
@@ -87,13 +128,12 @@ class TfProgram(TracedProgram):
         self.feed_names = [f"args[{i}]" for i in range(n_args)] + [
             f"capture[{i}]" for i in range(len(self.cf.captured_inputs))
         ]
-        self.ops = [op for op in self.graph.get_operations() if op.type not in _SKIPPED]
-        self._attrs = {op.name: self._attrs_of(op) for op in self.ops if op.type != "Const"}
-        self._consts = {
-            op.outputs[0].name: tf.constant(tf.make_ndarray(op.get_attr("value")))
-            for op in self.ops
-            if op.type == "Const"
-        }
+        self.main = _Graph(tf, self.graph, self.cf.inputs, self.cf.outputs)
+        self.ops = self.main.ops
+        self._functions = _function_graphs(self.graph)
+        self._bodies: dict[str, _Graph] = {}
+        self._registered = False
+        self._attr_cache: dict[int, tuple[Any, tuple]] = {}
         code = getattr(self.user_fn, "__code__", None)
         self.entry_code = (os.path.abspath(code.co_filename), code.co_name) if code else None
         self._self_dirs = user_dirs()
@@ -101,14 +141,6 @@ class TfProgram(TracedProgram):
             os.path.dirname(os.path.abspath(m.__file__)) + os.sep
             for m in _modules("tensorflow", "keras", "tf_keras")
         )
-
-    def _attrs_of(self, op: Any) -> tuple:
-        out: list[Any] = []
-        for name in op.node_def.attr:
-            if name.startswith("_"):
-                continue
-            out += [name, _attr_value(self.tf, op.get_attr(name))]
-        return tuple(out)
 
     # -- running -------------------------------------------------------------------
 
@@ -119,21 +151,76 @@ class TfProgram(TracedProgram):
                 t.numpy()  # wait for the result (and keep an async executor honest)
         return out
 
-    def _walk(self, leaf: Callable[[Any, list], list]) -> None:
-        vals: dict[str, Any] = {
-            ph.name: v for ph, v in zip(self.cf.inputs, self.feeds, strict=True)
-        }
-        vals.update(self._consts)
-        for op in self.ops:
+    def _walk(self, leaf: Leaf) -> None:
+        self._eval(self.main, list(self.feeds), leaf)
+
+    def _body(self, name: str) -> _Graph:
+        """The graph of function NAME (a loop's body, a branch, a called function)."""
+        got = self._bodies.get(name)
+        if got is None:
+            fg = self._functions.get(name)
+            if fg is None:
+                raise MagnetonError(f"the graph calls function {name}, whose body is not in it")
+            got = self._bodies[name] = _Graph(self.tf, fg, fg.inputs, fg.outputs)
+        return got
+
+    def _eval(self, g: _Graph, feeds: list, leaf: Leaf) -> list:
+        vals: dict[str, Any] = {ph.name: v for ph, v in zip(g.inputs, feeds, strict=True)}
+        vals.update(g.consts)
+        for op in g.ops:
             if op.type == "Const":
                 continue
             try:
                 ins = [vals[t.name] for t in op.inputs]
             except KeyError as e:
                 raise MagnetonError(f"op {op.name} ({op.type}) reads {e} before it is made") from e
-            outs = leaf(op, ins)
+            outs = self._op(g, op, ins, leaf)
             for t, o in zip(op.outputs, outs, strict=True):
                 vals[t.name] = o
+        return [vals[t.name] for t in g.outputs]
+
+    def _op(self, g: _Graph, op: Any, ins: list, leaf: Leaf) -> list:
+        """Run one operation: control flow through its bodies, anything else by `leaf`."""
+        kind = op.type
+        if kind in _IF:
+            branch = op.get_attr("then_branch" if _truth(ins[0]) else "else_branch")
+            return self._eval(self._body(branch.name), ins[1:], leaf)
+        if kind in _CASE:
+            branches = op.get_attr("branches")
+            k = int(ins[0].numpy())
+            k = k if 0 <= k < len(branches) else len(branches) - 1  # out of range: default
+            return self._eval(self._body(branches[k].name), ins[1:], leaf)
+        if kind in _CALL:
+            return self._eval(self._body(op.get_attr("f").name), ins, leaf)
+        if kind in _WHILE:
+            return self._while(g, op, ins, leaf)
+        return leaf(op, ins)
+
+    def _while(self, g: _Graph, op: Any, ins: list, leaf: Leaf) -> list:
+        """Unroll a while loop up to `MAX_UNROLLED_OPS` body operations; the iterations
+        left run as the loop op itself, on the carried values (see module docstring)."""
+        cond = self._body(op.get_attr("cond").name)
+        body = self._body(op.get_attr("body").name)
+        trips = max(1, MAX_UNROLLED_OPS // max(1, len(body.ops)))
+        carry = list(ins)
+        for _ in range(trips):
+            (pred,) = self._eval(cond, carry, leaf)
+            if not _truth(pred):
+                return carry
+            carry = self._eval(body, carry, leaf)
+        self._register_functions()
+        return leaf(op, carry)
+
+    def _register_functions(self) -> None:
+        """Put the graph's function definitions in the eager context, so a loop or call op
+        run as one operator finds its bodies."""
+        if self._registered:
+            return
+        ctx = self._ctx()
+        for fdef in self.graph.as_graph_def().library.function:
+            if not ctx.has_function(fdef.signature.name):
+                ctx.add_function_def(fdef)
+        self._registered = True
 
     def _run(self, op: Any, ins: list) -> list:
         try:
@@ -142,13 +229,21 @@ class TfProgram(TracedProgram):
                     op.type,
                     len(op.outputs),
                     inputs=ins,
-                    attrs=self._attrs[op.name],
+                    attrs=self._attrs(op),
                     ctx=self._ctx(),
                 )
             )
         except Exception as e:
             msg = " ".join(str(e).split())[:200]
             raise MagnetonError(f"cannot replay op {op.name} ({op.type}) eagerly: {msg}") from e
+
+    def _attrs(self, op: Any) -> tuple:
+        """OP's attributes for eager execution, read once per operation (a loop body's
+        operations run once per iteration)."""
+        got = self._attr_cache.get(id(op))
+        if got is None or got[0] is not op:
+            got = self._attr_cache[id(op)] = (op, _attrs_of(self.tf, op))
+        return got[1]
 
     def replay(self) -> list[Window]:
         wins: list[Window] = []
@@ -173,37 +268,51 @@ class TfProgram(TracedProgram):
         st = Structure()
         frames = FrameTable()
         kernels = KernelTable()
-        by_name: dict[str, int] = {}  # graph tensor name -> tensor idx
+        live: dict[int, tuple[Any, int]] = {}  # id(value) -> (value kept alive, tensor idx)
         kinds: dict[str, str] = {"": "TensorFlow program"}
+        unsummarised = 0
 
         def register(value: Any, rec: TensorRecord) -> int:
+            nonlocal unsummarised
             rec.idx = len(st.tensors)
-            a = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
-            rec.shape = list(a.shape)
-            rec.dtype = dtype_name(a.dtype) if a.dtype.kind != "O" else "resource"
-            rec.stride = [s // a.itemsize for s in a.strides] if a.itemsize else []
-            rec.numel = int(a.size)
-            if a.dtype.kind in "biufc":
-                for k, v in summarize_array(a).items():
-                    setattr(rec, k, v)
+            dtype = _tf_dtype(value)
+            if dtype in ("variant", "resource"):
+                # a TensorList or a handle: no values to summarise (module docstring)
+                rec.shape = list(getattr(value, "shape", []) or [])
+                rec.dtype = dtype
+                unsummarised += 1
+            else:
+                a = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+                rec.shape = list(a.shape)
+                rec.dtype = dtype_name(a.dtype) if a.dtype.kind != "O" else "object"
+                rec.stride = [s // a.itemsize for s in a.strides] if a.itemsize else []
+                rec.numel = int(a.size)
+                if a.dtype.kind in "biufc":
+                    for k, v in summarize_array(a).items():
+                        setattr(rec, k, v)
             st.tensors.append(rec)
+            live[id(value)] = (value, rec.idx)
             return rec.idx
 
+        def lookup(value: Any) -> int:
+            got = live.get(id(value))
+            if got is not None and got[0] is value:
+                return got[1]
+            return register(value, TensorRecord(idx=-1, kind="constant"))
+
         for ph, v, name in zip(self.cf.inputs, self.feeds, self.feed_names, strict=True):
-            resource = ph.dtype == self.tf.resource
-            value = np.zeros(0, np.float32) if resource else v
-            kind = "param" if resource else "input"
-            by_name[ph.name] = register(value, TensorRecord(idx=-1, kind=kind, name=name))
-        for tname, v in self._consts.items():
-            by_name[tname] = register(v, TensorRecord(idx=-1, kind="constant", name=tname))
+            kind = "param" if ph.dtype == self.tf.resource else "input"
+            if id(v) not in live:
+                register(v, TensorRecord(idx=-1, kind=kind, name=name))
 
         def leaf(op: Any, ins: list) -> list:
             idx = len(st.ops)
             scope = op.name.split("/")[:-1]
             module = path_name(scope)
             for k in range(1, len(scope) + 1):
-                kinds.setdefault(path_name(scope[:k]), "name_scope")
+                kinds.setdefault(path_name(scope[:k]), _scope_kind(scope[k - 1]))
             frame_ids, api, chain = self._frames(op, frames)
+            inputs = [lookup(v) for v in ins]
             t0 = time.perf_counter_ns()
             out = self._run(op, ins)
             t1 = time.perf_counter_ns()
@@ -211,11 +320,11 @@ class TfProgram(TracedProgram):
                 idx=idx,
                 name="tf::" + op.type,
                 module=module,
-                inputs=[by_name[t.name] for t in op.inputs],
+                inputs=inputs,
                 input_shapes=[list(t.shape) for t in ins],
                 input_dtypes=[_tf_dtype(t) for t in ins],
                 input_contiguous=[True] * len(ins),
-                scalar_args=_attr_text(self._attrs[op.name]),
+                scalar_args=_attr_text(self._attrs(op)),
                 frames=frame_ids,
                 api=api or "tf::" + op.type,
                 call_paths=[" > ".join([*chain, "tf::" + op.type])],
@@ -226,10 +335,8 @@ class TfProgram(TracedProgram):
             )
             rec.kernels = [kernels.add("tf::" + op.type, "cpu")]
             outputs = []
-            for k, (t, o) in enumerate(zip(op.outputs, out, strict=True)):
-                tidx = register(o, TensorRecord(idx=-1, producer=idx, out_index=k))
-                by_name[t.name] = tidx
-                outputs.append(tidx)
+            for k, o in enumerate(out):
+                outputs.append(register(o, TensorRecord(idx=-1, producer=idx, out_index=k)))
             rec.outputs = outputs
             rec.output_shapes = [list(st.tensors[i].shape) for i in outputs]
             rec.output_dtypes = [st.tensors[i].dtype for i in outputs]
@@ -237,6 +344,7 @@ class TfProgram(TracedProgram):
             return out
 
         self._walk(leaf)
+        self.unsummarised = unsummarised
         st.frames = frames.records
         st.kernels = kernels.records
         st.modules = module_records(st.ops, kinds)
@@ -269,6 +377,8 @@ class TfProgram(TracedProgram):
     def config(self) -> dict[str, str]:
         tf = self.tf
         cfg = {"tensorflow.__version__": tf.__version__}
+        if getattr(self, "unsummarised", 0):
+            cfg["tf.unsummarised_tensors"] = str(self.unsummarised)
         try:
             cfg["tf.config.optimizer.get_jit"] = str(tf.config.optimizer.get_jit())
             cfg["tf.config.threading.intra_op"] = str(
@@ -301,15 +411,65 @@ def _modules(*names: str) -> list[Any]:
     return out
 
 
+def _attrs_of(tf: Any, op: Any) -> tuple:
+    """An operation's attributes as `execute.execute` takes them (name, value, ...)."""
+    out: list[Any] = []
+    for name in op.node_def.attr:
+        if name.startswith("_"):
+            continue
+        out += [name, _attr_value(tf, op.get_attr(name))]
+    return tuple(out)
+
+
 def _attr_value(tf: Any, v: Any) -> Any:
-    """An attribute read from the graph, in the form `execute.execute` takes."""
+    """An attribute read from the graph, in the form `execute.execute` takes: a dtype as
+    its enum, a shape (also a `TensorShapeProto`, as loop ops keep their output shapes)
+    as a list, a function (`NameAttrList`) by name."""
+    from tensorflow.core.framework import attr_value_pb2, tensor_shape_pb2
+
     if isinstance(v, tf.DType):
         return v.as_datatype_enum
     if isinstance(v, list):
         return [_attr_value(tf, x) for x in v]
+    if isinstance(v, tensor_shape_pb2.TensorShapeProto):
+        v = tf.TensorShape(v)
     if isinstance(v, tf.TensorShape):
         return v.as_list() if v.rank is not None else None
+    if isinstance(v, attr_value_pb2.NameAttrList):
+        return v.name
     return v
+
+
+def _function_graphs(graph: Any) -> dict[str, Any]:
+    """Every function body reachable from GRAPH (nested loops and calls), by name."""
+    out: dict[str, Any] = {}
+    todo = [graph]
+    while todo:
+        g = todo.pop()
+        for name, fn in getattr(g, "_functions", {}).items():
+            if name in out:
+                continue
+            fg = getattr(fn, "graph", None)
+            if fg is not None:
+                out[name] = fg
+                todo.append(fg)
+    return out
+
+
+def _truth(t: Any) -> bool:
+    """A predicate as TensorFlow's `If` and `While` read it: a scalar's truth, else
+    whether the tensor is non-empty."""
+    a = np.asarray(t.numpy())
+    return bool(a) if a.ndim == 0 else a.size > 0
+
+
+def _scope_kind(segment: str) -> str:
+    """What made a module path segment: a loop, a branch, or a name scope."""
+    if segment == "while" or segment.startswith("while_"):
+        return "while"
+    if segment == "cond" or segment.startswith("cond_"):
+        return "cond"
+    return "name_scope"
 
 
 def _attr_text(attrs: tuple) -> str:

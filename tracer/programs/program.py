@@ -507,6 +507,7 @@ class _Recorder(_Controller):
 
         wall = (time.perf_counter_ns() - self._t0) / 1e9
         stack, self._stack = self._stack, None
+        assert stack is not None  # begin_structure opened it
         stack.close()
         res = self._capture.result
         if self._prof is not None:
@@ -560,6 +561,7 @@ class _Recorder(_Controller):
         from magneton.tracer.timing.alignment import price_timed_units
 
         profile, info = self.profile, self.info
+        assert profile is not None  # the structure unit, the first, has ended
         if not profile.ops:  # nothing to price; `record_program` says so after the run
             if self.iterations:
                 self.session.stop()

@@ -34,7 +34,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
@@ -201,7 +201,8 @@ class Phases:
 
     def __init__(self, enabled: bool):
         self._bar = None
-        self._done, self._total = 0, None
+        self._done = 0
+        self._total: int | None = None
         if enabled:
             from rich.console import Console
 
@@ -295,11 +296,11 @@ def _other_threads(counts: list[int]) -> Iterator[None]:
         with _OpCounter(counts):
             real_run(thread)
 
-    threading.Thread.run = counted_run
+    setattr(threading.Thread, "run", counted_run)  # noqa: B010 (mypy refuses `Thread.run =`)
     try:
         yield
     finally:
-        threading.Thread.run = real_run
+        setattr(threading.Thread, "run", real_run)  # noqa: B010
 
 
 def note_unrecorded_threads(profile: Profile, count: int) -> None:
@@ -521,10 +522,10 @@ def _no_exit() -> Iterator[None]:
     real, pid = os._exit, os.getpid()
     cwd, streams, path = os.getcwd(), (sys.stdout, sys.stderr), list(sys.path)
 
-    def guarded(code: int) -> None:
+    def guarded(status: int) -> NoReturn:  # os._exit's own signature
         if os.getpid() != pid:
-            real(code)
-        raise WorkloadExited(code)
+            real(status)
+        raise WorkloadExited(status)
 
     os._exit = guarded
     try:

@@ -30,8 +30,10 @@ priced at 685 J per 0.7 s step (985 W on a 90 W model) without a word. So:
 from __future__ import annotations
 
 import difflib
+import heapq
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from magneton.model import OpRecord, OutsideWork, Profile
@@ -167,17 +169,20 @@ def outside_summary(
     averaged over every timed unit), as stored with the run (`RunEnergy.outside`)."""
     units = [k + 1 for k, u in enumerate(al.units) if u.extra]
     by_name: Counter[str] = Counter()
-    joules: Counter[str] = Counter()
+    joules: dict[str, float] = {}  # a Counter in all but its (int) value type
     for op, e in zip(extras, energies_j, strict=True):
         by_name[op.name] += 1
-        joules[op.name] += e
+        joules[op.name] = joules.get(op.name, 0) + e
     return OutsideWork(
         energy_j=float(sum(energies_j)),
         time_s=float(sum(op.time_s for op in extras)),
         operators=len(extras),
         units=units,
         of_units=len(al.units),
-        top=[[n, by_name[n], float(joules[n])] for n, _ in joules.most_common(top)],
+        top=[
+            [n, by_name[n], float(joules[n])]
+            for n, _ in heapq.nlargest(top, joules.items(), key=itemgetter(1))  # most_common
+        ],
     )
 
 

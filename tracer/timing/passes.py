@@ -139,7 +139,7 @@ def timed_iterations(
                 gc.enable()
             out.iterations.append(tc.events)
             out.walls_s.append((w1 - w0) / 1e9)
-            if cpu_clock:
+            if isinstance(tc, CpuTimingCapture):  # that is, cpu_clock
                 out.cpu_windows.append(tc.cpu_windows)
                 out.cost_s.append((c1 - c0) / 1e9)
             else:

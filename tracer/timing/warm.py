@@ -88,6 +88,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib
+import io
 import json
 import os
 import select
@@ -101,7 +102,7 @@ import traceback
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 from magneton.model import WorkerError
 
@@ -250,7 +251,7 @@ def remove_stale_dirs(prefix: str = "") -> list[str]:
     (`kill -9` of a diff left `/tmp/magneton-diff-*/` with its sockets, forever; the
     zygote removes the directory only when it outlives its caller long enough to notice).
     Returns what was removed."""
-    removed = []
+    removed: list[str] = []
     base = tempfile.gettempdir()
     prefixes = tuple(dict.fromkeys((*TMP_PREFIXES, *([prefix] if prefix else []))))
     try:
@@ -323,6 +324,10 @@ class WarmWorker:
         except BaseException:  # no process to clean up after: only the directory
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise
+        # the zygote's job queue and report pipes (PIPE above: never None)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._to_zygote: IO[bytes] = self.proc.stdin
+        self._from_zygote: IO[bytes] = self.proc.stdout
         self.stats: WorkerStats | None = None
         self._next = 0
         self._done: dict[int, dict] = {}
@@ -403,10 +408,10 @@ class WarmWorker:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(Exception):
-            self.proc.stdin.close()
+            self._to_zygote.close()
         self.proc.wait()
         with contextlib.suppress(Exception):
-            self.proc.stdout.close()
+            self._from_zygote.close()
         self._err.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -423,15 +428,15 @@ class WarmWorker:
 
     def _send(self, msg: dict) -> None:
         with contextlib.suppress(BrokenPipeError):  # a dead zygote shows up in _pump
-            self.proc.stdin.write((json.dumps(msg) + "\n").encode())
-            self.proc.stdin.flush()
+            self._to_zygote.write((json.dumps(msg) + "\n").encode())
+            self._to_zygote.flush()
 
     def _pump(self, timeout_s: float) -> bool:
         """Read the zygote's reports for up to `timeout_s`; False once it has exited."""
-        r, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+        r, _, _ = select.select([self._from_zygote], [], [], timeout_s)
         if not r:
             return True
-        chunk = os.read(self.proc.stdout.fileno(), 65536)
+        chunk = os.read(self._from_zygote.fileno(), 65536)
         if not chunk:
             return False
         self._buf += chunk
@@ -538,10 +543,11 @@ def _zygote_imports(config: dict) -> WorkerStats:
         stats.why_not_forking = "disabled (fork=False)"
         return stats
     why = ""
-    torch = None
+    have_torch = False
     try:
         import torch
 
+        have_torch = True
         config["threads"] = torch.get_num_threads()  # the fresh-process default
         torch.set_num_threads(1)  # libgomp starts no pool for a team of one
     except ImportError:
@@ -555,7 +561,7 @@ def _zygote_imports(config: dict) -> WorkerStats:
             pass
     for mod in config["preload"]:
         importlib.import_module(mod)
-    if torch is not None:
+    if have_torch:
         if torch.get_num_threads() != 1:
             why = "an import changed torch's thread count (OpenMP may have started threads)"
         elif torch.cuda.is_initialized():
@@ -664,7 +670,8 @@ def _zygote(config_path: str) -> int:
     # without pidfds the loop polls every 50 ms instead
     children: dict[int, tuple[int, int]] = {}
     pidfds = hasattr(os, "pidfd_open")
-    stdin = sys.stdin.buffer.raw
+    # typeshed has sys.stdin.buffer as a BinaryIO; it is a BufferedReader of a FileIO
+    stdin = cast("io.BufferedReader[io.FileIO]", sys.stdin.buffer).raw
     buf = b""
     while True:
         fds = [stdin.fileno(), *(fd for _, fd in children.values() if fd >= 0)]
