@@ -430,20 +430,17 @@ class Fix:
     rule: str | None = None  # id of the rule the summary quotes
     references: list[str] = field(default_factory=list)
     # the text the fix replaces and its replacement, so checks can refuse a fix that would
-    # change nothing (diagnose/fix/plan.py) or go the wrong way (diagnose/fix/direction.py);
-    # in the JSON as "sets" when they are values (one short line each)
+    # change nothing (diagnose/fix/plan.py) or go the wrong way (diagnose/fix/direction.py)
     old_text: str | None = None
     new_text: str | None = None
+    # True when new_text is a value of the root cause's variable (a literal, an option,
+    # an env value), in the JSON as "sets"; False when it is ported code, of which the
+    # variable's value is only a part (`model = model.to(memory_format=...)`)
+    sets_variable: bool = False
     verification: Verification | None = None  # `export-patch --verify` tried it
 
     def sets_value(self) -> bool:
-        return (
-            all(
-                t is None or (len(t) <= 200 and "\n" not in t)
-                for t in (self.old_text, self.new_text)
-            )
-            and self.new_text is not None
-        )
+        return self.sets_variable and self.new_text is not None
 
     def to_json(self) -> dict:
         d: dict[str, Any] = {
@@ -471,6 +468,7 @@ class Fix:
         kw["references"] = list(d.get("references") or [])
         sets = d.get("sets") or {}
         kw["old_text"], kw["new_text"] = sets.get("from"), sets.get("to")
+        kw["sets_variable"] = bool(sets)
         v = d.get("verification")
         kw["verification"] = Verification.from_json(v) if v else None
         return cls(**kw)

@@ -367,6 +367,7 @@ def _setting_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
         assert ow.file is not None and ow.span is not None
         patched = replace_value(ow.file, ow.span, new_code)
         fix.old_text, fix.new_text = ow.value, new_code
+        fix.sets_variable = True
         fix.file = _rel(ow.file, base)
         where = f"{_rel(ow.file, base)}:{ow.line}"
         name = f"{ow.assigned_to} (which sets {ow.variable})" if ow.assigned_to else ow.variable
@@ -476,6 +477,7 @@ def _config_file_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
     eff = _dig(eff_doc, keys)
     fmt = next((f.format for f in config_files(x.pw.config) if f.path == ow.file), "yaml")
     fix.old_text, fix.new_text = ow.value, None if eff is None else str(eff)
+    fix.sets_variable = True
     name = os.path.basename(ow.file)
     if ow.option:
         line, fix.command = _option_command(x, ow.option, ow.note, oe.value if oe else None)
@@ -513,6 +515,7 @@ def _run_with_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
     eff = (oe.value if oe else None) or (kv.values.get(x.e) if kv else None)
     was = (ow.value if ow else None) or "(unset)"
     fix.old_text, fix.new_text = was, eff
+    fix.sets_variable = True
     if ow is not None and ow.option:
         fix.summary, fix.command = _option_command(x, ow.option, ow.note or ow.variable, eff)
     else:
@@ -689,6 +692,7 @@ def _origin_value_fix(x: _FixInput, fix: Fix) -> bool:
     fix.patch = p.diff()
     fix.file = _rel(ow.file, x.base)
     fix.old_text, fix.new_text = ow.value, oe.value
+    fix.sets_variable = True
     fix.summary = (
         f"In {_rel(ow.file, x.base)}:{ow.line} replace `{ow.value}` with `{oe.value}`, "
         f"as the efficient side does ({os.path.basename(oe.file or '')}:{oe.line})."
