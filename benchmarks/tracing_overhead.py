@@ -26,15 +26,12 @@ untraced call right before it. Both wall and process CPU time (`time.process_tim
 reported: on a shared machine CPU time is far less disturbed by other processes' load.
 The 1-minute load average at the start and end is printed with the results.
 
-The untraced call is timed twice. In this process it runs with Magneton's OpenMP setting
-(`OMP_WAIT_POLICY=PASSIVE`, set when magneton is imported before torch, as under
-`magneton record`), whose sleeping workers wake for each parallel operator; that is the
-baseline of the passes' own cost. A user's program runs with the library's default
-policy (workers spin briefly between parallel regions), which was 1.13-1.58x faster on
-a 2-core VM (docs/benchmarks.md); so a second process that never imports magneton
-(OMP_WAIT_POLICY unset, the same model and seed) times one untraced call whenever this
-one does, interleaved over a pipe, and the ratios against it are what a user's program
-pays.
+The untraced call is timed twice. In this process it runs with the OpenMP policy of the
+environment it was started in (`MAGNETON_STEADY=1` applies the steady mode's
+`OMP_WAIT_POLICY=PASSIVE`, as `magneton record --steady` does); that is the baseline of
+the passes' own cost. A second process that never imports magneton (the same model and
+seed, OMP_WAIT_POLICY as the user set it) times one untraced call whenever this one does,
+interleaved over a pipe, and the ratios against it are what a user's program pays.
 
 With `--ablate`, each structure pass is followed by passes with parts of it switched off
 (quantiles, spectra, all summaries, the profiler), in the same interleaving: what each

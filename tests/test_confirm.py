@@ -255,9 +255,10 @@ def test_verdict_rules_apply_to_the_confirmed_estimates():
 # End to end: a real pair through the CLI
 # --------------------------------------------------------------------------------------
 
-# composite tanh-GELU (eight element-wise kernels) vs the fused aten::gelu: about 8x in
-# CPU time at 512 rows (17.8 vs 2.2 ms). At 128 rows it was 2x on sub-millisecond calls,
-# and a fresh-clone CI run found no difference at all in one of its recordings
+# composite erf-GELU (four element-wise kernels) vs the fused aten::gelu: 2.5 vs 0.7 ms of
+# CPU time at 512 rows on the 2-core VM. The tanh forms were too close for a loaded CI
+# machine: the fused tanh-GELU takes 2.0 ms there against the composite's 3.8 ms, and a
+# CI run's rounds put the pair's ratio under the 10% threshold's reach
 GELU = """
 import os
 import time
@@ -277,8 +278,8 @@ def main(x):
         time.sleep(600)
     return {expr}
 """
-COMPOSITE = "0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * torch.pow(x, 3.0))))"
-FUSED = 'torch.nn.functional.gelu(x, approximate="tanh")'
+COMPOSITE = "0.5 * x * (1.0 + torch.erf(x * 0.7071067811865476))"
+FUSED = "torch.nn.functional.gelu(x)"
 
 
 def cli_out(*argv: str) -> str:
@@ -325,7 +326,7 @@ def test_a_real_difference_is_confirmed_and_shown(gelu_db):
     assert len(result.findings) == 1
     f = result.findings[0].to_json()  # what `diff --json` prints for it
     iv = f["interval"]
-    assert f["wasteful"] == "a" and "aten::tanh" in f["ops"]["a"]
+    assert f["wasteful"] == "a" and "aten::erf" in f["ops"]["a"]
     assert iv["confirmed"] and iv["test"] == TEST and iv["rounds"] >= MIN_ROUNDS
     assert iv["iterations_a"] == iv["iterations_b"] == iv["rounds"]
     assert confident(iv["ratio_low"], result.threshold)

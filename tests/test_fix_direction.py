@@ -10,7 +10,9 @@ from magneton.diagnose.fix.direction import refuse_inverse_fixes
 from magneton.model import Finding, Fix, Region, RootCause
 
 
-def _finding(fid: int, wasteful: str, saving_j: float, values: dict, new: str) -> Finding:
+def _finding(
+    fid: int, wasteful: str, saving_j: float, values: dict, new: str, sets: bool = True
+) -> Finding:
     return Finding(
         id=fid,
         wasteful=wasteful,
@@ -26,6 +28,7 @@ def _finding(fid: int, wasteful: str, saving_j: float, values: dict, new: str) -
             patch="--- a\n+++ b\n-x\n+y\n",
             old_text=values["a" if wasteful == "a" else "b"],
             new_text=new,
+            sets_variable=sets,
         ),
     )
 
@@ -59,7 +62,20 @@ def test_a_fix_that_sets_another_value_than_the_efficient_sides_is_withdrawn():
 def test_a_port_of_the_efficient_sides_statements_is_not_taken_for_a_value():
     """ce_permuted_logits: the fix ports two statements of the efficient side; the root
     cause's value is one expression in them. That is not "another value"."""
-    f = _finding(1, "a", 1.0, {"a": "logits.permute(0, 2, 1)", "b": "logits.reshape(-1, V)"}, "")
-    f.fix.new_text = "scores = logits.reshape(-1, V)\nreturn F.cross_entropy(scores, y)\n"
+    values = {"a": "logits.permute(0, 2, 1)", "b": "logits.reshape(-1, V)"}
+    new = "scores = logits.reshape(-1, V)\nreturn F.cross_entropy(scores, y)\n"
+    f = _finding(1, "a", 1.0, values, new, sets=False)
     refuse_inverse_fixes([f])
     assert f.fix.patch is not None
+
+
+def test_a_one_line_statement_inserted_is_not_taken_for_a_value():
+    """A memory-format case: the fix inserts the efficient side's one-line statement
+    `model = model.to(memory_format=torch.channels_last)`; the variable's value
+    (torch.channels_last) is an argument inside it."""
+    values = {"a": "torch.contiguous_format", "b": "torch.channels_last"}
+    new = "model = model.to(memory_format=torch.channels_last)"
+    f = _finding(1, "a", 1.0, values, new, sets=False)
+    refuse_inverse_fixes([f])
+    assert f.fix.patch is not None
+    assert "sets" not in f.fix.to_json()  # the JSON says what it sets only for values
