@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from magneton.model import OpRecord, Profile, RunInfo
     from magneton.tracer.energy.lsq import solve_trace
-    from magneton.tracer.energy.replay import replay_ops_detailed
+    from magneton.tracer.energy.replay import replay_ops
     from magneton.tracer.energy.session import EnergySession, attribute_traces
 
     class TruthMode(TorchDispatchMode):
@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
 
     targets = {next(i for i, op in enumerate(ops) if op.name == t) for t in types_main}
     with TruthMode():
-        rep = replay_ops_detailed(
+        rep = replay_ops(
             fn, profile, sess_counter, ops=targets, min_window_s=0.2, trials=3, progress=False
         )
     sess_counter.stop()

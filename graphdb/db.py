@@ -639,7 +639,10 @@ class ProfileDB:
                 keep("b", nodes.get(spec.dst)),
                 keep("r", rels.get(spec.name)),
             ]
-            ret = [f"a.{S.table(spec.src).primary_key}", f"b.{S.table(spec.dst).primary_key}"]
+            src, dst = S.table(spec.src), S.table(spec.dst)
+            # a rel table links two node tables (schema.ddl creates them first)
+            assert isinstance(src, S.NodeTable) and isinstance(dst, S.NodeTable), spec.name
+            ret = [f"a.{src.primary_key}", f"b.{dst.primary_key}"]
             ret += [f"r.{c.name}" for c in spec.columns]
             match = f"MATCH (a:{spec.src})-[r:{spec.name}]->(b:{spec.dst})"
         where = " AND ".join(c for c in conds if c)
@@ -671,7 +674,7 @@ class ProfileDB:
         """Store only the Run node, status "failed", for a script that raised or was
         interrupted. Other runs stay untouched."""
         self._writable()
-        checksum = integrity.run_digest(run, _profile_tables(Profile(run=run)))
+        checksum = integrity.run_digest(run, list(_profile_tables(Profile(run=run))))
         self._claim_name(run.name, replace)
         self._insert_run(run, "failed", 0, checksum=checksum)
 
@@ -768,7 +771,7 @@ class ProfileDB:
                 profile = self._load_profile(run)
                 _check_profile(profile)
                 _check_plausible(profile)  # names the wild number, so it goes first
-                integrity.verify_run(profile.run, _profile_tables(profile), checksum)
+                integrity.verify_run(profile.run, list(_profile_tables(profile)), checksum)
         except (ValueError, RuntimeError, KeyError, IndexError, TypeError) as e:
             # damaged pages read back as wild numbers or broken references: say so
             # instead of diffing garbage (`time_s` 9.5e+62) or crashing downstream

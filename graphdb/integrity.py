@@ -36,6 +36,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,7 +64,7 @@ _PROBE_ENV = "MAGNETON_INTEGRITY_PROBE"
 # --------------------------------------------------------------------------------------
 
 
-def run_digest(run: RunInfo, tables: list[tuple[object, pa.Table]]) -> str:
+def run_digest(run: RunInfo, tables: Sequence[tuple[object, pa.Table]]) -> str:
     """SHA-256 of one run: its Run properties and its COPY-ready tables (in load order).
 
     The Arrow IPC stream of a table built by `db._profile_tables` is a function of the
@@ -81,7 +82,7 @@ def run_digest(run: RunInfo, tables: list[tuple[object, pa.Table]]) -> str:
     return h.hexdigest()
 
 
-def verify_run(run: RunInfo, tables: list[tuple[object, pa.Table]], checksum: str) -> None:
+def verify_run(run: RunInfo, tables: Sequence[tuple[object, pa.Table]], checksum: str) -> None:
     """ValueError when the rows read back for `run` are not the rows saved with `checksum`."""
     if not checksum:
         raise ValueError("its checksum is missing")

@@ -9,7 +9,7 @@ import torch
 from fakes import RaplKernel, make_rapl_tree  # tests/ is on sys.path (rootdir mode)
 
 from magneton.model import MagnetonError
-from magneton.tracer.energy.replay import replay_ops, replay_ops_detailed
+from magneton.tracer.energy.replay import replay_ops
 from magneton.tracer.energy.session import EnergySession
 from magneton.tracer.programs.record import RecordOptions, record_callable
 
@@ -41,9 +41,7 @@ def test_replay_with_model_restores_inplace_inputs_and_keeps_estimates():
     expected = inplace_workload(x, w)
     p = _record(inplace_workload, (x, w))
     session = EnergySession.create("model")
-    res = replay_ops_detailed(
-        lambda: inplace_workload(x, w), p, session, min_window_s=0.02, progress=False
-    )
+    res = replay_ops(lambda: inplace_workload(x, w), p, session, min_window_s=0.02, progress=False)
     by_name = {r.name: r for r in res}
     assert {"aten::mm", "aten::add_", "aten::relu", "aten::sum"} <= set(by_name)
     add = by_name["aten::add_"]
@@ -65,7 +63,7 @@ def test_replay_preserves_rng_stream_and_skips_output_check_for_random_ops():
     torch.manual_seed(7)
     baseline = random_workload(x)
     torch.manual_seed(7)
-    res = replay_ops_detailed(
+    res = replay_ops(
         lambda: outs.append(random_workload(x)),
         p,
         EnergySession.create("model"),

@@ -39,6 +39,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import libcst as cst
 
@@ -103,7 +104,7 @@ class _Unsupported(Exception):
     pass
 
 
-def _evaluate(node: cst.BaseExpression, frame) -> object:
+def _evaluate(node: cst.BaseExpression, frame) -> Any:
     """Evaluate a side-effect-free expression (names, attributes, constant subscripts)."""
     if is_literal(node):
         return literal_value(node)
@@ -241,6 +242,8 @@ def _trace_entry(spec: dict, script: str, tracer: _Tracer, phases: dict, t0: flo
     try:
         name = "magneton_rerun_" + "".join(c if c.isalnum() else "_" for c in Path(script).stem)
         mspec = importlib.util.spec_from_file_location(name, script)
+        if mspec is None or mspec.loader is None:
+            raise ImportError(f"cannot import {script} as a module")
         module = importlib.util.module_from_spec(mspec)
         sys.modules[name] = module
         sys.path.insert(0, str(Path(script).parent))
@@ -516,9 +519,13 @@ class SideInfo:
     script_unchanged: bool = True
 
 
-def _branch_tests(idx: SourceIndex, fn: cst.FunctionDef, before: int) -> list[cst.CSTNode]:
+# a node that branches on a condition (its `test`)
+_Branch = cst.If | cst.While | cst.IfExp
+
+
+def _branch_tests(idx: SourceIndex, fn: cst.FunctionDef, before: int) -> list[_Branch]:
     """`if`/`while` statements and conditional expressions in `fn` up to line `before`."""
-    out = []
+    out: list[_Branch] = []
     for n in idx.walk(fn):
         if isinstance(n, (cst.If, cst.While, cst.IfExp)) and idx.line_of(n) <= before:
             out.append(n)
@@ -558,7 +565,7 @@ def _operands(idx: SourceIndex, test: cst.BaseExpression) -> list[cst.BaseExpres
 
 def _static_watches(
     idx: SourceIndex, fn: cst.FunctionDef, site_line: int, slicer: BackwardSlicer
-) -> tuple[list[Watch], list[cst.BaseExpression], list[cst.CSTNode]]:
+) -> tuple[list[Watch], list[cst.BaseExpression], list[_Branch]]:
     """Watch points for the re-run: the call targets on the deviation line, the branch
     conditions before it, and the statically reachable hops of the call targets' slices."""
     site = watch_for(idx, fn)
@@ -613,7 +620,7 @@ class SitePlan:
     slicer: BackwardSlicer
     watches: list[Watch]
     targets: list[cst.BaseExpression]
-    branches: list[cst.CSTNode]
+    branches: list[_Branch]
 
 
 def plan_site(
@@ -675,6 +682,10 @@ def start_rerun(
     any case."""
     if _rerun_skipped(sides, rerun) is not None:
         return None
+    return _new_rerun(sides, pool)
+
+
+def _new_rerun(sides: dict[str, SideInfo], pool: WarmPool | None) -> Rerun:
     return Rerun(
         {
             n: RerunSide(s.script, s.entry, s.setup, env_of(s.config), program_config(s.config))
@@ -700,7 +711,8 @@ def run_rerun(
             started.close()
         return {}, {"ran": False, "skipped": skipped}
     t0 = time.perf_counter()
-    with started or start_rerun(sides, rerun, pool) as job:
+    # not skipped (checked just above): start the workers unless `started` has them
+    with started or _new_rerun(sides, pool) as job:
         results = job.run(watches)
     rerun_info: dict = {
         "ran": True,
@@ -782,6 +794,8 @@ def analyze_site(
             ops = differing_operands(chosen_branch) or _operands(idx, chosen_branch.test)
             key_node = (ops or [chosen_branch.test])[0]
         else:
+            # plan_site plans only a site with a line (at line 0 it finds no function)
+            assert site.line is not None
             for t in targets:
                 vals = ctx.values.get((idx.path, site.line, idx.code(t)), {})
                 if len(set(vals.values())) > 1:
@@ -895,12 +909,13 @@ def _library_default(
     if found is None:
         return None
     file, line, value = found
+    fidx = source_index(file)
     origin = Origin(
         kind="config",
         variable=attribute,
         file=file,
         line=line,
-        code=(source_index(file).line_text(line) if source_index(file) else ""),
+        code=(fidx.line_text(line) if fidx else ""),
         value=value,
         library_default=True,
         note=f"default of {type_name}; not set in the script",

@@ -452,7 +452,7 @@ class Diagnoser:
             "b": _side_info("b", runs.b, div.op_b),
         }
         if python and div.site_a is not None:
-            key = ("py", div.site_a.file, div.site_a.line)
+            key: tuple = ("py", div.site_a.file, div.site_a.line)
             kv = self._kv_cache.get(key)
             if kv is None:
                 kv = python_key_variable(
@@ -463,7 +463,7 @@ class Diagnoser:
             ow = kv.origins.get(w)
             return (ow.kind if ow is not None else "unknown"), kv, kv.origins
         knob_keys = [m.rule.knob for m in matches if m.rule.knob]
-        knobs = [self.kb.knob(k) for k in knob_keys if self.kb.knob(k) is not None]
+        knobs = [kn for k in knob_keys if (kn := self.kb.knob(k)) is not None]
         key = ("native", div.level, tuple(k.key for k in knobs))
         kv = self._kv_cache.get(key)
         if kv is None:
@@ -474,8 +474,10 @@ class Diagnoser:
         if ow is not None:
             return ow.kind, kv, kv.origins
         props = self._property_origins(div, sides)
-        if props is not None and props.get(w) is not None:
-            return props[w].kind, kv, props  # type: ignore[union-attr]
+        if props is not None:
+            pw = props.get(w)
+            if pw is not None:
+                return pw.kind, kv, props
         if div.a.kind == "args" and div.a.diff:
             return "code", kv, self._code_origins(finding, div)
         return "unknown", kv, kv.origins
@@ -509,7 +511,9 @@ class Diagnoser:
             return found if found["a"].value != found["b"].value else None
         have = "a" if found["a"] is not None else "b"
         other = "b" if have == "a" else "a"
-        absent = absent_origin(found[have], profs[other].run.script)  # type: ignore[arg-type]
+        efficient = found[have]
+        assert efficient is not None  # one side found an origin (both None returned above)
+        absent = absent_origin(efficient, profs[other].run.script)
         if absent is None:
             return None
         seen = observed(prop, other, profs[other])

@@ -14,7 +14,7 @@ Parsed source (`SourceIndex`), whose code a file is, and literal helpers live in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -247,7 +247,8 @@ class BackwardSlicer:
     # ---- helpers ----------------------------------------------------------------------
 
     def _function_of(self, idx: SourceIndex, node: cst.CSTNode) -> cst.FunctionDef | None:
-        return idx.enclosing(node, cst.FunctionDef)
+        fn = idx.enclosing(node, cst.FunctionDef)
+        return fn if isinstance(fn, cst.FunctionDef) else None
 
     def _values(self, idx: SourceIndex, line: int, code: str) -> dict[str, str]:
         return dict(self.ctx.values.get((idx.path, line, code), {}))
@@ -381,11 +382,11 @@ class BackwardSlicer:
         return idx, fn, el.value, f"key looked up in {idx.code(node.value)}"
 
     @staticmethod
-    def _inside_other(n: cst.CSTNode, others: list[cst.CSTNode]) -> bool:
+    def _inside_other(n: cst.CSTNode, others: Sequence[cst.CSTNode]) -> bool:
         return any(o is not n and any(c is n for c in _descendants(o)) for o in others)
 
     def _choose(
-        self, idx: SourceIndex, cands: list[cst.BaseExpression]
+        self, idx: SourceIndex, cands: Sequence[cst.BaseExpression]
     ) -> cst.BaseExpression | None:
         """The operand whose observed values differ between sides; else the most
         setting-like one (known knob > config attribute > self attribute > parameter >
@@ -414,7 +415,7 @@ class BackwardSlicer:
                 return 10
             return 5
         if isinstance(node, cst.Name):
-            fn = idx.enclosing(node, cst.FunctionDef)
+            fn = self._function_of(idx, node)
             if fn is not None:
                 for p in params(fn):
                     if p.name.value == node.value:
@@ -472,11 +473,13 @@ class BackwardSlicer:
             if self_name is None:
                 continue
             for n in idx.walk(m):
-                targets: list[cst.BaseExpression] = []
+                targets: list[cst.BaseExpression]
                 if isinstance(n, cst.Assign):
-                    targets = [t.target for t in n.targets]
+                    targets, assigned = [t.target for t in n.targets], n.value
                 elif isinstance(n, cst.AnnAssign) and n.value is not None:
-                    targets = [n.target]
+                    targets, assigned = [n.target], n.value
+                else:
+                    continue
                 for t in targets:
                     if (
                         isinstance(t, cst.Attribute)
@@ -485,7 +488,7 @@ class BackwardSlicer:
                         and t.value.value == self_name
                     ):
                         rank = 0 if m.name.value == "__init__" else 1
-                        found.append((rank, m, n.value))
+                        found.append((rank, m, assigned))
         if not found:
             return None
         found.sort(key=lambda f: (f[0], idx.line_of(f[2])))
@@ -529,7 +532,7 @@ class BackwardSlicer:
         for sites in self.ctx.call_sites.values():
             hit = sites.get((idx.path, def_line)) or sites.get((idx.path, idx.span(fn).line))
             if hit:
-                return [tuple(hit)]
+                return [(hit[0], hit[1])]
         return []
 
 
@@ -928,8 +931,11 @@ def find_knob_origin(
                     elif isinstance(t, cst.Subscript) and n.value is not None and env:
                         if "os.environ" in idx.qualified_names(t.value) and t.slice:
                             el = t.slice[0].slice
-                            if isinstance(el, cst.Index) and literal_value(el.value) in env:
-                                offer(idx, n.value, "env", literal_value(el.value))
+                            if isinstance(el, cst.Index):
+                                var = literal_value(el.value)
+                                # env holds str names: only a str literal can be in it
+                                if isinstance(var, str) and var in env:
+                                    offer(idx, n.value, "env", var)
             elif isinstance(n, cst.Call):
                 q = idx.qualified_names(n.func) | {dotted_name(n.func)}
                 for name in q & set(calls):

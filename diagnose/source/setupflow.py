@@ -275,8 +275,11 @@ def smallest_difference(
     while not (isinstance(a, cst.BaseExpression) and isinstance(b, cst.BaseExpression)):
         if isinstance(a, stmt) or isinstance(b, stmt):
             break
-        a = a if isinstance(a, cst.BaseExpression) else ia.parent(a)
-        b = b if isinstance(b, cst.BaseExpression) else ib.parent(b)
+        pa = a if isinstance(a, cst.BaseExpression) else ia.parent(a)
+        pb = b if isinstance(b, cst.BaseExpression) else ib.parent(b)
+        if pa is None or pb is None:
+            break  # the module itself: nothing above it to climb to
+        a, b = pa, pb
     return a, b
 
 

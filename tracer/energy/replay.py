@@ -118,41 +118,10 @@ def replay_ops(
     progress: bool = True,
     max_retries: int = 3,
     min_updates: int = 8,
-) -> None:
-    """Replay selected ops of `profile` (by idx; default: all working ops) and store their
-    energy. `warmup_s` defaults to the sensor's lag plus one update period."""
-    replay_ops_detailed(
-        fn,
-        profile,
-        session,
-        ops=ops,
-        min_window_s=min_window_s,
-        trials=trials,
-        std_threshold=std_threshold,
-        warmup_s=warmup_s,
-        cooldown_s=cooldown_s,
-        progress=progress,
-        max_retries=max_retries,
-        min_updates=min_updates,
-    )
-
-
-def replay_ops_detailed(
-    fn: Callable[[], Any],
-    profile: Profile,
-    session: EnergySession,
-    *,
-    ops: set[int] | None = None,
-    min_window_s: float = 0.2,
-    trials: int = 3,
-    std_threshold: float = 0.05,
-    warmup_s: float | None = None,
-    cooldown_s: float = 0.0,
-    progress: bool = True,
-    max_retries: int = 3,
-    min_updates: int = 8,
 ) -> list[ReplayResult]:
-    """`replay_ops`, returning one `ReplayResult` per replayed signature."""
+    """Replay selected ops of `profile` (by idx; default: all working ops) and store their
+    energy; one `ReplayResult` per replayed signature. `warmup_s` defaults to the sensor's
+    lag plus one update period."""
     import torch  # noqa: F401  (replay needs torch; the rest of the module does not)
 
     fill_work(profile.ops)
