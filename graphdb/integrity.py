@@ -14,7 +14,7 @@ a crash inside it cannot be caught in-process, so three layers turn damage into 
   one hash of the file, ~1 GB/s).
 - **Probe**: any other file (no seal: a writer was killed, an older DB; or a mismatch:
   the file changed behind Magneton's back) is first read completely in a child process
-  (`python -m magneton.graphdb.integrity FILE`): every row of every table, and every
+  (`python -m magneton.graphdb.probe FILE`): every row of every table, and every
   run's checksum. A crash there costs the child, not the command: the command says the
   DB is damaged where reading crashed the engine. Damaged runs are named and the
   command goes on (their load fails with one line; `magneton query`, which reads rows
@@ -39,7 +39,6 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -48,15 +47,13 @@ from magneton.model import MagnetonError, RunInfo
 from . import recovery
 from .codec import blobs_as_lists
 
-if TYPE_CHECKING:
-    from .db import ProfileDB
-
 # The status is not covered: a load flips it from "loading" after the rows are written.
 _UNHASHED = ("status",)
 _PROBE_TIMEOUT_S = 600
-# Set in the probe's environment: its own opens must not start another probe (run as
-# `-m`, this file is a second module object, so a module flag would not reach db.py's).
-_PROBE_ENV = "MAGNETON_INTEGRITY_PROBE"
+# Set in the probe's environment (graphdb/probe.py): its own opens must not start
+# another probe (an environment variable reaches db.py's checks where a module flag of
+# the `-m` module would not).
+PROBE_ENV = "MAGNETON_INTEGRITY_PROBE"
 
 
 # --------------------------------------------------------------------------------------
@@ -153,14 +150,14 @@ def _seal_state(file: Path) -> tuple[bool, str]:
 
 def in_probe() -> bool:
     """Whether this process is the probe child of `check_before_open`."""
-    return bool(os.environ.get(_PROBE_ENV))
+    return bool(os.environ.get(PROBE_ENV))
 
 
 def check_before_open(file: Path) -> dict[str, str]:
     """Damaged runs of an existing DB file ({} when none), or MagnetonError when
     reading it is unsafe. Sealed files open at the cost of one hash; others are read
     completely in a child process first (see the module docstring)."""
-    if os.environ.get(_PROBE_ENV) or not file.is_file():
+    if os.environ.get(PROBE_ENV) or not file.is_file():
         return {}
     ok, before = _seal_state(file)
     if ok:
@@ -173,14 +170,14 @@ def check_before_open(file: Path) -> dict[str, str]:
 
 
 def _run_probe(file: Path) -> dict[str, str]:
-    cmd = [sys.executable, "-m", "magneton.graphdb.integrity", str(file)]
+    cmd = [sys.executable, "-m", "magneton.graphdb.probe", str(file)]
     try:
         proc = subprocess.run(
             cmd,
             capture_output=True,
             text=True,
             timeout=_PROBE_TIMEOUT_S,
-            env={**os.environ, _PROBE_ENV: "1"},
+            env={**os.environ, PROBE_ENV: "1"},
         )
     except subprocess.TimeoutExpired:
         raise MagnetonError(
@@ -217,89 +214,3 @@ def _how(returncode: int) -> str:
         except ValueError:
             return f"killed by signal {-returncode}"
     return f"exit status {returncode}"
-
-
-def _probe(file: Path) -> dict[str, str]:
-    """Read every row of every table, per run where rows belong to one, then load and
-    check every complete run. Prints each step before it starts, so the parent can say
-    where a crash happened. Returns the damaged runs and why."""
-    from . import schema as S
-    from .db import open_db, reading_old_schema
-
-    damaged: dict[str, str] = {}
-    unexplained: list[str] = []  # tables that failed a full scan
-    # a DB of a convertible older schema is probed too: `magneton migrate` reads it next,
-    # and every other command's own open refuses it with the command that converts it
-    with reading_old_schema(), open_db(file, read_only=True) as db:
-        present = db._table_names()
-        specs = [t for t in S.all_tables() if t.name in present]
-        for spec in specs:
-            error = _scan(db, spec, "")
-            if error and not _per_run(S, spec):  # rows of no run: nothing else to blame
-                raise MagnetonError(_unreadable(file, spec.name, error))
-            if error:
-                unexplained.append(f"{spec.name} ({error})")
-        for row in db.list_runs():
-            print(f"reading run '{row.name}'", flush=True)
-            for spec in specs:
-                error = _scan(db, spec, row.name) if _per_run(S, spec) else ""
-                if error:
-                    damaged[row.name] = f"table {spec.name} is unreadable ({error})"
-                    break
-            if row.status == "ok" and row.name not in damaged:
-                try:
-                    db.load_profile(row.name)
-                except MagnetonError as e:
-                    damaged[row.name] = str(e)
-    if unexplained and not damaged:
-        raise MagnetonError(_unreadable(file, unexplained[0], ""))
-    return damaged
-
-
-def _per_run(S, spec) -> bool:  # noqa: N803 (the schema module, imported lazily)
-    if isinstance(spec, S.NodeTable):
-        return spec.per_run
-    return S.table(spec.src).per_run
-
-
-def _scan(db: ProfileDB, spec, run: str) -> str:
-    """Read all rows of `spec` (of `run` when given); the error's first line, or ''."""
-    from . import schema as S
-
-    if not run:
-        print(f"reading table {spec.name}", flush=True)
-    where = " WHERE x.run = $run" if run else ""
-    if isinstance(spec, S.NodeTable):
-        cypher = f"MATCH (x:{spec.name}){where} RETURN x.*"
-    else:
-        cypher = f"MATCH (x:{spec.src})-[r:{spec.name}]->(){where} RETURN r.*"
-    try:
-        db.query(cypher, {"run": run} if run else {})
-    except (RuntimeError, MemoryError, ValueError) as e:
-        return (str(e).strip().splitlines() or [type(e).__name__])[0]
-    return ""
-
-
-def _unreadable(file: Path, table: str, error: str) -> str:
-    return (
-        f"the Magneton DB {file} is damaged: table {table} is unreadable"
-        + (f" ({error})" if error else "")
-        + "; restore it from a copy, or record into a new --db"
-    )
-
-
-def main(argv: list[str]) -> int:
-    if not os.environ.get(_PROBE_ENV):  # never a probe inside a probe
-        print(f"run with {_PROBE_ENV}=1 (opens a DB without probing it)", file=sys.stderr)
-        return 2
-    try:
-        found = _probe(Path(argv[0]))
-    except MagnetonError as e:
-        print(str(e).splitlines()[0], file=sys.stderr)
-        return 3
-    print("result " + json.dumps(found), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -74,10 +74,6 @@ DOORS = {
     "tracer": {"magneton.tracer.api"},
     "diagnose": {"magneton.diagnose.api"},
 }
-# Known cycles left in place, each with why. graphdb/db.py and graphdb/integrity.py are
-# being rewritten for the LadybugDB engine; the check after a crash (integrity) opens the
-# DB (db) that calls it. Remove the entry when that rewrite breaks the loop.
-ALLOWED_CYCLES = [{"magneton.graphdb.db", "magneton.graphdb.integrity"}]
 
 
 @dataclass(frozen=True)
@@ -176,8 +172,7 @@ def violations(edges: list[Edge]) -> list[str]:
 
 def cycles(edges: list[Edge]) -> list[set[str]]:
     g = nx.DiGraph((e.src, e.dst) for e in edges if not e.type_only)
-    found = [c for c in nx.strongly_connected_components(g) if len(c) > 1]
-    return [c for c in found if c not in ALLOWED_CYCLES]
+    return [c for c in nx.strongly_connected_components(g) if len(c) > 1]
 
 
 @pytest.fixture(scope="module")
