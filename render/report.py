@@ -430,6 +430,9 @@ def print_report(
     line = spread_line(profile, db)
     if line:
         console.print(line)
+    slowed = slowed_line(profile)
+    if slowed:
+        console.print(f"[yellow]{escape(slowed)}[/]")
     gaps = sum(len(s.gaps) for s in profile.power)
     if gaps:
         console.print(
@@ -538,6 +541,39 @@ def busy_line(profile: Profile) -> str:
     )
 
 
+# How far the traced operators of a unit may exceed a whole untraced unit before the
+# recording is said to have slowed the program: a unit's operators cannot take longer
+# than the unit did untraced, give or take its noise. The timing pass itself costs
+# 1.07x (docs/benchmarks.md); a margin of 2 leaves room for one noisy untraced unit.
+SLOWED_MARGIN = 2.0
+
+
+def slowed_line(profile: Profile) -> str:
+    """Said when the timed units' operators took more than `SLOWED_MARGIN` times what a
+    whole untraced unit of the same program took (tracer/timing/alignment.py
+    `note_slowed_units`): the recording slowed the program, and its figures are the
+    slowed program's ("" else)."""
+    try:
+        plain = float(profile.config.get("energy.untraced_unit_s", ""))
+    except ValueError:
+        return ""
+    ops_s = sum(op.time_s for op in profile.ops)
+    if plain <= 0 or ops_s <= SLOWED_MARGIN * plain:
+        return ""
+    policy = profile.config.get("env.OMP_WAIT_POLICY", "")
+    why = (
+        "OpenMP workers spinning beside the tracer on a busy machine, most likely "
+        f"(OMP_WAIT_POLICY {policy or 'unset'}); record with --steady, or on a quieter machine"
+        if policy.upper() != "PASSIVE"
+        else "other processes competing for the CPU, most likely; record on a quieter machine"
+    )
+    return (
+        f"slowed by recording: the timed units' operators took {1e3 * ops_s:.4g} ms per "
+        f"unit, {ops_s / plain:.0f}x the {1e3 * plain:.4g} ms a whole unit took untraced, so "
+        f"these figures are not the program's ({why})"
+    )
+
+
 def record_lines(profile: Profile, db: str, described: str = "") -> tuple[list[str], list[str]]:
     """What `magneton record` prints for a run it stored: (lines for stdout, warnings for
     stderr), plain text (a run name such as `[/]` is not markup). A run that could not be
@@ -563,4 +599,5 @@ def record_lines(profile: Profile, db: str, described: str = "") -> tuple[list[s
     spin = busy_line(profile)
     if spin:
         out.append(spin)
-    return out, []
+    slowed = slowed_line(profile)
+    return out, [slowed] if slowed else []

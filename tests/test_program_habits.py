@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from magneton.graphdb import load_profile
+from magneton.render.report import slowed_line
 
 PROGRAM = Path(__file__).parent / "workloads" / "programs" / "habits.py"
 BOUND_W = 270.0 * 1.5  # the default model's TDP, with EnergySession's margin
@@ -69,6 +70,10 @@ def test_a_loop_that_logs_evaluates_and_saves_is_priced_from_its_steps(habits):
     # (16 linear layers each) are not in them, only the step's own forward
     names = [op.name for op in p.ops]
     assert names.count("aten::addmm") == 16
+    # an untraced step's wall time is kept: the bound the timed operators keep (they
+    # did: the recording did not slow this program)
+    assert float(p.config["energy.untraced_unit_s"]) > 0
+    assert slowed_line(p) == ""
 
 
 @pytest.mark.slow

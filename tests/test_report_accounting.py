@@ -24,6 +24,7 @@ from magneton.render.report import (
     _table,
     module_table,
     rerecord_interval,
+    slowed_line,
     spread_line,
     time_line,
 )
@@ -164,3 +165,21 @@ def test_three_recordings_printed_intervals_overlap_where_their_spreads_did_not(
     line = spread_line(profiles[0])
     assert "re-recording under like load: expect 72.85–207.6 J/call" in line
     assert "whole calls averaged 72% above the headline" in line
+
+
+def test_operators_slower_than_a_whole_untraced_unit_are_said_to_be_the_recordings():
+    """A unit's operators cannot take longer than the whole unit took untraced: when the
+    timed units' operators took 25x an untraced unit, the run says the recording slowed
+    the program, and how to record it (the default policy lets OpenMP workers spin)."""
+    ops = [OpRecord(idx=i, name="aten::mm", time_s=0.025) for i in range(20)]
+    slowed = profile(ops=ops, config={"energy.untraced_unit_s": "0.02"})
+    line = slowed_line(slowed)
+    assert "500 ms per unit, 25x the 20 ms a whole unit took untraced" in line
+    assert "OMP_WAIT_POLICY unset" in line and "--steady" in line
+    steady = profile(
+        ops=ops, config={"energy.untraced_unit_s": "0.02", "env.OMP_WAIT_POLICY": "PASSIVE"}
+    )
+    assert "--steady" not in slowed_line(steady) and "quieter machine" in slowed_line(steady)
+    # within the margin, or without an untraced unit (a script's calls): nothing to say
+    assert slowed_line(profile(ops=ops, config={"energy.untraced_unit_s": "0.3"})) == ""
+    assert slowed_line(profile(ops=ops)) == ""

@@ -401,6 +401,8 @@ class _Controller:
             self.begin_structure(frame)
         elif k == "timing":
             self.begin_timing(unit)
+        elif k == "untraced":
+            self.begin_untraced()
 
     def end(self, unit: int) -> None:
         k = self.kind(unit)
@@ -408,6 +410,8 @@ class _Controller:
             self.end_structure()
         elif k == "timing":
             self.end_timing(unit)
+        elif k == "untraced":
+            self.end_untraced()
         if unit == self.sched.total - 1:
             self.done = True
             self.uninstall()
@@ -418,6 +422,10 @@ class _Controller:
         self.started = False
 
     def begin_structure(self, frame: Any) -> None: ...
+
+    def begin_untraced(self) -> None: ...
+
+    def end_untraced(self) -> None: ...
     def end_structure(self) -> None: ...
     def begin_timing(self, unit: int) -> None: ...
     def end_timing(self, unit: int) -> None: ...
@@ -461,6 +469,10 @@ class _Recorder(_Controller):
         self.iterations: list = []
         self.cpu_windows: list = []
         self.walls: list[float] = []
+        # wall seconds of the untraced units the program ran whole (WAIT, WARMUP): what
+        # a unit costs without the recorder, the bound its traced operators must keep
+        self.plain_walls: list[float] = []
+        self._plain_t0 = 0
         self._stack: contextlib.ExitStack | None = None
         self._capture: Any = None
         self._prof: Any = None
@@ -537,6 +549,14 @@ class _Recorder(_Controller):
         self.info.device = "cuda" if any(op.device.startswith("cuda") for op in res.ops) else "cpu"
         self.structure_wall_s = wall
 
+    def begin_untraced(self) -> None:
+        self._plain_t0 = time.perf_counter_ns()
+
+    def end_untraced(self) -> None:
+        if self._plain_t0:
+            self.plain_walls.append((time.perf_counter_ns() - self._plain_t0) / 1e9)
+        self._plain_t0 = 0
+
     def begin_timing(self, unit: int) -> None:
         from magneton.tracer.timing.passes import CpuTimingCapture
 
@@ -558,7 +578,7 @@ class _Recorder(_Controller):
         self.cpu_windows.append(self._capture.cpu_windows)
 
     def finish(self) -> None:
-        from magneton.tracer.timing.alignment import price_timed_units
+        from magneton.tracer.timing.alignment import note_slowed_units, price_timed_units
 
         profile, info = self.profile, self.info
         assert profile is not None  # the structure unit, the first, has ended
@@ -577,6 +597,7 @@ class _Recorder(_Controller):
         info.time_s = sum(self.walls) / len(self.walls)
         info.repeat = len(self.iterations)
         price_timed_units(profile, self.session, self.iterations, self.cpu_windows)
+        note_slowed_units(profile, self.plain_walls)
         if info.status == "incomparable":  # stored as a graph, never priced
             info.error += (
                 ". Mark the steps to compare with magneton.step() or "

@@ -249,3 +249,18 @@ def price_timed_units(
     bound = session.power_bound_error(profile, sum(outside_j))
     if bound:
         info.status, info.error = "incomparable", bound
+
+
+UNTRACED_KEY = "energy.untraced_unit_s"  # the run's config row: an untraced unit's wall time
+
+
+def note_slowed_units(profile: Profile, plain_walls: list[float]) -> None:
+    """Keep, in the run's config, the wall time of the fastest untraced unit (a WAIT or
+    WARMUP unit the program ran whole), the bound the timed units' operators must keep.
+    On a loaded machine with OpenMP's default wait policy, workers spinning beside the
+    tracer's Python took a 9-27 ms training step to 790 ms per timed step, every
+    operator's window stretched alike: no alignment or power bound sees that, the untraced
+    unit does (render/report.py `slowed_line` says it)."""
+    if not plain_walls or not profile.ops:
+        return
+    profile.config[UNTRACED_KEY] = f"{min(plain_walls):.6g}"
