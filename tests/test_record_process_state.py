@@ -1,6 +1,7 @@
 """A workload's changes to the recording process do not misplace or lose its run: a
 script that changes directory at import still saves into the DB the user named, and one
-that replaces `sys.stdout` still gets its one-line summary (tracer/programs/record.py
+that replaces `sys.stdout` still gets its one-line summary, and a module beside it that
+shadows the standard library does not break the save (tracer/programs/record.py
 `_no_exit`)."""
 
 from __future__ import annotations
@@ -55,3 +56,14 @@ def test_a_script_that_drops_stdout_still_gets_its_summary(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr
     assert "recorded run 'a'" in out.stdout
+
+
+def test_a_module_beside_the_script_that_shadows_the_standard_library_loses_nothing(tmp_path):
+    """A `secrets.py` beside the script, which the script never imports: the recorder's
+    own imports after the workload (the save) must still get the standard module, so
+    the run is stored and nothing is blamed on the script."""
+    (tmp_path / "secrets.py").write_text('raise ImportError("the shadowing module ran")\n')
+    out = _record(tmp_path, BODY)
+    assert out.returncode == 0, out.stderr
+    assert "shadowing" not in out.stderr and "raised" not in out.stderr
+    assert _runs(tmp_path / "db") == ["a"]

@@ -546,8 +546,26 @@ def _opened(db: DBArg) -> contextlib.AbstractContextManager[ProfileDB]:
 
 
 def save(profile: Profile, db: DBArg, replace: bool = False) -> None:
-    with defer_sigint(), _opened(db) as handle:
+    with _own_imports(), defer_sigint(), _opened(db) as handle:
         handle.save_profile(profile, replace=replace)
+
+
+@contextlib.contextmanager
+def _own_imports() -> Iterator[None]:
+    """While the run is saved, `sys.path` holds only the installation's directories:
+    the save imports modules lazily (the engine's client imports pandas, which imports
+    numpy.random, which imports `secrets`), and a `secrets.py` in the script's folder or
+    the working directory then ran in its place and lost the run after the workload had
+    run. The user's directories are back when the save ends."""
+    import magneton
+
+    own = (sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(magneton.__file__).parents[1]))
+    saved = list(sys.path)
+    sys.path[:] = [p for p in saved if p and os.path.abspath(p).startswith(own)]
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
 
 
 def _user_location(exc: BaseException, script: str) -> str:
