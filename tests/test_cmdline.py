@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -139,3 +140,33 @@ def test_a_parser_given_other_words_than_the_programs_is_not_recorded(monkeypatc
     with cmdline.observed_parsers() as seen:
         _parser().parse_args(["--steps", "5"])  # a library's own parse of its own words
     assert seen == []
+
+
+PROGRAM = """import argparse
+p = argparse.ArgumentParser()
+p.add_argument("--grad-checkpointing", action="store_true")
+p.parse_args()
+"""
+
+
+def test_eval_checks_a_suggested_command_in_a_case_named_relative_to_the_caller(
+    tmp_path, monkeypatch
+):
+    """`magneton eval examples/programs` names its cases relative to the working
+    directory, and runs each program from its own directory: the parse check must find
+    the script there (it looked for examples/programs/X/examples/programs/X/train.py)."""
+    from magneton.commands.eval import command_problem
+    from magneton.model import Finding, Fix, Region
+
+    def finding(fid: int, command: str) -> Finding:
+        return Finding(
+            fid, "a", "waste", Region(), Region(), 1.0, 0.1, 0.0, fix=Fix(command=command)
+        )
+
+    (tmp_path / "progs" / "loop").mkdir(parents=True)
+    (tmp_path / "progs" / "loop" / "train.py").write_text(PROGRAM)
+    monkeypatch.chdir(tmp_path)
+    good = finding(1, "python train.py --grad-checkpointing")
+    assert command_problem(Path("progs") / "loop", [good]) == ""
+    bad = finding(2, "python train.py --grad-checkpointing False")
+    assert "does not parse" in command_problem(Path("progs") / "loop", [bad])

@@ -123,7 +123,9 @@ class CaseResult:
 
 
 def case_dirs(root: str, only: list[str] | None = None) -> list[Path]:
-    base = Path(root)
+    # absolute: a case's programs run from its own directory (`cwd=case`), where a path
+    # relative to the caller's directory names nothing
+    base = Path(root).resolve()
     if not base.is_dir():
         raise MagnetonError(f"no such case directory: {root}")
     out = [d for d in sorted(base.iterdir()) if d.is_dir() and is_case(d)]
@@ -400,7 +402,7 @@ def command_problem(case: Path, findings: list[Finding]) -> str:
         words = shlex.split(f.fix.command)
         if words[:2] == ["python", "-m"]:
             continue  # a module's parser: its package is the user's to import
-        script, args = str(case / words[1]), words[2:]
+        script, args = str(case.resolve() / words[1]), words[2:]
         ran = subprocess.run(
             [sys.executable, "-m", "magneton.tracer.programs.cmdline", script, *args],
             cwd=case,
