@@ -461,15 +461,15 @@ class Diagnoser:
                 self._kv_cache[key] = kv
             grad_mode_origins(kv, sides)  # a library branch on `torch.is_grad_enabled()`
             ow = kv.origins.get(w)
+            if ow is None:
+                # the branch read there led to no setting (anomaly mode is decided in
+                # C++ below a Python call both sides make alike): a knob of a matching
+                # rule that the two runs set differently explains it
+                native = self._knob_key_variable(div, sides, matches)
+                if native.origins.get(w) is not None:
+                    kv, ow = native, native.origins[w]
             return (ow.kind if ow is not None else "unknown"), kv, kv.origins
-        knob_keys = [m.rule.knob for m in matches if m.rule.knob]
-        knobs = [kn for k in knob_keys if (kn := self.kb.knob(k)) is not None]
-        key = ("native", div.level, tuple(k.key for k in knobs))
-        kv = self._kv_cache.get(key)
-        if kv is None:
-            kv = native_key_variable(knobs, sides, self.kb, level=div.level)
-            self._kv_cache[key] = kv
-        grad_mode_origins(kv, sides)
+        kv = self._knob_key_variable(div, sides, matches)
         ow = kv.origins.get(w)
         if ow is not None:
             return ow.kind, kv, kv.origins
@@ -481,6 +481,20 @@ class Diagnoser:
         if div.a.kind == "args" and div.a.diff:
             return "code", kv, self._code_origins(finding, div)
         return "unknown", kv, kv.origins
+
+    def _knob_key_variable(
+        self, div: Divergence, sides: dict[str, SideInfo], matches: list[RuleMatch]
+    ) -> KeyVariable:
+        """The key variable among the knobs of the rules that matched (the native path)."""
+        knob_keys = [m.rule.knob for m in matches if m.rule.knob]
+        knobs = [kn for k in knob_keys if (kn := self.kb.knob(k)) is not None]
+        key = ("native", div.level, tuple(k.key for k in knobs))
+        kv = self._kv_cache.get(key)
+        if kv is None:
+            kv = native_key_variable(knobs, sides, self.kb, level=div.level)
+            self._kv_cache[key] = kv
+        grad_mode_origins(kv, sides)
+        return kv
 
     def _property_origins(
         self, div: Divergence, sides: dict[str, SideInfo]

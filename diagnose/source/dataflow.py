@@ -957,7 +957,8 @@ def find_knob_origin(
     line = vidx.line_of(vnode) if is_literal(vnode) else setter_line
     origin = Origin(
         kind="env" if (env_read or kind == "env") else kind,
-        variable=knob.key if kind != "env" else (env_var or knob.key),
+        # an environment variable is what the user sets: name it, not the knob it feeds
+        variable=(env_read or env_var or knob.key) if (env_read or kind == "env") else knob.key,
         file=vidx.path,
         line=line,
         code=vidx.line_text(line),
