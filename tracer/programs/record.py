@@ -557,9 +557,8 @@ def _own_imports() -> Iterator[None]:
     numpy.random, which imports `secrets`), and a `secrets.py` in the script's folder or
     the working directory then ran in its place and lost the run after the workload had
     run. The user's directories are back when the save ends."""
-    import magneton
-
-    own = (sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(magneton.__file__).parents[1]))
+    package = sys.modules["magneton"].__file__ or ""  # where Magneton itself is installed
+    own = (sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(package).parents[1]))
     saved = list(sys.path)
     sys.path[:] = [p for p in saved if p and os.path.abspath(p).startswith(own)]
     try:
