@@ -958,7 +958,7 @@ def find_knob_origin(
     origin = Origin(
         kind="env" if (env_read or kind == "env") else kind,
         # an environment variable is what the user sets: name it, not the knob it feeds
-        variable=(env_read or env_var or knob.key) if (env_read or kind == "env") else knob.key,
+        variable=env_read or env_var or knob.key,
         file=vidx.path,
         line=line,
         code=vidx.line_text(line),

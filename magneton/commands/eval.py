@@ -123,9 +123,7 @@ class CaseResult:
 
 
 def case_dirs(root: str, only: list[str] | None = None) -> list[Path]:
-    # absolute: a case's programs run from its own directory (`cwd=case`), where a path
-    # relative to the caller's directory names nothing
-    base = Path(root).resolve()
+    base = Path(root)
     if not base.is_dir():
         raise MagnetonError(f"no such case directory: {root}")
     out = [d for d in sorted(base.iterdir()) if d.is_dir() and is_case(d)]
@@ -402,6 +400,8 @@ def command_problem(case: Path, findings: list[Finding]) -> str:
         words = shlex.split(f.fix.command)
         if words[:2] == ["python", "-m"]:
             continue  # a module's parser: its package is the user's to import
+        # absolute: the parse runs in the case's directory (`cwd=case`), where a path
+        # relative to the caller's directory names nothing
         script, args = str(case.resolve() / words[1]), words[2:]
         ran = subprocess.run(
             [sys.executable, "-m", "magneton.tracer.programs.cmdline", script, *args],

@@ -256,11 +256,10 @@ UNTRACED_KEY = "energy.untraced_unit_s"  # the run's config row: an untraced uni
 
 def note_slowed_units(profile: Profile, plain_walls: list[float]) -> None:
     """Keep, in the run's config, the wall time of the fastest untraced unit (a WAIT or
-    WARMUP unit the program ran whole), the bound the timed units' operators must keep.
-    On a loaded machine with OpenMP's default wait policy, workers spinning beside the
-    tracer's Python took a 9-27 ms training step to 790 ms per timed step, every
-    operator's window stretched alike: no alignment or power bound sees that, the untraced
-    unit does (render/report.py `slowed_line` says it)."""
+    WARMUP unit the program ran whole), the bound the timed units' operators must keep:
+    a recording that stretches every operator's window alike passes the alignment and
+    the power bound, and only the untraced unit shows it (render/report.py
+    `slowed_line` says it)."""
     if not plain_walls or not profile.ops:
         return
     profile.config[UNTRACED_KEY] = f"{min(plain_walls):.6g}"
