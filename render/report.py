@@ -546,6 +546,9 @@ def busy_line(profile: Profile) -> str:
 # than the unit did untraced, give or take its noise. The timing pass itself costs
 # 1.07x (docs/benchmarks.md); a margin of 2 leaves room for one noisy untraced unit.
 SLOWED_MARGIN = 2.0
+# and by the timing pass's own Python per operator, which a unit of microsecond
+# operators pays in full (a 0.11 ms unit's operators took 0.23 ms traced)
+TRACED_COST_PER_OP_S = 50e-6
 
 
 def slowed_line(profile: Profile) -> str:
@@ -558,7 +561,7 @@ def slowed_line(profile: Profile) -> str:
     except ValueError:
         return ""
     ops_s = sum(op.time_s for op in profile.ops)
-    if plain <= 0 or ops_s <= SLOWED_MARGIN * plain:
+    if plain <= 0 or ops_s <= SLOWED_MARGIN * plain + TRACED_COST_PER_OP_S * len(profile.ops):
         return ""
     policy = profile.config.get("env.OMP_WAIT_POLICY", "")
     why = (
