@@ -190,8 +190,10 @@ def test_diff_html_is_one_self_contained_page_of_the_diff(db: Path, tmp_path: Pa
     assert text.startswith("<!DOCTYPE html>") and "<style>" in text
     # the findings table: a header and one row per cause, as `diff` prints them
     assert p.rows == 1 + len(doc["groups"])
-    # each shown finding: two icicles side by side, its cause
-    top = findings[0]
+    # each shown cause: its lead finding's two icicles side by side, its cause (the
+    # largest cause first; its lead need not be the lowest-numbered finding)
+    lead_id = next(g["finding_ids"][0] for g in doc["groups"] if g["verdict"] != "noise")
+    top = next(f for f in findings if f["id"] == lead_id)
     assert p.sections[f"f{top['id']}"] == ["icicle", "icicle"]
     body = " ".join(p.text)
     assert "Root cause" in body and "Power timeline" in body
