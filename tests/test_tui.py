@@ -103,6 +103,9 @@ def test_pick_runs_findings_diagnosis_detail_and_patch_export(gelu_db) -> None:
         assert row[0].startswith("1") and side_a.startswith("◀A mul pow")
         assert side_b.strip() == "B gelu ×4"
         await wait_for(pilot, lambda: not screen.diagnosing, 240, "the diagnosis")
+        # "diagnosed" ends the diagnosing; the child's "done" follows once it stored the
+        # diff (a loaded CI runner once read the events in between)
+        await wait_for(pilot, lambda: "done" in dict(events), 60, "done")
         # findings first (cause column "diagnosing…"), then the diagnosis filled them in,
         # and last the child's word that it stored the diff
         kinds = [k for k, _ in events]
