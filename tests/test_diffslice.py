@@ -8,6 +8,7 @@ inside it), so the slice runs on real source without a recording.
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
@@ -305,3 +306,137 @@ def test_a_dataclass_field_default_is_the_root(tmp_path):
     assert d is not None and d.kind == "config"
     oa = d.origins["a"]
     assert (oa.variable, oa.value, oa.line) == ("track_grad", "True", _line(a, "track_grad:"))
+
+
+JAX_LOOP = """
+import argparse
+
+import jax
+
+
+def parse_args():
+    p = argparse.ArgumentParser()
+    p.add_argument("--per-example-grads", action="store_true")
+    return p.parse_args()
+
+
+def main():
+    args = parse_args()
+
+    def loss_fn(w, x):
+        return (x @ w).sum()
+
+    def per_example(w, x):
+        return jax.vmap(jax.grad(loss_fn), in_axes=(None, 0))(w, x[:, None]).mean(0)
+
+    grad_fn = per_example if args.per_example_grads else jax.grad(loss_fn)
+
+    @jax.jit
+    def train_step(w, x):
+        return w - 0.1 * grad_fn(w, x)
+
+    for _ in range(3):
+        w = train_step(w, x)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_nested_step_reads_the_option_its_enclosing_function_chose_by(tmp_path):
+    """A jitted `train_step` defined in `main()`: its operators' frames stop at the step
+    (jit traces it), and the function it calls was chosen in `main` from a flag."""
+    prog = _write(tmp_path, "train.py", JAX_LOOP)
+    cfg = {
+        "a": _program_config(prog, ["--per-example-grads"]),
+        "b": _program_config(prog, []),
+    }
+    chain = [[(_line(prog, "return w - 0.1"), "main.<locals>.train_step")]]
+    d = _diff(_profile(prog, chain), _profile(prog, chain), cfg)
+    assert d is not None and d.kind == "command-line"
+    oa, ob = d.origins["a"], d.origins["b"]
+    assert (oa.option, oa.value, ob.value) == ("--per-example-grads", "True", "False")
+    assert oa.line == _line(prog, "grad_fn = per_example if")
+    # the key-variable step finds the step's function by the qualified name JAX gives
+    from magneton.diagnose.source.index import source_index
+
+    idx = source_index(prog)
+    assert idx is not None
+    fn = idx.function_at(chain[0][0][0], "main.<locals>.train_step")
+    assert fn is not None and fn.name.value == "train_step"
+    # the same step with no option between it and the enclosing choice: nothing differs
+    same = {"a": _program_config(prog, []), "b": _program_config(prog, [])}
+    assert _diff(_profile(prog, chain), _profile(prog, chain), same) is None
+
+
+TRAINER = """
+import argparse
+
+from trainlib import Runner
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--optim", default="loop")
+    p.add_argument("--steps", type=int, default=10)
+    args = p.parse_args()
+    runner = Runner(args)
+    runner.run()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _recorded_parse(argv: list[str], prog: Path) -> dict[str, str]:
+    """A program run's config with its parser as `record` keeps it (cmdline.py)."""
+    import argparse
+
+    from magneton.tracer.programs import cmdline
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--optim", default="loop")
+    p.add_argument("--steps", type=int, default=10)
+    saved = sys.argv
+    sys.argv = [str(prog), *argv]  # the program's own arguments: what the recorder keeps
+    try:
+        with cmdline.observed_parsers() as seen:
+            p.parse_args()
+    finally:
+        sys.argv = saved
+    assert seen, "the parse was not recorded"
+    return {**_program_config(prog, argv), **cmdline.to_config(seen)}
+
+
+def test_a_parse_handed_whole_to_a_library_is_rooted_at_its_one_differing_option(tmp_path):
+    """An HF-`Trainer`-like runner takes the parsed arguments whole and runs the step in
+    its own code: no operator has a line of the script; the line that entered the unit
+    and the parse handed over name the one option the runs differ in."""
+    import json
+
+    from magneton.tracer.programs.program import ENTERED_KEY
+
+    prog = _write(tmp_path, "train.py", TRAINER)
+    lib = tmp_path / "trainlib.py"
+    entered = json.dumps([[str(prog), _line(prog, "runner.run()"), "main"], [str(lib), 9, "run"]])
+
+    def run(argv: list[str]) -> tuple[Profile, dict]:
+        p = _profile(prog, [[]])  # the operator's frames are the library's only
+        cfg = {**_recorded_parse(argv, prog), ENTERED_KEY: entered}
+        p.config = cfg
+        return p, cfg
+
+    (pa, ca), (pb, cb) = (
+        run(["--optim", "loop", "--steps", "5"]),
+        run(["--optim", "fused", "--steps", "5"]),
+    )
+    d = _diff(pa, pb, {"a": ca, "b": cb})
+    assert d is not None and d.kind == "command-line"
+    oa, ob = d.origins["a"], d.origins["b"]
+    assert (oa.option, oa.value, ob.value) == ("--optim", "loop", "fused")
+    assert oa.line == _line(prog, "runner = Runner(args)")
+    # two options differ: which one decides the library's operators is not known
+    _, c2 = run(["--optim", "fused", "--steps", "6"])
+    assert _diff(pa, pb, {"a": ca, "b": c2}) is None

@@ -198,8 +198,20 @@ def _chain(s: _Slice, lines: list[int], setup: str) -> cst.FunctionDef | None:
                         s.wanted |= _reads(s.idx, a)
         s.add(stmt, phase)
         s.backward(_body(fn)[: _body(fn).index(stmt)], phase)
+        _enclosing_scopes(s, fn, phase)
         fn_prev = fn
     return fn_prev
+
+
+def _enclosing_scopes(s: _Slice, fn: cst.FunctionDef, phase: int) -> None:
+    """A nested function reads its enclosing functions' variables when it runs: a JAX
+    `train_step` defined in `main()` calls the `grad_fn` that `main` chose from an
+    option, and its frames (jit traces it) stop at `train_step`. The enclosing bodies'
+    statements that write what the slice wants join it."""
+    outer = s.idx.enclosing(fn, cst.FunctionDef)
+    while isinstance(outer, cst.FunctionDef):
+        s.backward(_body(outer), phase)
+        outer = s.idx.enclosing(outer, cst.FunctionDef)
 
 
 def _through_setup(s: _Slice, entry: cst.FunctionDef, setup: str) -> None:
@@ -249,8 +261,21 @@ def _module_closure(s: _Slice) -> None:
 
 
 def chains_of(p: Profile, ops: list[int]) -> set[tuple[int, ...]]:
-    """The distinct user-line chains (outermost first) of operators `ops`."""
-    return {c for o in ops if (c := tuple(_user_lines(p, o)))}
+    """The distinct user-line chains (outermost first) of operators `ops`; where none of
+    them has a line of the script (a program's unit that runs inside library code, an HF
+    `Trainer` step), the script's lines that entered the unit (`program.entered_from`)."""
+    chains = {c for o in ops if (c := tuple(_user_lines(p, o)))}
+    if chains or not ops:
+        return chains
+    from magneton.tracer.programs.program import ENTERED_KEY
+
+    script = os.path.realpath(p.run.script or "")
+    try:
+        entered = json.loads(p.config.get(ENTERED_KEY) or "[]")
+    except ValueError:
+        return chains
+    lines = tuple(int(ln) for f, ln, _ in entered if os.path.realpath(f) == script)
+    return {lines} if lines else chains
 
 
 def mirror_chains(
@@ -265,7 +290,7 @@ def mirror_chains(
         for line in chain:
             fn = have.function_at(line)
             stmt = _top_statement(fn, have, line) if fn is not None else None
-            twin = _setup_function(lack, fn.name.value) if fn is not None else None
+            twin = _twin(have, lack, fn) if fn is not None else None
             if fn is None or stmt is None or twin is None:
                 break
             k = _body(fn).index(stmt)
@@ -275,6 +300,21 @@ def mirror_chains(
         if mapped:
             out.add(tuple(mapped))
     return out
+
+
+def _scope_path(idx: SourceIndex, fn: cst.FunctionDef) -> tuple[str, ...]:
+    """`fn`'s name with those of the functions and classes around it, outermost first."""
+    around = [
+        a.name.value for a in idx.ancestors(fn) if isinstance(a, (cst.FunctionDef, cst.ClassDef))
+    ]
+    return (*reversed(around), fn.name.value)
+
+
+def _twin(have: SourceIndex, lack: SourceIndex, fn: cst.FunctionDef) -> cst.FunctionDef | None:
+    """The function of `lack` at `fn`'s place: same name, inside the same functions and
+    classes (a `train_step` nested in `main` has its twin nested in the other's `main`)."""
+    path = _scope_path(have, fn)
+    return next((g for g in lack.functions if _scope_path(lack, g) == path), None)
 
 
 def side_slice(p: Profile, idx: SourceIndex, chains: set[tuple[int, ...]]) -> _Slice:
@@ -500,6 +540,62 @@ def _option_lines(s: _Slice, dest: str) -> set[int]:
     }
 
 
+def _is_parse(call: cst.Call) -> bool:
+    """A command-line parse: argparse's `parse_args`/`parse_known_args`, HF's
+    `parse_args_into_dataclasses`."""
+    name = _callee(call)
+    return name.startswith("parse_") and "args" in name
+
+
+def _passed_whole(s: _Slice) -> set[int]:
+    """The lines of the slice that hand a parse's whole result to a call
+    (`Trainer(args=training_args)`, `build(args)`, `**vars(args)`): that call reads every
+    option the parse holds. Empty when the slice only reads options one by one."""
+    parsed: set[str] = set()
+    for _, u in s.units.values():
+        for a in s.idx.nodes_of(cst.Assign, u.node):
+            if isinstance(a.value, cst.Call) and _is_parse(a.value):
+                for t in a.targets:
+                    parsed |= {n.value for n in s.idx.nodes_of(cst.Name, t.target)}
+    lines: set[int] = set()
+    for _, u in s.units.values():
+        for c in s.idx.nodes_of(cst.Call, u.node):
+            if _is_parse(c):
+                continue
+            for arg in c.args:
+                v = arg.value
+                if isinstance(v, cst.Call) and _callee(v) == "vars" and v.args:
+                    v = v.args[0].value
+                if isinstance(v, cst.Name) and v.value in parsed:
+                    lines.add(s.idx.line_of(c))
+    return lines
+
+
+def _differing_dests(configs: dict[str, dict]) -> list[str]:
+    """The options both runs' recorded parsers hold whose parsed values differ."""
+    from magneton.tracer.programs import cmdline
+
+    values = [
+        {d: v for p in cmdline.parsers_of(configs[x]) for d, v in p.values.items()} for x in "ab"
+    ]
+    return sorted(d for d in values[0].keys() & values[1].keys() if values[0][d] != values[1][d])
+
+
+def _option_candidates(
+    slices: dict[str, _Slice], configs: dict[str, dict]
+) -> tuple[list[str], dict[str, set[int]]]:
+    """The options that decide the slice, and per side the lines that pass a parse on
+    whole: those read one by one (`args.foreach`) first; then, where both slices hand a
+    parse's result to a call whole, the one option whose value differs between the runs
+    (several differing: which one decides is not known, and none is named)."""
+    read = sorted(_attributes_read(slices["a"]) & _attributes_read(slices["b"]))
+    whole = {x: _passed_whole(slices[x]) for x in "ab"}
+    if not (whole["a"] and whole["b"]):
+        return read, whole
+    differing = [d for d in _differing_dests(configs) if d not in read]
+    return read + (differing if len(differing) == 1 else []), whole
+
+
 def _option_difference(
     profs: dict[str, Profile], slices: dict[str, _Slice], configs: dict[str, dict]
 ) -> Difference | None:
@@ -507,7 +603,8 @@ def _option_difference(
 
     from .dataflow import _option_default
 
-    for dest in sorted(_attributes_read(slices["a"]) & _attributes_read(slices["b"])):
+    dests, whole = _option_candidates(slices, configs)
+    for dest in dests:
         ca, cb = command_line_origin(configs["a"], dest), command_line_origin(configs["b"], dest)
         if ca is None or cb is None or ca.value == cb.value:
             continue
@@ -517,7 +614,8 @@ def _option_difference(
         origins = {}
         for s, clo in (("a", ca), ("b", cb)):
             sl = slices[s]
-            line = min(_option_lines(sl, dest), default=clo.line) or None
+            passes = _option_lines(sl, dest) or whole[s]
+            line = min(passes, default=clo.line) or None
             how = "given on the command line" if clo.given else "its default"
             origins[s] = Origin(
                 kind="command-line",
@@ -532,7 +630,7 @@ def _option_difference(
                 f"read at line {line}",
             )
         # another step's origin on a line that passes the option on agrees with it
-        differing = {x: _option_lines(slices[x], dest) for x in "ab"}
+        differing = {x: _option_lines(slices[x], dest) or whole[x] for x in "ab"}
         scripts = {x: os.path.realpath(slices[x].idx.path) for x in "ab"}
         return Difference(
             kind="command-line",

@@ -146,11 +146,14 @@ class SourceIndex:
         return self._functions
 
     def function_at(self, line: int, name: str | None = None) -> cst.FunctionDef | None:
-        """The innermost function whose body spans `line` (optionally with this name)."""
+        """The innermost function whose body spans `line` (optionally with this name: a
+        code object's name, or a qualified name as JAX's frames give it, whose last part
+        is the `def`'s: `main.<locals>.train_step`)."""
         best = None
+        short = name.rsplit(".", 1)[-1] if name else None
         for fn in self.functions:
             sp = self.span(fn)
-            if sp.contains_line(line) and (name is None or fn.name.value == name):
+            if sp.contains_line(line) and (short is None or fn.name.value == short):
                 if best is None or self.span(best).line <= sp.line:
                     best = fn
         return best

@@ -296,6 +296,22 @@ def _user_frame(frame: Any) -> Any:
     return first or frame
 
 
+ENTERED_KEY = "program.entered_from"
+
+
+def _callers(user: Any) -> list[list]:
+    """[file, line, function] of the frames that called the unit's own frame `user`,
+    outermost first. The operators' call paths stop at `user`; where that is library code
+    (an HF `Trainer`'s epoch loop), these hold the user's line that entered it
+    (`trainer.train()`), from which the program's slice starts (diffslice.py)."""
+    out = []
+    f = user.f_back if user is not None else None
+    while f is not None:
+        out.append([f.f_code.co_filename, f.f_lineno, f.f_code.co_name])
+        f = f.f_back
+    return out[::-1]
+
+
 class _Controller:
     """Turns unit boundaries into the recorder's passes. Subclasses say what a pass does:
     `_Recorder` records, `_Rerun` switches the key-variable tracer on and off."""
@@ -484,12 +500,14 @@ class _Recorder(_Controller):
         # and the config files it read (configfiles.py)
         self.parsers: list = []
         self.files: list = []
+        self.entered_from: list[list] = []  # `_callers` of the structure unit
 
     def begin_structure(self, frame: Any) -> None:
         from magneton.tracer.capture.dispatch import ModuleTracker, StructureCapture, call_profiler
         from magneton.tracer.programs.record import _other_threads, _roots_and_sources
 
         user = _user_frame(frame) if frame is not None else None
+        self.entered_from = _callers(user)
         names = {**user.f_globals, **user.f_locals} if user is not None else {}
         roots, sources = _roots_and_sources(lambda: None, (), {}, names)
         self._capture = StructureCapture(
@@ -530,6 +548,7 @@ class _Recorder(_Controller):
         finish_modules(res, self._capture.modules)
         config = snapshot(self.spec.script)
         config.update(self.spec.to_config())
+        config[ENTERED_KEY] = json.dumps(self.entered_from)
         if self.spec.mode == "window" and not self.spec.window and self.window_name:
             # the block recorded by default (the first entered) is named, so a command
             # rebuilt from the config (`ProgramSpec.command`) records the same block
