@@ -19,6 +19,7 @@ _REPLACE = re.compile(
 )
 _RUN_WITH = re.compile(r"Run with `(\S+) (.+?)` .*used `\S+ (.+?)`")
 _RUN_WITH_ENV = re.compile(r"Run with (\S+?)=(\S+) as the efficient run did \(it was (.+?)\)")
+_RUN_ENV_COMMAND = re.compile(r"Run `(\w+)=(\S+) .*?` as the efficient run did \(\1 was (.+?)\)")
 
 
 def _norm(text: str) -> str:
@@ -53,6 +54,7 @@ def noop_reason(finding: Any) -> str:
     if m and _norm(m.group(1)) == _norm(m.group(2)):
         return f"changes a value to itself: {summary}"
     m = _RUN_WITH.search(summary) or _RUN_WITH_ENV.search(summary)
+    m = m or _RUN_ENV_COMMAND.search(summary)
     if m and _norm(m.group(2)) == _norm(m.group(3)):
         return f"runs with the option the wasteful run already used: {summary}"
     m = _REPLACE.search(summary)

@@ -142,6 +142,10 @@ def test_noop_check_reads_what_a_user_reads(tmp_path):
     assert "already used" in noop_reason({"fix": {"summary": env_same}})
     env = "Run with OMP_WAIT_POLICY=PASSIVE as the efficient run did (it was ACTIVE)."
     assert noop_reason({"fix": {"summary": env}}) == ""
+    run_same = "Run `MLP_DEBUG=0 python train.py` as the efficient run did (MLP_DEBUG was 0)."
+    assert "already used" in noop_reason({"fix": {"summary": run_same}})
+    run = "Run `MLP_DEBUG=0 python train.py` as the efficient run did (MLP_DEBUG was 1)."
+    assert noop_reason({"fix": {"summary": run}}) == ""
 
 
 def test_patch_of_the_default_applies_with_git(tmp_path):
@@ -228,3 +232,54 @@ def test_an_extra_setting_statement_is_named_with_what_to_do(tmp_path):
     _setting_fix(x, fix, "")
     assert fix.patch is None and f"serve.py:5 runs `{stmt}`" in fix.summary
     assert "Remove it or make it conditional" in fix.summary and "stays the default" in fix.summary
+
+
+def test_an_environment_setting_is_fixed_with_the_value_the_efficient_run_read(tmp_path):
+    """A program that reads `MLP_DEBUG` from its environment: the recorded reads
+    (tracer/programs/envreads.py) give each run's value, where the origin holds what the
+    program made of it (a bool); the fix is the command line with the efficient value."""
+    import os
+
+    from magneton.diagnose.fix.plan import _run_with_fix
+    from magneton.diagnose.source.dataflow import Origin
+    from magneton.tracer.programs import envreads
+
+    script = _program(tmp_path, "eager")
+
+    def read_as(value: str | None) -> dict[str, str]:
+        saved = os.environ.pop("MLP_DEBUG", None)
+        if value is not None:
+            os.environ["MLP_DEBUG"] = value
+        try:
+            with envreads.observed_env() as seen:
+                debug = os.environ.get("MLP_DEBUG", "0") == "1"  # as the program reads it
+                assert debug == (value == "1")
+                os.getenv("MLP_UNSET_HERE")
+        finally:
+            os.environ.pop("MLP_DEBUG", None)
+            if saved is not None:
+                os.environ["MLP_DEBUG"] = saved
+        return {**_config(script), **envreads.to_config(seen)}
+
+    wasteful, efficient = read_as("1"), read_as("0")
+    assert envreads.recorded_value(wasteful, "MLP_DEBUG") == "1"
+    assert envreads.recorded_value(wasteful, "MLP_UNSET_HERE") is None  # read while unset
+    assert envreads.recorded_value(wasteful, "NEVER_READ") is envreads.UNRECORDED
+
+    def side(config: dict) -> SimpleNamespace:
+        return SimpleNamespace(run=SimpleNamespace(script=str(script)), config=config)
+
+    ow = Origin(kind="env", variable="DEBUG", env_var="MLP_DEBUG", value="True")
+    oe = Origin(kind="env", variable="DEBUG", env_var="MLP_DEBUG", value="False")
+    pair = RunPair(side(wasteful), side(efficient))  # type: ignore[arg-type]
+    x = _FixInput(_finding(), None, {"a": ow, "b": oe}, pair, None, "env")
+    fix = Fix()
+    _run_with_fix(x, fix, "")
+    assert fix.command == f"MLP_DEBUG=0 python {script}", fix.summary
+    assert (fix.old_text, fix.new_text) == ("1", "0")
+    assert noop_reason({"fix": fix.to_json()}) == ""
+    # the efficient run never set it: run with it unset, no command to paste
+    x.runs = RunPair(side(wasteful), side(read_as(None)))  # type: ignore[arg-type]
+    fix = Fix()
+    _run_with_fix(x, fix, "")
+    assert "MLP_DEBUG unset" in fix.summary and fix.command is None

@@ -214,6 +214,20 @@ def _category(
     return "misconfiguration"
 
 
+def _env_as_read(origins: dict[str, Origin | None], runs: RunPair) -> None:
+    """An environment origin's value as its run read the variable (recorded by
+    tracer/programs/envreads.py; None: unset), in place of what the program made of it
+    (`== "1"` gave True): the root cause and its fix name the value a user sets."""
+    from magneton.tracer.programs.envreads import UNRECORDED, recorded_value
+
+    for side, p in (("a", runs.a), ("b", runs.b)):
+        o = origins.get(side)
+        if o is not None and o.kind == "env" and o.env_var:
+            read = recorded_value(p.config, o.env_var)
+            if read is not UNRECORDED:
+                o.value = None if read is None else str(read)
+
+
 def _values(kv: KeyVariable | None, origins: dict[str, Origin | None]) -> dict[str, str | None]:
     oa, ob = origins.get("a"), origins.get("b")
     if oa is not None and ob is not None and oa.value is not None and ob.value is not None:
@@ -599,6 +613,7 @@ class Diagnoser:
             # an explanation that reached where the programs differ (the line reading the
             # option) keeps its key variable and data flow: the path to the root
             kind, kv, origins = diff.kind, (kv if reached else None), dict(diff.origins)
+        _env_as_read(origins, runs)
         matches = _explaining_rules(matches, kv, origins.get(w), kind, self.kb)
         best = matches[0] if matches else None
         finding.category = _category(kind, div, best, w)

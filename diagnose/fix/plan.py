@@ -514,13 +514,15 @@ def _run_with_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
     ow, oe, kv = x.origins.get(x.w), x.origins.get(x.e), x.kv
     eff = (oe.value if oe else None) or (kv.values.get(x.e) if kv else None)
     was = (ow.value if ow else None) or "(unset)"
-    fix.old_text, fix.new_text = was, eff
     fix.sets_variable = True
     if ow is not None and ow.option:
+        fix.old_text, fix.new_text = was, eff
         fix.summary, fix.command = _option_command(x, ow.option, ow.note or ow.variable, eff)
     else:
         var = (ow.env_var if ow else None) or (ow.variable if ow else "")
-        fix.summary = f"Run with {var}={eff} as the efficient run did (it was {was})."
+        eff, was = _env_values(x, var, eff, was)
+        fix.old_text, fix.new_text = was, eff
+        fix.summary, fix.command = _env_command(x, var, eff, was)
     if rule_text:
         fix.summary += " " + rule_text
     target = None
@@ -542,6 +544,36 @@ def _run_with_fix(x: _FixInput, fix: Fix, rule_text: str) -> None:
         fix.patch = p.diff()
         if ow is not None and ow.option:  # (a target comes from ow: it is not None)
             fix.summary += f" The patch makes {new} the default of {ow.option}."
+
+
+def _env_values(x: _FixInput, var: str, eff: str | None, was: str) -> tuple[str | None, str]:
+    """(efficient, wasteful) values of environment variable `var` as the two runs read
+    it (tracer/programs/envreads.py), where recorded: the origin's value is what the
+    program made of it (`DETECT_ANOMALY = ... == "1"` holds True, the run had "1")."""
+    from magneton.tracer.programs.envreads import UNRECORDED, recorded_value
+
+    read_e, read_w = recorded_value(x.pe.config, var), recorded_value(x.pw.config, var)
+    if read_e is not UNRECORDED:
+        eff = None if read_e is None else str(read_e)
+    if read_w is not UNRECORDED:
+        was = "(unset)" if read_w is None else str(read_w)
+    return eff, was
+
+
+def _env_command(x: _FixInput, var: str, eff: str | None, was: str) -> tuple[str, str | None]:
+    """The fix's words, and for a program run the command line with the variable as the
+    efficient run had it."""
+    import shlex
+
+    from magneton.tracer.programs.program import ProgramSpec
+
+    spec = ProgramSpec.from_config(x.pw.config)
+    if eff is None:
+        return f"Run with {var} unset as the efficient run did (it was {was}).", None
+    if spec is None:
+        return f"Run with {var}={eff} as the efficient run did (it was {was}).", None
+    command = f"{var}={shlex.quote(eff)} {spec.python_command()}"
+    return f"Run `{command}` as the efficient run did ({var} was {was}).", command
 
 
 def _region_lines(x: _FixInput) -> tuple[list[int], list[int]]:

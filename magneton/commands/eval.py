@@ -398,6 +398,8 @@ def command_problem(case: Path, findings: list[Finding]) -> str:
         if f.fix is None or not f.fix.command:
             continue
         words = shlex.split(f.fix.command)
+        while words and "=" in words[0] and words[0].split("=", 1)[0].isidentifier():
+            words = words[1:]  # `NAME=value python ...`: the environment the shell sets
         if words[:2] == ["python", "-m"]:
             continue  # a module's parser: its package is the user's to import
         # absolute: the parse runs in the case's directory (`cwd=case`), where a path

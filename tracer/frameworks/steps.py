@@ -84,6 +84,7 @@ class StepRecorder:
         self._undo: list[Callable[[], None]] = []
         self.parsers: list = []  # the program's command-line parsers (programs/cmdline.py)
         self.files: list = []  # the config files it read (programs/configfiles.py)
+        self.env_reads: dict[str, str | None] = {}  # the variables it read (envreads.py)
         self.unrecorded = 0  # operator calls in other threads (none are traced here)
 
     # -- installation ------------------------------------------------------------------

@@ -500,6 +500,7 @@ class _Recorder(_Controller):
         # and the config files it read (configfiles.py)
         self.parsers: list = []
         self.files: list = []
+        self.env_reads: dict[str, str | None] = {}  # the variables it read (envreads.py)
         self.entered_from: list[list] = []  # `_callers` of the structure unit
 
     def begin_structure(self, frame: Any) -> None:
@@ -705,6 +706,7 @@ def record_program(spec: ProgramSpec, *, db: DBArg, run: str, options: Any = Non
     any failure, after marking the run failed in the DB."""
     from magneton.tracer.programs.cmdline import observed_parsers
     from magneton.tracer.programs.configfiles import observed_config_files
+    from magneton.tracer.programs.envreads import observed_env
     from magneton.tracer.programs.record import (
         RecordOptions,
         _interruptible,
@@ -743,6 +745,7 @@ def record_program(spec: ProgramSpec, *, db: DBArg, run: str, options: Any = Non
             _as_main(spec),
             observed_parsers() as rec.parsers,
             observed_config_files() as rec.files,
+            observed_env() as rec.env_reads,
         ):
             _run(spec)
         if not rec.done:
@@ -860,13 +863,14 @@ def _finished(rec: Any, spec: ProgramSpec) -> Profile:
     """The recorded profile with the program's command line, its parsers and the config
     files it read in its config (a JAX or TensorFlow step's profile was made by the
     framework's recorder)."""
-    from magneton.tracer.programs import cmdline, configfiles
+    from magneton.tracer.programs import cmdline, configfiles, envreads
 
     profile = rec.profile
     for key, value in spec.to_config().items():  # the recorder's own (a named window) win
         profile.config.setdefault(key, value)
     profile.config.update(cmdline.to_config(rec.parsers))
     profile.config.update(configfiles.to_config(rec.files))
+    profile.config.update(envreads.to_config(rec.env_reads))
     return profile
 
 
