@@ -64,6 +64,7 @@ TRACER_CONTRACT = {
     "magneton.tracer.programs.program",  # a recorded program's config, and running one window of it
     "magneton.tracer.programs.cmdline",  # a recorded program's parser: checking a command line
     "magneton.tracer.programs.configfiles",  # the config files a program read: their keys
+    "magneton.tracer.programs.envreads",  # the environment variables a program read
 }
 # The front ends (render, the CLI, the TUI) reach each stage below them through one door:
 # the store through its package, recording and diagnosis through their `api` modules.
