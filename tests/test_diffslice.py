@@ -420,7 +420,13 @@ def test_a_parse_handed_whole_to_a_library_is_rooted_at_its_one_differing_option
 
     prog = _write(tmp_path, "train.py", TRAINER)
     lib = tmp_path / "trainlib.py"
-    entered = json.dumps([[str(prog), _line(prog, "runner.run()"), "main"], [str(lib), 9, "run"]])
+    entered = json.dumps(
+        [
+            [str(prog), _line(prog, "    main()"), "<module>"],
+            [str(prog), _line(prog, "runner.run()"), "main"],
+            [str(lib), 9, "run"],
+        ]
+    )
 
     def run(argv: list[str]) -> tuple[Profile, dict]:
         p = _profile(prog, [[]])  # the operator's frames are the library's only
@@ -437,6 +443,10 @@ def test_a_parse_handed_whole_to_a_library_is_rooted_at_its_one_differing_option
     oa, ob = d.origins["a"], d.origins["b"]
     assert (oa.option, oa.value, ob.value) == ("--optim", "loop", "fused")
     assert oa.line == _line(prog, "runner = Runner(args)")
+    # extra work on one side only (the other ran no operator there): the same place on
+    # the other side, the module-level call above `main` needing no counterpart
+    extra = program_difference(pa, pb, [0], [], {"a": ca, "b": cb})
+    assert extra is not None and extra.origins["b"].option == "--optim"
     # two options differ: which one decides the library's operators is not known
     _, c2 = run(["--optim", "fused", "--steps", "6"])
     assert _diff(pa, pb, {"a": ca, "b": c2}) is None

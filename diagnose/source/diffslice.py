@@ -289,9 +289,11 @@ def mirror_chains(
         mapped = []
         for line in chain:
             fn = have.function_at(line)
-            stmt = _top_statement(fn, have, line) if fn is not None else None
-            twin = _twin(have, lack, fn) if fn is not None else None
-            if fn is None or stmt is None or twin is None:
+            if fn is None:  # module level (`main()` under `if __name__ ...`): no twin needed
+                continue
+            stmt = _top_statement(fn, have, line)
+            twin = _twin(have, lack, fn)
+            if stmt is None or twin is None:
                 break
             k = _body(fn).index(stmt)
             if k >= len(_body(twin)):
