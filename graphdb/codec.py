@@ -10,6 +10,9 @@ load.
   9.5e+62) instead of diffing garbage; its bounds are what no real recording reaches.
 - A few node rows are written by `UNWIND ... CREATE` (`_create_statement`, under
   `_SMALL_ROWS`): a COPY costs 40-60 ms however small.
+- Tables are built, read and handed to `COPY` by graphdb/arrowio.py, never by
+  `pa.array`/`from_pydict`/`to_numpy` or an Arrow `COPY` parameter: those import pandas
+  (0.32-0.44 s of a trivial `magneton record`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 import itertools
 import json
 import operator
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -25,6 +30,7 @@ import pyarrow as pa
 
 from magneton.model import Profile, RunInfo, stored_config
 
+from . import arrowio
 from . import schema as S
 
 # Operator properties holding JSON text (nested lists Kùzu would need fixed-depth types for).
@@ -131,7 +137,7 @@ def blobs_as_lists(table: pa.Table) -> pa.Table:
 
 
 def _blobs_to_lists(col: pa.ChunkedArray) -> pa.ListArray:
-    arr = col.combine_chunks() if col.num_chunks else pa.array([], pa.binary())
+    arr = arrowio.as_array(col)
     n = len(arr)
     offsets = np.frombuffer(arr.buffers()[1], np.int32, n + 1, arr.offset * 4) if n else None
     if offsets is None or offsets[-1] == offsets[0]:
@@ -139,14 +145,16 @@ def _blobs_to_lists(col: pa.ChunkedArray) -> pa.ListArray:
     else:
         values = np.frombuffer(arr.buffers()[2], "<f8", (offsets[-1] - offsets[0]) // 8, offsets[0])
     starts = (offsets - offsets[0]) // 8 if offsets is not None else np.zeros(1, np.int32)
-    return pa.ListArray.from_arrays(pa.array(starts, pa.int32()), pa.array(values, pa.float64()))
+    return pa.ListArray.from_arrays(
+        arrowio.array(starts.astype(np.int32), pa.int32()), arrowio.array(values, pa.float64())
+    )
 
 
 def conform(col: pa.ChunkedArray, typ: pa.DataType) -> pa.Array | pa.ChunkedArray:
     """A column read from the DB as the type the current schema stores: a cast, except
     DOUBLE[] read from a DB of schema v3 where v4 stores BLOBs (`magneton migrate`)."""
     if pa.types.is_binary(typ) and pa.types.is_list(col.type):
-        return pa.array([_f64_blob(v or []) for v in col.to_pylist()], pa.binary())
+        return arrowio.array([_f64_blob(v or []) for v in col.to_pylist()], pa.binary())
     return col.cast(typ)
 
 
@@ -175,7 +183,7 @@ class _RunUids:
 
 
 def _arrow_table(spec: S.Table, columns: dict[str, Any]) -> tuple[S.Table, pa.Table]:
-    return spec, pa.Table.from_pydict(columns, schema=S.arrow_schema(spec))
+    return spec, arrowio.table(columns, S.arrow_schema(spec))
 
 
 def _node_table(
@@ -278,9 +286,10 @@ def _rel_tables(p: Profile, uids: _RunUids) -> list[tuple[S.Table, pa.Table]]:
     10k operators' inputs, frames and kernels cost ~0.15 s of every save)."""
     ops, tensors = p.ops, p.tensors
     op_k, t_k, f_k, k_k, m_k = (
-        pa.array(u, pa.string())
+        arrowio.array(u, pa.string())
         for u in (uids.op, uids.tensor, uids.frame, uids.kernel, uids.module)
     )
+    take = arrowio.take
     out: list[tuple[S.Table, pa.Table]] = []
     owner, arg, t_in = _flat([o.inputs for o in ops])
     src = np.fromiter((t.producer for t in tensors), np.int64, len(tensors))[t_in]
@@ -289,30 +298,34 @@ def _rel_tables(p: Profile, uids: _RunUids) -> list[tuple[S.Table, pa.Table]]:
         _arrow_table(
             S.FLOWS,
             {
-                "from": op_k.take(src[made]),
-                "to": op_k.take(owner[made]),
+                "from": take(op_k, src[made]),
+                "to": take(op_k, owner[made]),
                 "tensor": t_in[made],
                 "arg": arg[made],
             },
         )
     )
-    out.append(_arrow_table(S.INPUT, {"from": t_k.take(t_in), "to": op_k.take(owner), "arg": arg}))
+    out.append(
+        _arrow_table(S.INPUT, {"from": take(t_k, t_in), "to": take(op_k, owner), "arg": arg})
+    )
     owner, depth, fr = _flat([o.frames for o in ops])
     out.append(
-        _arrow_table(S.CALLED_FROM, {"from": op_k.take(owner), "to": f_k.take(fr), "depth": depth})
+        _arrow_table(
+            S.CALLED_FROM, {"from": take(op_k, owner), "to": take(f_k, fr), "depth": depth}
+        )
     )
     owner, order, kern = _flat([o.kernels for o in ops])
     out.append(
         _arrow_table(
-            S.LAUNCHED, {"from": op_k.take(owner), "to": k_k.take(kern), "launch_order": order}
+            S.LAUNCHED, {"from": take(op_k, owner), "to": take(k_k, kern), "launch_order": order}
         )
     )
     mod = np.fromiter((o.module_idx for o in ops), np.int64, len(ops))
     has = np.flatnonzero(mod >= 0)
-    out.append(_arrow_table(S.IN_MODULE, {"from": op_k.take(has), "to": m_k.take(mod[has])}))
+    out.append(_arrow_table(S.IN_MODULE, {"from": take(op_k, has), "to": take(m_k, mod[has])}))
     parent = np.fromiter((m.parent for m in p.modules), np.int64, len(p.modules))
     kids = np.flatnonzero(parent >= 0)
-    out.append(_arrow_table(S.CHILD_OF, {"from": m_k.take(kids), "to": m_k.take(parent[kids])}))
+    out.append(_arrow_table(S.CHILD_OF, {"from": take(m_k, kids), "to": take(m_k, parent[kids])}))
     return out
 
 
@@ -329,11 +342,15 @@ def _run_row(run: RunInfo, status: str, op_count: int, checksum: str = "") -> di
 def _run_table(run: RunInfo, status: str, op_count: int, checksum: str = "") -> pa.Table:
     row = _run_row(run, status, op_count, checksum)
     target = S.arrow_schema(S.RUN)
-    return pa.Table.from_pydict({f.name: [row.get(f.name)] for f in target}, schema=target)
+    return arrowio.table({f.name: [row.get(f.name)] for f in target}, target)
 
 
-def _copy_statement(table: str, data: pa.Table) -> tuple[str, dict]:
-    return f"COPY {table} FROM $rows", {"rows": data}
+@contextmanager
+def _copy_statement(table: str, data: pa.Table) -> Iterator[tuple[str, dict]]:
+    """`COPY table FROM` a Parquet file of `data`, removed when the block ends
+    (graphdb/arrowio.py: an Arrow table as the `$rows` parameter imports pandas)."""
+    with arrowio.copy_file(data) as path:
+        yield f"COPY {table} FROM {path}", {}
 
 
 def _create_statement(spec: S.Table, data: pa.Table) -> tuple[str, dict]:
@@ -348,16 +365,14 @@ def _rows_table(spec: S.Table, rows: list[dict] | pa.Table) -> pa.Table:
     types, missing properties null)."""
     target = S.arrow_schema(spec)
     if isinstance(rows, pa.Table):
-        cols = {}
+        cols: dict[str, Any] = {}
         for f in target:
             if f.name in rows.column_names:
-                cols[f.name] = rows.column(f.name).cast(f.type)
+                cols[f.name] = rows.column(f.name)  # cast by arrowio.array
             else:
                 cols[f.name] = pa.nulls(rows.num_rows, f.type)
-        return pa.Table.from_pydict(cols, schema=target)
-    return pa.Table.from_pydict(
-        {f.name: [r.get(f.name) for r in rows] for f in target}, schema=target
-    )
+        return arrowio.table(cols, target)
+    return arrowio.table({f.name: [r.get(f.name) for r in rows] for f in target}, target)
 
 
 def _pattern(spec: S.Table) -> str:

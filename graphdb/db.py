@@ -10,11 +10,13 @@ safely and naming each failure (graphdb/opening.py), the read-only query guard
 them with the lock (graphdb/lock.py) and the damage checks (graphdb/integrity.py).
 Choices and the failures they prevent:
 
-- Bulk loads only: every table is written with one `COPY <table> FROM $rows` of an
-  Arrow table typed by `schema.arrow_schema` (measured on Kùzu: an `UNWIND ... MATCH ...
-  CREATE` of 10k rels took 89 s, the COPY of the same rows 0.4 s). Reads use
-  `get_as_arrow()`. Every table of a run is built, and every index checked, before the
-  first write, so a malformed profile fails without touching the DB.
+- Bulk loads only: every table is written with one `COPY <table> FROM` of an Arrow
+  table typed by `schema.arrow_schema` (measured on Kùzu: an `UNWIND ... MATCH ...
+  CREATE` of 10k rels took 89 s, the COPY of the same rows 0.4 s), handed over as a
+  Parquet file in a private temporary directory: an Arrow `$rows` parameter made the
+  engine's binding import pandas, 0.32-0.44 s of every save (graphdb/arrowio.py). Reads
+  use `get_as_arrow()`. Every table of a run is built, and every index checked, before
+  the first write, so a malformed profile fails without touching the DB.
 - The Run node is written first with status "loading" and flipped to its real status
   last, so a crash mid-load is visible in `magneton runs` instead of looking complete;
   on an exception the partial run is removed. A plain save is not one transaction: the
@@ -84,7 +86,7 @@ from magneton.model import (
     split_stored_config,
 )
 
-from . import engine, files, integrity, lock, recovery
+from . import arrowio, engine, files, integrity, lock, recovery
 from . import schema as S
 from .codec import (
     _JSON_OP_COLUMNS,
@@ -290,10 +292,11 @@ def write_fresh(file: Path, tables: Iterable[tuple[S.Table, pa.Table]]) -> None:
         for spec, data in tables:
             if not data.num_rows:
                 continue
-            small = isinstance(spec, S.NodeTable) and data.num_rows <= _SMALL_ROWS
-            conn.execute(
-                *(_create_statement(spec, data) if small else _copy_statement(spec.name, data))
-            )
+            if isinstance(spec, S.NodeTable) and data.num_rows <= _SMALL_ROWS:
+                conn.execute(*_create_statement(spec, data))
+                continue
+            with _copy_statement(spec.name, data) as copy:
+                conn.execute(*copy)
         conn.close()
     except BaseException:
         new_db.close()
@@ -464,7 +467,8 @@ class ProfileDB:
         return data.num_rows
 
     def _copy(self, table: str, data: pa.Table) -> None:
-        self._execute(*_copy_statement(table, data))
+        with _copy_statement(table, data) as stmt:  # a Parquet file, removed after
+            self._execute(*stmt)
 
     def _create_rows(self, spec: S.NodeTable, data: pa.Table) -> None:
         self._execute(*_create_statement(spec, data))
@@ -755,7 +759,7 @@ class ProfileDB:
     def _rel(self, cypher: str, run: str, n: int) -> list[list[int]]:
         """Rel rows (owner idx, position, value idx) grouped per owner."""
         tbl = self._arrow(cypher, run)
-        owner, pos, val = (tbl.column(i).to_numpy() for i in range(3))
+        owner, pos, val = (arrowio.int64s(tbl.column(i)) for i in range(3))
         return _group(n, owner, pos, val)
 
     def load_profile(self, run: str) -> Profile:

@@ -43,7 +43,7 @@ def observed_env() -> Iterator[dict[str, str | None]]:
     cls = type(os.environ)
     original = cls.__getitem__
 
-    def getitem(self, key):  # type: ignore[no-untyped-def]
+    def getitem(self: os._Environ[str], key: str) -> str:
         try:
             value = original(self, key)
         except KeyError:
