@@ -170,3 +170,49 @@ def test_eval_checks_a_suggested_command_in_a_case_named_relative_to_the_caller(
     assert command_problem(Path("progs") / "loop", [good]) == ""
     bad = finding(2, "python train.py --grad-checkpointing False")
     assert "does not parse" in command_problem(Path("progs") / "loop", [bad])
+
+
+HF_LIKE = """
+import argparse
+import sys
+
+
+class DataclassParser(argparse.ArgumentParser):  # as HfArgumentParser parses
+    def parse_into(self):
+        namespace, rest = self.parse_known_args(args=sys.argv[1:])
+        if rest:
+            self.error(f"unrecognized arguments: {rest}")
+        return namespace
+
+
+p = DataclassParser()
+p.add_argument("--optim", choices=["loop", "fused"], default="loop")
+p.parse_into()
+raise SystemExit(7)  # past the parse: the check stops before it
+"""
+
+
+def test_eval_checks_commands_of_keyword_parsers_env_prefixes_and_no_arguments(
+    tmp_path, monkeypatch
+):
+    """A parser called with `parse_known_args(args=...)` (HfArgumentParser) is checked
+    like any other (the check's stand-in once took no `args=` and called the line
+    unparseable); `NAME=value python ...` is the shell's environment, not an argument;
+    a command with no arguments has nothing to refuse (a program configured only by its
+    environment, which the check would otherwise run to its end)."""
+    from magneton.commands.eval import command_problem
+    from magneton.model import Finding, Fix, Region
+
+    def finding(command: str) -> Finding:
+        return Finding(1, "a", "waste", Region(), Region(), 1.0, 0.1, 0.0, fix=Fix(command=command))
+
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "train.py").write_text(HF_LIKE)
+    monkeypatch.chdir(tmp_path)
+    case = Path("hf")
+    assert command_problem(case, [finding("python train.py --optim fused")]) == ""
+    assert command_problem(case, [finding("MLP_DEBUG=0 python train.py --optim fused")]) == ""
+    assert "does not parse" in command_problem(case, [finding("python train.py --optim x")])
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "train.py").write_text("raise SystemExit(5)  # no parser at all\n")
+    assert command_problem(Path("env"), [finding("MLP_DEBUG=0 python train.py")]) == ""

@@ -405,6 +405,8 @@ def command_problem(case: Path, findings: list[Finding]) -> str:
         # absolute: the parse runs in the case's directory (`cwd=case`), where a path
         # relative to the caller's directory names nothing
         script, args = str(case.resolve() / words[1]), words[2:]
+        if not args:
+            continue  # no arguments: nothing for a parser to refuse (env_config's fix)
         ran = subprocess.run(
             [sys.executable, "-m", "magneton.tracer.programs.cmdline", script, *args],
             cwd=case,

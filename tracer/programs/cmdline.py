@@ -447,22 +447,23 @@ def parses(script: str, args: list[str]) -> int:
     known, full = cls.parse_known_args, cls.parse_args
     depth = [0]
 
-    def own(args_) -> bool:
-        return args_ is None or list(args_) == sys.argv[1:]
+    def own(words) -> bool:
+        return words is None or list(words) == sys.argv[1:]
 
-    def parse_args(self, args_=None, namespace=None):
+    # argparse's own parameter names: HfArgumentParser calls `parse_known_args(args=...)`
+    def parse_args(self, args=None, namespace=None):
         depth[0] += 1
         try:
-            out = full(self, args_, namespace)  # refuses unknown words, as the program does
+            out = full(self, args, namespace)  # refuses unknown words, as the program does
         finally:
             depth[0] -= 1
-        if own(args_):
+        if own(args):
             raise _Parsed
         return out
 
-    def parse_known_args(self, args_=None, namespace=None):
-        out = known(self, args_, namespace)
-        if own(args_) and not depth[0]:  # called directly (HfArgumentParser)
+    def parse_known_args(self, args=None, namespace=None):
+        out = known(self, args, namespace)
+        if own(args) and not depth[0]:  # called directly (HfArgumentParser)
             raise _Parsed
         return out
 
