@@ -99,30 +99,51 @@ def bookkeeping() -> list[str]:
     return sorted(IGNORED_OPS)
 
 
-def path_pairs(
+@dataclass
+class RegionPaths:
+    """The kernel paths of two regions: every pair of *distinct* paths (`pairs`, each with
+    the first operator of each side that took it and their common-prefix length, the
+    longest prefix first) and, per side, the operators that took each path."""
+
+    pairs: list[PathPair]
+    ops_a: dict[tuple[str, ...], list[int]]
+    ops_b: dict[tuple[str, ...], list[int]]
+
+
+def _ops_by_path(paths: dict[int, list[tuple[str, ...]]]) -> dict[tuple[str, ...], list[int]]:
+    out: dict[tuple[str, ...], list[int]] = {}
+    for op in sorted(paths):
+        for p in paths[op]:
+            out.setdefault(p, []).append(op)
+    return out
+
+
+def region_paths(
     db: ProfileDB, run_a: str, run_b: str, ops_a: list[int], ops_b: list[int]
-) -> list[PathPair]:
-    """Every pair of kernel paths of the two regions with their common-prefix length.
+) -> RegionPaths:
+    """The two regions' kernel paths, compared path by path.
 
     Each side's paths come from `KERNEL_PATHS_QUERY`; the pairwise prefix comparison is
     done here rather than with `DIVERGENCE_QUERY`: Kùzu 0.11.3 corrupts its heap on that
     query's cross product when both regions have many operators (seen on a 12-layer vs
-    16-op `addmm` region pair: "double free or corruption"). The result is the same rows
-    the query returns, in the same order.
+    16-op `addmm` region pair: "double free or corruption"). Pairs are of distinct paths,
+    not of operators: every choice made from them (the longest common prefix, then the
+    earliest operators) is the same either way, and a `generate()` region repeats a few
+    hundred paths over thousands of operators, whose operator cross product took 7 GB and
+    half an hour of a diagnosis.
     """
     if not ops_a or not ops_b:
-        return []
-    paths_a = kernel_paths(db, run_a, ops_a)
-    paths_b = kernel_paths(db, run_b, ops_b)
-    pairs: set[PathPair] = set()
-    for oa, pas in paths_a.items():
-        for ob, pbs in paths_b.items():
-            for pa in pas:
-                for pb in pbs:
-                    n = min(len(pa), len(pb))
-                    common = next((i for i in range(n) if pa[i] != pb[i]), n)
-                    pairs.add(PathPair(oa, ob, pa, pb, common))
-    return sorted(pairs, key=lambda r: (-r.common, r.op_a, r.op_b, r.path_a, r.path_b))
+        return RegionPaths([], {}, {})
+    by_a = _ops_by_path(kernel_paths(db, run_a, ops_a))
+    by_b = _ops_by_path(kernel_paths(db, run_b, ops_b))
+    pairs = []
+    for pa, oa in by_a.items():
+        for pb, ob in by_b.items():
+            n = min(len(pa), len(pb))
+            common = next((i for i in range(n) if pa[i] != pb[i]), n)
+            pairs.append(PathPair(oa[0], ob[0], pa, pb, common))
+    pairs.sort(key=lambda r: (-r.common, r.op_a, r.op_b, r.path_a, r.path_b))
+    return RegionPaths(pairs, by_a, by_b)
 
 
 # The rows `kernel_paths` assembles in Python: plain columns, no lambdas or list functions

@@ -44,14 +44,20 @@ def magneton(*args: str, env: dict | None = None) -> subprocess.CompletedProcess
 def test_kernel_paths_of_every_operator_at_size(big_db: Path) -> None:
     with open_db(big_db, read_only=True) as db:
         got = paths.kernel_paths(db, "a", list(range(N_OPS)))
-        pairs = paths.path_pairs(db, "a", "b", list(range(40)), list(range(40)))
+        rp = paths.region_paths(db, "a", "b", list(range(40)), list(range(40)))
     assert len(got) > N_OPS // 2
     assert all(
         p[0] == "py:<script>:main" and p[-1].startswith(("at:", "k:"))
         for ps in got.values()
         for p in ps
     )
-    assert len(pairs) >= 40 and pairs == sorted(pairs, key=lambda p: -p.common)
+    # one pair per two distinct paths, the longest common prefix first, each with the
+    # first operator of either side that took its path
+    assert len(rp.pairs) == len(rp.ops_a) * len(rp.ops_b) > 0
+    assert rp.pairs == sorted(rp.pairs, key=lambda p: -p.common)
+    assert all(
+        p.op_a == rp.ops_a[p.path_a][0] and p.op_b == rp.ops_b[p.path_b][0] for p in rp.pairs
+    )
 
 
 def test_a_huge_result_is_cut_at_the_limit_and_says_so(big_db: Path) -> None:

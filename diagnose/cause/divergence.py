@@ -40,7 +40,7 @@ import linecache
 from dataclasses import replace
 from typing import Any
 
-from magneton.graphdb.paths import PathPair, kernel_paths, path_pairs
+from magneton.graphdb.paths import PathPair, RegionPaths, kernel_paths, region_paths
 from magneton.model import (
     Divergence,
     Finding,
@@ -180,7 +180,8 @@ def find_divergence(
 ) -> Divergence | None:
     """The deviation point of one finding, or None when neither region launched a kernel."""
     ops_a, ops_b = list(finding.region_a.ops), list(finding.region_b.ops)
-    pairs = path_pairs(db, run_a, run_b, ops_a, ops_b)
+    rp = region_paths(db, run_a, run_b, ops_a, ops_b)
+    pairs = rp.pairs
     if not pairs and (ops_a or ops_b):
         # one region computes nothing the other side needed (or launched no kernel): its
         # paths are all extra; compare them with the whole other run to find where the
@@ -227,27 +228,25 @@ def find_divergence(
         else:
             d.a = PathElement("none")
         return d
-    return _args_divergence(pairs, prof_a, prof_b, len(shared))
+    return _args_divergence(rp, prof_a, prof_b, len(shared))
 
 
 def _args_divergence(
-    pairs: list[PathPair], prof_a: Profile, prof_b: Profile, n_shared: int
+    rp: RegionPaths, prof_a: Profile, prof_b: Profile, n_shared: int
 ) -> Divergence:
     """Identical kernel paths on both sides: the first twin operator pair whose arguments
     differ (or, when none does, the first pair: same kernels, same arguments)."""
     # twin operators: the k-th operator of a path on side a pairs with the k-th on side b (several
     # operators share a path when one line issues them, e.g. the muls of one GELU line)
-    twins = [p for p in pairs if p.identical]
-    by_path: dict[tuple[str, ...], tuple[set[int], set[int]]] = {}
-    for p in twins:
-        sa, sb = by_path.setdefault(p.path_a, (set(), set()))
-        sa.add(p.op_a)
-        sb.add(p.op_b)
-    pair_of = {(p.path_a, p.op_a, p.op_b): p for p in twins}
-    zipped = []
-    for path, (sa, sb) in by_path.items():
-        for oa_i, ob_i in zip(sorted(sa), sorted(sb), strict=False):
-            zipped.append(pair_of[(path, oa_i, ob_i)])
+    # the longest path first: an operator with several paths (one per kernel it launched)
+    # is named by its deepest, as the pairs rank them
+    shared = sorted((p for p in rp.ops_a if p in rp.ops_b), key=lambda p: (-len(p), p))
+    zipped = [
+        PathPair(oa_i, ob_i, path, path, len(path))
+        for path in shared
+        for oa_i, ob_i in zip(rp.ops_a[path], rp.ops_b[path], strict=False)
+    ]
+    twins = [PathPair(rp.ops_a[p][0], rp.ops_b[p][0], p, p, len(p)) for p in shared]
     first = None
     prop = None
     for p in sorted(zipped, key=lambda p: (p.op_a, p.op_b)):
@@ -317,7 +316,7 @@ def _one_sided(
     pa: Profile,
     pb: Profile,
 ) -> Divergence | None:
-    pairs = path_pairs(db, run_a, run_b, ops_a, ops_b)
+    pairs = region_paths(db, run_a, run_b, ops_a, ops_b).pairs
     if not pairs:
         return None
     best = max(pairs, key=lambda p: (p.common, -(p.op_a if extra == "a" else p.op_b)))
