@@ -152,6 +152,13 @@ def _validity(nulls: np.ndarray | None) -> pa.Buffer | None:
     return pa.py_buffer(np.packbits(~nulls, bitorder="little"))
 
 
+def _offsets(lens: np.ndarray) -> pa.Buffer:
+    """The int32 offsets buffer of values with these lengths (0, then running sums)."""
+    offsets = np.zeros(len(lens) + 1, np.int32)
+    np.cumsum(lens, out=offsets[1:], dtype=np.int32)
+    return pa.py_buffer(offsets)
+
+
 def _null_count(nulls: np.ndarray | None) -> int:
     return 0 if nulls is None else int(nulls.sum())
 
@@ -217,12 +224,10 @@ def _bytes_array(values: Sequence, typ: pa.DataType) -> pa.Array:
         lens = np.fromiter(map(len, encoded), np.int64, n)
     if len(data) > _MAX_BYTES:
         raise OverflowError(f"{len(data)} bytes in one {typ} column, more than Arrow's 2 GiB")
-    offsets = np.zeros(n + 1, np.int32)
-    np.cumsum(lens, out=offsets[1:], dtype=np.int32)
     return pa.Array.from_buffers(
         typ,
         n,
-        [_validity(nulls), pa.py_buffer(offsets), pa.py_buffer(data)],
+        [_validity(nulls), _offsets(lens), pa.py_buffer(data)],
         null_count=_null_count(nulls),
     )
 
@@ -265,12 +270,10 @@ def _list_array(values: Sequence, typ: pa.DataType) -> pa.Array:
     child = array(list(itertools.chain.from_iterable(items)), typ.value_type)
     if len(child) > _MAX_BYTES:
         raise OverflowError(f"{len(child)} items in one {typ} column, more than Arrow's 2**31")
-    offsets = np.zeros(n + 1, np.int32)
-    np.cumsum(lens, out=offsets[1:], dtype=np.int32)
     return pa.Array.from_buffers(
         typ,
         n,
-        [_validity(nulls), pa.py_buffer(offsets)],
+        [_validity(nulls), _offsets(lens)],
         null_count=_null_count(nulls),
         children=[child],
     )
