@@ -27,7 +27,14 @@ from magneton.model import Finding, Fix, Profile
 from magneton.model.frameworks import framework_name, framework_of
 
 from ..source.dataflow import KeyVariable, Origin
-from ..source.index import SourceIndex, Span, is_user_file, script_unchanged, source_index
+from ..source.index import (
+    SourceIndex,
+    Span,
+    is_user_file,
+    real_path,
+    script_unchanged,
+    source_index,
+)
 from .edits import (
     Block,
     add_keyword,
@@ -57,14 +64,14 @@ class RunPair:
 def user_lines(p: Profile, ops: list[int]) -> list[int]:
     """Lines of the user's script that issued the region's (non-bookkeeping) operators."""
     lines = []
-    script = p.run.script
+    script = real_path(p.run.script)
     for i in ops:
         op = p.ops[i]
         if op.name in IGNORED_OPS:
             continue
         for fi in reversed(op.frames):
             fr = p.frames[fi]
-            if os.path.realpath(fr.file) == os.path.realpath(script):
+            if real_path(fr.file) == script:
                 lines.append(fr.line)
                 break
     return sorted(set(lines))

@@ -49,7 +49,7 @@ import libcst as cst
 from magneton.model import Profile
 
 from .dataflow import Origin
-from .index import SourceIndex, source_index
+from .index import SourceIndex, real_path, source_index
 from .setupflow import (
     Unit,
     _argument,
@@ -269,12 +269,12 @@ def chains_of(p: Profile, ops: list[int]) -> set[tuple[int, ...]]:
         return chains
     from magneton.tracer.programs.program import ENTERED_KEY
 
-    script = os.path.realpath(p.run.script or "")
+    script = real_path(p.run.script or "")
     try:
         entered = json.loads(p.config.get(ENTERED_KEY) or "[]")
     except ValueError:
         return chains
-    lines = tuple(int(ln) for f, ln, _ in entered if os.path.realpath(f) == script)
+    lines = tuple(int(ln) for f, ln, _ in entered if real_path(f) == script)
     return {lines} if lines else chains
 
 
@@ -339,8 +339,8 @@ def side_slice(p: Profile, idx: SourceIndex, chains: set[tuple[int, ...]]) -> _S
 def _launched(p: Profile, idx: SourceIndex, u: Unit) -> bool:
     """Whether a recorded operator's user frame lies in the statement."""
     span = idx.span(u.node)
-    script = os.path.realpath(p.run.script or "")
-    return any(os.path.realpath(f.file) == script and span.contains_line(f.line) for f in p.frames)
+    script = real_path(p.run.script or "")
+    return any(real_path(f.file) == script and span.contains_line(f.line) for f in p.frames)
 
 
 def _pick(p: Profile, idx: SourceIndex, units: list[Unit]) -> int:

@@ -26,7 +26,6 @@ identically, with different global state) leaves the origins to the other steps.
 from __future__ import annotations
 
 import difflib
-import os
 from dataclasses import dataclass
 
 import libcst as cst
@@ -34,7 +33,7 @@ import libcst as cst
 from magneton.model import Profile
 
 from .dataflow import Origin
-from .index import SourceIndex, source_index
+from .index import SourceIndex, real_path, source_index
 
 
 @dataclass
@@ -374,10 +373,8 @@ def _source_positions(p: Profile, source: dict) -> list[int] | None:
 
 def _user_lines(p: Profile, op: int) -> list[int]:
     """The lines of the run's script among an operator's frames, outermost first."""
-    script = os.path.realpath(p.run.script or "")
-    return [
-        p.frames[i].line for i in p.ops[op].frames if os.path.realpath(p.frames[i].file) == script
-    ]
+    script = real_path(p.run.script or "")
+    return [p.frames[i].line for i in p.ops[op].frames if real_path(p.frames[i].file) == script]
 
 
 def _slice(p: Profile, idx: SourceIndex, source: dict) -> list[Unit]:

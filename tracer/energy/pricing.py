@@ -12,7 +12,7 @@ torch-free, and the only tracer modules diagnose imports (tests/test_layering.py
 
 from __future__ import annotations
 
-from dataclasses import replace
+import copy
 
 import numpy as np
 
@@ -44,8 +44,12 @@ def reprice(
     m = recorded_model(profile)
     if profile.run.energy_method != "estimated" or m is None:
         return None
-    ops = [
-        replace(op, windows_ns=[(int(w[0]), int(w[1])) for w in walls_ns[:, i]])
-        for i, op in enumerate(profile.ops)
-    ]
+    # a shallow copy per op with its windows set, the windows converted in one numpy
+    # call: `dataclasses.replace` and an int() per bound took 0.36 s of each of a
+    # 15k-operator diff's six repricings, this 0.16 s
+    ops = []
+    for op, windows in zip(profile.ops, walls_ns.transpose(1, 0, 2).tolist(), strict=True):
+        priced = copy.copy(op)
+        priced.windows_ns = list(map(tuple, windows))
+        ops.append(priced)
     return model_attribution(ops, m, cpu_ns)
