@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+from recordings import takes_ctrl_c
+
 STUCK = textwrap.dedent(
     """
     import sys, time
@@ -101,6 +103,9 @@ def test_a_ctrl_c_lost_in_a_weakref_callback_still_stops_the_workload():
             capture_output=True,
             text=True,
             timeout=120,
+            # Ctrl-C's default action in the child: a suite started in the background
+            # (`&`) passes SIGINT on as ignored, and the raised Ctrl-C never happened
+            preexec_fn=takes_ctrl_c,
         )
         # CPython dropped it inside the callback; the hook noted it without its traceback
         assert "Exception ignored" not in proc.stderr, proc.stderr
