@@ -45,11 +45,14 @@ import gc
 import io
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pyc_cache import compile_package
 from recordings import WORKLOADS, record_once
 
 # The suite measures in the steady mode (tracer/programs/steady.py: OMP_WAIT_POLICY=PASSIVE
@@ -122,23 +125,18 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Byte-compile magneton's modules once, before any test starts a `magneton` process.
 
     With PYTHONDONTWRITEBYTECODE set (the development VM sets it), no process writes a
-    `.pyc`, so each of the suite's ~400 `magneton` processes compiled the modules it
-    imports from source again: 0.12-0.16 s of CPU for a `runs`, a `diff --no-rerun` or
-    a tiny `record` (measured, 0.6 s for the whole package). `compile_file` writes only
-    what is missing or stale, whatever that setting says, into the `__pycache__` next to
-    each module, where imports look.
-    Every module is reached through the package, so the checkout's symlinked stage
-    folders (non-strict editable install) and a strict install's tree of links alike."""
-    import compileall
-    import pkgutil
+    `.pyc`, so each of the suite's ~400 `magneton` processes would compile the modules it
+    imports from source: 0.12-0.16 s of CPU for a `runs`, a `diff --no-rerun` or a tiny
+    `record` (measured; 0.6 s for the whole package). `compile_file` writes only what is
+    missing or stale, whatever that setting says, next to each module, where imports look.
 
-    files = [magneton.__file__]
-    for mod in pkgutil.walk_packages(magneton.__path__, "magneton."):
-        spec = mod.module_finder.find_spec(mod.name.rpartition(".")[2])  # type: ignore[call-arg]
-        files.append(spec.origin if spec is not None else None)
-    for f in files:
-        if f and f.endswith(".py"):
-            compileall.compile_file(f, quiet=2)
+    Twice, because two copies are imported: this process (`python -m pytest` puts the
+    checkout first on `sys.path`) and a child run from the checkout import its
+    `magneton/`, while a child run elsewhere imports the installed package, which a
+    strict editable install (CI's) lays out as a tree of links of its own."""
+    compile_package()
+    script = Path(__file__).with_name("pyc_cache.py")
+    subprocess.run([sys.executable, str(script)], cwd=tempfile.gettempdir(), check=True)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
