@@ -112,11 +112,14 @@ def run(args: argparse.Namespace) -> int:
     print_result(result, groups)
     print_diagnosis(result, groups)
     act = [g.lead for g in groups if g.lead.verdict != "noise"]
-    best = next((f for f in act if f.fix is not None and f.fix.patch), act[0] if act else None)
+    # only a finding with a patch: `export-patch` of one without ends in an error, and a
+    # printed next step must run (a measured-only finding is for the TUI, the other hint)
+    best = next((f for f in act if f.fix is not None and f.fix.patch), None)
     # plain print, not rich: rich wraps a long line at the console width even when
     # piped, and a shell line broken in two no longer runs when pasted as printed
     print(f"\nNext: {next_step_hint(scratch, best.id if best else None)}", flush=True)
-    print(f"Explore: {next_step_hint(scratch, None)}", flush=True)
+    if best is not None:
+        print(f"Explore: {next_step_hint(scratch, None)}", flush=True)
     return 0
 
 
