@@ -133,7 +133,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     Twice, because two copies are imported: this process (`python -m pytest` puts the
     checkout first on `sys.path`) and a child run from the checkout import its
     `magneton/`, while a child run elsewhere imports the installed package, which a
-    strict editable install (CI's) lays out as a tree of links of its own."""
+    strict editable install (CI's) lays out as a tree of links of its own. In the xdist
+    controller only (or the lone process of `-n 0`): the workers' processes import the
+    same files, and a worker doing it again would only check them three times over."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     compile_package()
     script = Path(__file__).with_name("pyc_cache.py")
     subprocess.run([sys.executable, str(script)], cwd=tempfile.gettempdir(), check=True)
