@@ -66,7 +66,11 @@ def stated(pattern: str, name: str) -> re.Match:
 
 
 def same2(text: str, x: float) -> bool:
-    """A doc figure of two significant digits ("1.4e-15", "0.20", "0") against a value."""
+    """A doc figure of two significant digits ("1.4e-15", "0.20", "0") against a value,
+    or a bound ("< 1e-12") for a figure that is float rounding: the same values summed in
+    another order, which moves with the thread count and the load."""
+    if text.startswith("<"):
+        return x < float(text[1:])
     return float(text) == float(f"{x:.2g}")
 
 
@@ -226,7 +230,7 @@ def test_matching_sensitivity_figures(tmp_path):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         sign, names = cells[0][0].replace("-", "−"), cells[0][1:].split(",")
         keys = [f"{sign} {n.strip()}" for n in names]
-        lo, hi = (x.strip() for x in cells[2].split("–"))
+        lo, hi = (x.strip() for x in cells[2].split("–")) if "–" in cells[2] else [cells[2]] * 2
         assert same2(lo, min(fams[k][0] for k in keys)), (line, {k: fams[k] for k in keys})
         assert same2(hi, max(fams[k][1] for k in keys)), (line, {k: fams[k] for k in keys})
         seen += keys
@@ -241,7 +245,9 @@ def test_matching_sensitivity_figures(tmp_path):
         "matching.md",
     )
     assert same2(m[1], lo) and same2(m[2], hi)
-    assert float(m[3]) == math.floor(floor * 100) / 100
+    # a bound: the floor is at the smallest τ, where float32 rounding (which moves with the
+    # CPU's vector width) decides which positives still match
+    assert 0 <= floor - float(m[3]) < 0.05
     assert math.isclose(float(m[4]), got["sweep"][0]["tau"])
     assert math.isclose(float(m[5]), got["sweep"][-1]["tau"])
     assert same2(m[6], math.sqrt(lo * hi)) and float(m[7]) == got["default_tau"]
@@ -251,7 +257,7 @@ def test_matching_sensitivity_figures(tmp_path):
         "benchmarks.md",
     )
     assert same2(m[1], lo) and same2(m[2], hi)
-    assert float(m[3]) == math.floor(floor * 100) / 100 and float(m[4]) == got["default_tau"]
+    assert 0 <= floor - float(m[3]) < 0.05 and float(m[4]) == got["default_tau"]
 
 
 def test_benchmarks_md_counts_the_documented_queries():
