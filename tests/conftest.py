@@ -31,7 +31,11 @@ the A/A gate, whose claim is "nothing flagged beside one busy core" (it spins th
 itself; a second worker's test beside it, TensorFlow's thread pools for instance, made
 three busy processes on two cores and an interpreter-time row crossed the gate), and the
 confirmation and warm-pool tests, which need the GELU pair's recordings to show their
-difference before re-measuring it. Everything else measures beside the other worker: a difference
+difference before re-measuring it. They run first, as one phase: no other
+test starts until every `alone` test has finished (`_alone_phase`), because an `alone`
+test that waits for the other worker's current test waits for all of it, and a file's
+first test can hold a module fixture's whole setup (the case suite's `magneton eval`,
+150 s): lock waits cost 122 + 26 + 44 s of a 14-minute suite before the phase. Everything else measures beside the other worker: a difference
 two recordings leave undecided is re-measured in interleaved rounds
 (diagnose/matching/detect.py), so load costs time there, not findings. Running every file
 that records alone took the suite from 744 s to 1,073 s.
@@ -48,6 +52,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -151,12 +156,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     long-lived objects again (~40% of test_matching's time)."""
     gc.collect()
     gc.freeze()
+    session.config.stash[_ALONE_TESTS] = sum(
+        item.get_closest_marker("alone") is not None for item in session.items
+    )
 
 
 # Readers-writer lock across the xdist workers (module docstring): a test of an `alone`
 # file holds LOCK_EX on `main`, every other test LOCK_SH. The turnstile keeps a waiting
 # `alone` test from starving: while one waits for `main`, it holds `turn`, which readers
-# must pass before taking their shared lock.
+# must pass before taking their shared lock. Other tests wait for the `alone` phase
+# first (`_alone_phase`); the lock is what keeps `alone` tests apart from each other,
+# and from everything else when the phase stalled.
 def _lock_dir(config: pytest.Config) -> Path | None:
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return None  # one process (-n 0): nothing runs beside a test
@@ -165,12 +175,35 @@ def _lock_dir(config: pytest.Config) -> Path | None:
     return config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]
 
 
+_ALONE_TESTS = pytest.StashKey[int]()
+# a stalled `alone` phase (a crashed worker, `-x` after a failure) stops holding the
+# other tests back after this long without an `alone` test finishing
+_ALONE_STALL_S = 300.0
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`alone` files first (file order kept otherwise): xdist hands out whole files in
-    collection order, so they then run at the start, beside each other, instead of
-    waiting for whatever long test the other worker is in (the case suite's evaluation
-    holds its worker for four minutes)."""
-    items.sort(key=lambda item: item.get_closest_marker("alone") is None)
+    """`alone` files first, then the files with the most tests (the case suite: 67), as
+    xdist's own ordering would, which `--no-loadscope-reorder` (pyproject) turns off so
+    that the `alone` files stay first. xdist hands out whole files in this order, so
+    every `alone` file is on a worker before any other file is, and the long files start
+    early rather than being the last thing one worker runs while the other idles."""
+    per_file: dict[Path, int] = {}
+    for item in items:
+        per_file[item.path] = per_file.get(item.path, 0) + 1
+    items.sort(key=lambda item: (item.get_closest_marker("alone") is None, -per_file[item.path]))
+
+
+def _alone_phase(d: Path, total: int) -> None:
+    """Wait until all `total` `alone` tests of the session have finished (each adds a
+    byte to `alone.done`). They are first in xdist's queue, so the ones not finished are
+    on a worker that runs them before anything else: this cannot wait on itself."""
+    done, seen, since = d / "alone.done", -1, time.monotonic()
+    while (n := done.stat().st_size if done.exists() else 0) < total:
+        if n != seen:
+            seen, since = n, time.monotonic()
+        elif time.monotonic() - since > _ALONE_STALL_S:
+            return
+        time.sleep(0.2)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -180,6 +213,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         yield
         return
     alone = item.get_closest_marker("alone") is not None
+    if not alone:
+        _alone_phase(d, item.config.stash.get(_ALONE_TESTS, 0))
     with open(d / "alone.turn", "a") as turn, open(d / "alone.main", "a") as main:
         fcntl.flock(turn, fcntl.LOCK_EX)
         fcntl.flock(main, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
@@ -191,3 +226,5 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
             fcntl.flock(main, fcntl.LOCK_UN)
             if alone:
                 fcntl.flock(turn, fcntl.LOCK_UN)
+                with open(d / "alone.done", "ab") as done:
+                    done.write(b".")
