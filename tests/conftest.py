@@ -25,8 +25,8 @@ cleanup never touches another session's files. Passing tests' `tmp_path`s go at 
 (pyproject: `tmp_path_retention_policy = "failed"`).
 
 Files that judge the statistics of a measurement run alone (`alone`): the file marks
-itself `pytestmark = pytest.mark.alone`, and its tests run while the other worker runs no
-test (`pytest_runtest_protocol` below; the other worker waits between its tests). That is
+itself `pytestmark = pytest.mark.alone` (or a test, `@pytest.mark.alone`), and its tests
+run while the other worker runs no test (`pytest_runtest_protocol` below; the other worker waits between its tests). That is
 the A/A gate, whose claim is "nothing flagged beside one busy core" (it spins that core
 itself; a second worker's test beside it, TensorFlow's thread pools for instance, made
 three busy processes on two cores and an interpreter-time row crossed the gate), and the
