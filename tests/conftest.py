@@ -25,20 +25,21 @@ cleanup never touches another session's files. Passing tests' `tmp_path`s go at 
 (pyproject: `tmp_path_retention_policy = "failed"`).
 
 Files that judge the statistics of a measurement run alone (`alone`): the file marks
-itself `pytestmark = pytest.mark.alone` (or a test, `@pytest.mark.alone`), and its tests
-run while the other worker runs no test (`pytest_runtest_protocol` below; the other worker waits between its tests). That is
-the A/A gate, whose claim is "nothing flagged beside one busy core" (it spins that core
-itself; a second worker's test beside it, TensorFlow's thread pools for instance, made
-three busy processes on two cores and an interpreter-time row crossed the gate), and the
-confirmation and warm-pool tests, which need the GELU pair's recordings to show their
-difference before re-measuring it. They run first, as one phase: no other
+itself `pytestmark = pytest.mark.alone` (one marked test makes its whole file `alone`),
+and its tests run while the other worker runs no test (`pytest_runtest_protocol`
+below). That is the A/A gate, whose claim is "nothing flagged beside one busy core" (it
+spins that core itself; a second worker's test beside it, TensorFlow's thread pools for
+instance, made three busy processes on two cores and an interpreter-time row crossed the
+gate), and the confirmation and warm-pool tests, which need the GELU pair's recordings
+to show their difference before re-measuring it. They run first, as one phase: no other
 test starts until every `alone` test has finished (`_alone_phase`), because an `alone`
 test that waits for the other worker's current test waits for all of it, and a file's
 first test can hold a module fixture's whole setup (the case suite's `magneton eval`,
-150 s): lock waits cost 122 + 26 + 44 s of a 14-minute suite before the phase. Everything else measures beside the other worker: a difference
-two recordings leave undecided is re-measured in interleaved rounds
-(diagnose/matching/detect.py), so load costs time there, not findings. Running every file
-that records alone took the suite from 744 s to 1,073 s.
+150 s): lock waits cost 122 + 26 + 44 s of a 14-minute suite before the phase.
+Everything else measures beside the other worker: a difference two recordings leave
+undecided is re-measured in interleaved rounds (diagnose/matching/detect.py), so load
+costs time there, not findings. Running every file that records alone took the suite
+from 744 s to 1,073 s.
 """
 
 from __future__ import annotations
@@ -156,9 +157,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     long-lived objects again (~40% of test_matching's time)."""
     gc.collect()
     gc.freeze()
-    session.config.stash[_ALONE_TESTS] = sum(
-        item.get_closest_marker("alone") is not None for item in session.items
-    )
+    session.config.stash[_ALONE_TESTS] = sum(map(_alone, session.items))
 
 
 # Readers-writer lock across the xdist workers (module docstring): a test of an `alone`
@@ -175,6 +174,7 @@ def _lock_dir(config: pytest.Config) -> Path | None:
     return config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]
 
 
+_ALONE_FILES = pytest.StashKey[set[Path]]()
 _ALONE_TESTS = pytest.StashKey[int]()
 # a stalled `alone` phase (a crashed worker, `-x` after a failure) stops holding the
 # other tests back after this long without an `alone` test finishing
@@ -189,13 +189,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     because a file of few tests can be long (the demo, one test of 40 s): replaying
     one suite's test times through xdist's hand-out, the files by name ended 688 s in,
     the most tests first 716 s (measured 720 s)."""
-    items.sort(key=lambda item: item.get_closest_marker("alone") is None)
+    # a file with one `alone` test runs alone as a whole: its other tests would wait for
+    # the phase on the worker that has to run the `alone` files handed to it after this
+    # one (until `_alone_phase`'s stall guard: a CI run took 273 s longer so)
+    alone = {item.path for item in items if item.get_closest_marker("alone") is not None}
+    config.stash[_ALONE_FILES] = alone
+    items.sort(key=lambda item: item.path not in alone)
+
+
+def _alone(item: pytest.Item) -> bool:
+    return item.path in item.config.stash.get(_ALONE_FILES, set())
 
 
 def _alone_phase(d: Path, total: int) -> None:
     """Wait until all `total` `alone` tests of the session have finished (each adds a
     byte to `alone.done`). They are first in xdist's queue, so the ones not finished are
-    on a worker that runs them before anything else: this cannot wait on itself."""
+    on a worker that runs them before anything else (whole files: see above)."""
     done, seen, since = d / "alone.done", -1, time.monotonic()
     while (n := done.stat().st_size if done.exists() else 0) < total:
         if n != seen:
@@ -211,7 +220,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if d is None:
         yield
         return
-    alone = item.get_closest_marker("alone") is not None
+    alone = _alone(item)
     if not alone:
         _alone_phase(d, item.config.stash.get(_ALONE_TESTS, 0))
     with open(d / "alone.turn", "a") as turn, open(d / "alone.main", "a") as main:

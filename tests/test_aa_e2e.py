@@ -12,18 +12,15 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from magneton.cli import main as cli
 
-# The two recordings without re-measurement run alone (tests/conftest.py): their diff
-# (`--no-rerun`) has only the recordings' own spread to go on. The program A/A runs beside
-# the other worker's tests, a loaded machine: the gate's re-measurement rounds are what
-# keep it silent there.
+# run alone (tests/conftest.py): the diff (`--no-rerun`) has only the recordings' own
+# spread to go on. The program A/A, diffed with re-measurement, runs beside other tests
+# (tests/test_aa_program.py).
+pytestmark = pytest.mark.alone
 
 SCRIPT = """
 import torch
@@ -72,7 +69,6 @@ def db(tmp_path_factory):
     return d / "db"
 
 
-@pytest.mark.alone
 def test_aa_diff_has_no_findings(db):
     res = json.loads(run("diff", "--db", str(db), "a1", "a2", "--no-rerun", "--json"))
     assert res["matched_pairs"] > 0
@@ -81,7 +77,6 @@ def test_aa_diff_has_no_findings(db):
     ]
 
 
-@pytest.mark.alone
 def test_report_shows_spread_and_python_rows(db):
     rep = json.loads(run("report", "--db", str(db), "a1", "--json"))
     sp = rep["spread"]
@@ -95,34 +90,3 @@ def test_report_shows_spread_and_python_rows(db):
     assert sum(o["energy_j"] for o in rep["operators"]) == pytest.approx(rep["energy_j"])
     text = run("report", "--db", str(db), "a1")
     assert "spread: ±" in text and "timed iterations" in text
-
-
-FOREACH = (
-    Path(__file__).resolve().parent.parent / "examples" / "corpus" / "prog_foreach" / "train.py"
-)
-
-
-def test_aa_program_runs_confirm_nothing_and_the_gate_passes(tmp_path):
-    """The same training program recorded twice, diffed as a CI gate would with the
-    re-measurement on: whatever the two recordings left undecided goes to the rounds,
-    which run each program's window afresh (diagnose/matching/confirm.py ProgramWorker),
-    and none of it may come back as a finding, though another test runs beside it
-    (passed 6 of 6 beside one and two busy cores, 13-51 s each)."""
-    db = tmp_path / "db"
-    for name in ("p1", "p2"):
-        proc = subprocess.run(
-            [sys.executable, "-m", "magneton", "record", "--db", str(db), "--run", name,
-             "--steps", "1:1:6", "--", "python", str(FOREACH), "--foreach", "1"],
-            capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stderr
-    gate = subprocess.run(
-        [sys.executable, "-m", "magneton", "diff", "--db", str(db), "p1", "p2",
-         "--fail-on", "waste", "--json"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    res = json.loads(gate.stdout)
-    assert res["matched_pairs"] > 0
-    assert gate.returncode == 0 and res["findings"] == [], [
-        (f["ops"]["a"], f.get("interval")) for f in res["findings"]
-    ]

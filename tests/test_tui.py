@@ -65,7 +65,7 @@ def gelu_db(tmp_path_factory) -> tuple[Path, Path]:
 # --------------------------------------------------------------------------------------
 
 
-def test_pick_runs_findings_diagnosis_detail_and_patch_export(gelu_db) -> None:
+def test_pick_runs_findings_diagnosis_detail_and_patch_export(gelu_db, monkeypatch) -> None:
     """The walk a user takes: pick a and b, see the gelu finding ranked first while
     diagnosis runs, open it (regions, call paths, root cause, patch), export the patch."""
     case, db = gelu_db
@@ -73,6 +73,16 @@ def test_pick_runs_findings_diagnosis_detail_and_patch_export(gelu_db) -> None:
     patch_file.unlink(missing_ok=True)
     app = app_for(db, diagnose=True)
     events: list[tuple[str, str]] = []
+    on_event = FindingsScreen.on_job_event
+
+    def spy(screen, kind, result, message):
+        on_event(screen, kind, result, message)
+        first = cells(screen.query_one("#findings"))[:1]
+        events.append((kind, first[0][3] if first else ""))  # its cause column
+
+    # on the class, before the screen exists: the diff's first event can come before a
+    # test that waits for the screen gets to see it (a CI run lost it that way)
+    monkeypatch.setattr(FindingsScreen, "on_job_event", spy)
 
     async def scenario(pilot) -> None:
         assert isinstance(app.screen, RunsScreen)
@@ -81,14 +91,6 @@ def test_pick_runs_findings_diagnosis_detail_and_patch_export(gelu_db) -> None:
         await pilot.press("down", "enter")  # b → B, compare
         await wait_for(pilot, lambda: isinstance(app.screen, FindingsScreen), 5, "findings")
         screen = app.screen
-        on_event = screen.on_job_event
-
-        def spy(kind, result, message):
-            on_event(kind, result, message)
-            first = cells(screen.query_one("#findings"))[:1]
-            events.append((kind, first[0][3] if first else ""))  # its cause column
-
-        screen.on_job_event = spy
         await wait_for(pilot, lambda: screen.result is not None, 90, "the diff")
         header = text_of(screen.query_one("#energy-header"))
         assert "estimated by model:work-only — no power sensor" in header
