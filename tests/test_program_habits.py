@@ -59,7 +59,11 @@ def test_a_loop_that_logs_evaluates_and_saves_is_priced_from_its_steps(habits):
     assert r.status == "ok" and r.timing == "separate" and r.repeat == 8
     out = p.energy.outside
     assert out is not None and out.of_units == 8
-    assert {"aten::_local_scalar_dense", "aten::addmm"} <= {t[0] for t in out.top}
+    # the evaluations' forward passes lead what ran outside; the log lines' `.item()`
+    # (aten::_local_scalar_dense) is one of several sub-microsecond operators whose
+    # place among the five costliest moves with timing (a CI run ranked it sixth): the
+    # units below show the log steps were found
+    assert "aten::addmm" in {t[0] for t in out.top}
     # after step s's optimizer step comes its log line, evaluation or save: the timed
     # units (steps 3..10) that ran them are 2 (log of step 3), 3 (eval of 4), 4 (save of
     # 5), 5 (log of 6), 7 (eval of 8), 8 (log of 9)
