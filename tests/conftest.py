@@ -182,7 +182,7 @@ _ALONE_STALL_S = 300.0
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`alone` tests first, the rest in file order. xdist hands out whole files in this
+    """`alone` files first, the rest in file order. xdist hands out whole files in this
     order (`--no-loadscope-reorder`, pyproject: its default puts the files with the
     most tests first, which took the `alone` files out of the front), so every `alone`
     test is on a worker before any other file is. File order, not the most tests first,

@@ -67,8 +67,8 @@ def stated(pattern: str, name: str) -> re.Match:
 
 def same2(text: str, x: float) -> bool:
     """A doc figure of two significant digits ("1.4e-15", "0.20", "0") against a value,
-    or a bound ("< 1e-12") for a figure that is float rounding: the same values summed in
-    another order, which moves with the thread count and the load."""
+    or a bound ("< 1e-12") for a figure that is float rounding, which moves with the CPU's
+    vector width (AVX2 or AVX-512 kernels sum the same values in another order)."""
     if text.startswith("<"):
         return x < float(text[1:])
     return float(text) == float(f"{x:.2g}")
