@@ -188,18 +188,13 @@ def main(argv: list[str] | None = None) -> int:
 
     t = _synthetic()
     prof = _recorded_gpt2(args.ops) if args.real else t.synthetic_profile("big", args.ops, 1)
-    rows = {
-        "operators": len(prof.ops),
-        "tensors": len(prof.tensors),
-        "modules": len(prof.modules),
-        "flows": len(prof.flows()),
-        "inputs": sum(len(o.inputs) for o in prof.ops),
-        "called_from": sum(len(o.frames) for o in prof.ops),
-        "launched": sum(len(o.kernels) for o in prof.ops),
-        "power_samples": sum(len(s.t_ns) for s in prof.power),
-    }
-    total_rows = sum(rows.values())
     from magneton.graphdb.codec import _profile_tables
+
+    # the rows a save writes, per table; call stacks are shared, so an operator's frames
+    # (`frame_entries`) are more than the rows that store them
+    rows = {spec.name: data.num_rows for spec, data in _profile_tables(prof) if data.num_rows}
+    total_rows = sum(rows.values())
+    frame_entries = sum(len(o.frames) for o in prof.ops)
     from magneton.model import gc_paused
 
     # Python -> Arrow conversion alone (part of every save)
@@ -306,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_ref_s": _cpu_ref(),
         "cpus": os.cpu_count(),
         "rows": rows,
+        "frame_entries": frame_entries,
         "repeat": args.repeat,
         "malloc": "dynamic" if args.no_pin else "pinned",
     }

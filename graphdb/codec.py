@@ -6,6 +6,10 @@ load.
   first write, so a malformed profile fails without touching the DB.
 - The rels are flattened by numpy and keyed by Arrow `take`: a Python loop over 10k
   operators' inputs, frames and kernels cost ~0.15 s of every save.
+- An operator's Python stack is one `ON_STACK` rel to a `CallStack` its run shares
+  (`distinct_stacks`), not a rel per frame: deleting a run deletes rels one by one, and
+  134k of them made `rm` and `record --replace` cost 2-5x a save. Run checksums still
+  hash the rel per frame of schema v4 (`digest_layout`), so old checksums verify.
 - `_check_plausible` names a wild number read back from damaged pages (`time_s`
   9.5e+62) instead of diffing garbage; its bounds are what no real recording reaches.
 - A few node rows are written by `UNWIND ... CREATE` (`_create_statement`, under
@@ -20,7 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 import operator
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Any
@@ -168,7 +172,13 @@ def _profile_tables(p: Profile) -> list[tuple[S.Table, pa.Table]]:
         frame=_uids(run, len(p.frames)),
         kernel=_uids(run, len(p.kernels)),
     )
-    return [*_node_tables(p, uids), *_config_and_power_tables(p), *_rel_tables(p, uids)]
+    stacks = distinct_stacks([o.frames for o in p.ops])
+    return [
+        *_node_tables(p, uids),
+        stack_node_table(run, len(stacks[1])),
+        *_config_and_power_tables(p),
+        *_rel_tables(p, uids, stacks),
+    ]
 
 
 @dataclass(frozen=True)
@@ -272,7 +282,7 @@ def _config_and_power_tables(p: Profile) -> list[tuple[S.Table, pa.Table]]:
     return [config, series, _arrow_table(S.POWER_SAMPLE, sample)]
 
 
-def _flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _flat(lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(owner index, position in the owner's list, value) of every list element."""
     lens = np.fromiter((len(x) for x in lists), np.int64, len(lists))
     vals = np.fromiter(itertools.chain.from_iterable(lists), np.int64, int(lens.sum()))
@@ -281,7 +291,97 @@ def _flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return owner, pos, vals
 
 
-def _rel_tables(p: Profile, uids: _RunUids) -> list[tuple[S.Table, pa.Table]]:
+def distinct_stacks(frames: list[list[int]]) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+    """Each operator's call-stack index (-1: no frame recorded) and the run's distinct
+    stacks (frame indices, entry first) in order of first use: what `CallStack` stores."""
+    ids: dict[tuple[int, ...], int] = {}
+    of = np.fromiter(
+        (ids.setdefault(tuple(f), len(ids)) if f else -1 for f in frames), np.int64, len(frames)
+    )
+    return of, list(ids)
+
+
+def stack_node_table(run: str, n: int) -> tuple[S.Table, pa.Table]:
+    return _arrow_table(
+        S.CALL_STACK, {"uid": _uids(run, n), "run": [run] * n, "idx": list(range(n))}
+    )
+
+
+def stack_rel_tables(
+    run: str, op_k: pa.Array, f_k: pa.Array, stacks: tuple[np.ndarray, list[tuple[int, ...]]]
+) -> list[tuple[S.Table, pa.Table]]:
+    """`ON_STACK` and `HAS_FRAME` of one run (`stacks` from `distinct_stacks`; `op_k`,
+    `f_k`: the operator and frame uids in idx order)."""
+    of, distinct = stacks
+    s_k = arrowio.array(_uids(run, len(distinct)), pa.string())
+    has = np.flatnonzero(of >= 0)
+    owner, depth, fr = _flat(distinct)
+    take = arrowio.take
+    return [
+        _arrow_table(S.ON_STACK, {"from": take(op_k, has), "to": take(s_k, of[has])}),
+        _arrow_table(S.HAS_FRAME, {"from": take(s_k, owner), "to": take(f_k, fr), "depth": depth}),
+    ]
+
+
+def run_stack_tables(
+    run: str, frames: list[list[int]], n_frames: int
+) -> list[tuple[S.Table, pa.Table]]:
+    """`CallStack`, `ON_STACK` and `HAS_FRAME` of one run whose operators have the call
+    stacks `frames` and which has `n_frames` frames (`magneton migrate` builds them from
+    the rel per frame of a DB before schema v5)."""
+    stacks = distinct_stacks(frames)
+    op_k = arrowio.array(_uids(run, len(frames)), pa.string())
+    f_k = arrowio.array(_uids(run, n_frames), pa.string())
+    return [stack_node_table(run, len(stacks[1])), *stack_rel_tables(run, op_k, f_k, stacks)]
+
+
+def digest_layout(tables: list[tuple[S.Table, pa.Table]]) -> list[tuple[S.Table, pa.Table]]:
+    """A run's tables as run checksums are taken over them: the call stacks as one
+    `CALLED_FROM` row per operator and frame (in operator, then depth order, where
+    `ON_STACK` is), as schema v4 stored them, so a run saved before v5 still verifies
+    after `magneton migrate` (graphdb/schema.py)."""
+    by_name = {spec.name: data for spec, data in tables}
+    if S.ON_STACK.name not in by_name:
+        return tables
+    on, hf = by_name[S.ON_STACK.name], by_name[S.HAS_FRAME.name]
+    out: list[tuple[S.Table, pa.Table]] = []
+    for spec, data in tables:
+        if spec.name == S.ON_STACK.name:
+            out.append(_arrow_table(S.LEGACY_CALLED_FROM, _expand_stacks(on, hf)))
+        elif spec.name not in (S.CALL_STACK.name, S.HAS_FRAME.name):
+            out.append((spec, data))
+    return out
+
+
+def _stack_idx(uids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The idx of each `"<run>/<idx>"` uid."""
+    return np.fromiter((int(u.rpartition("/")[2]) for u in uids.to_pylist()), np.int64, len(uids))
+
+
+def _expand_stacks(on: pa.Table, hf: pa.Table) -> dict[str, Any]:
+    """(operator, frame, depth) rows of `ON_STACK` joined with `HAS_FRAME`, in the order
+    of `ON_STACK`'s rows and then depth."""
+    stack = _stack_idx(hf.column("from"))
+    depth = arrowio.int64s(hf.column("depth"))
+    order = np.lexsort((depth, stack))
+    n = int(stack.max()) + 1 if len(stack) else 0
+    lens = np.bincount(stack, minlength=n)
+    starts = np.cumsum(lens) - lens
+    of = _stack_idx(on.column("to"))
+    k = lens[of] if len(of) else np.zeros(0, np.int64)
+    owner = np.repeat(np.arange(len(of), dtype=np.int64), k)
+    pos = np.arange(int(k.sum()), dtype=np.int64) - np.repeat(np.cumsum(k) - k, k)
+    row = order[starts[of][owner] + pos] if len(owner) else np.zeros(0, np.int64)
+    return {
+        "from": arrowio.take(arrowio.as_array(on.column("from")), owner),
+        "to": arrowio.take(arrowio.as_array(hf.column("to")), row),
+        "depth": depth[row],
+    }
+
+
+def _rel_tables(
+    p: Profile, uids: _RunUids, stacks: tuple[np.ndarray, list[tuple[int, ...]]]
+) -> list[tuple[S.Table, pa.Table]]:
     """The rels, flattened by numpy and keyed by Arrow `take` (C loops: a Python loop over
     10k operators' inputs, frames and kernels cost ~0.15 s of every save)."""
     ops, tensors = p.ops, p.tensors
@@ -308,12 +408,7 @@ def _rel_tables(p: Profile, uids: _RunUids) -> list[tuple[S.Table, pa.Table]]:
     out.append(
         _arrow_table(S.INPUT, {"from": take(t_k, t_in), "to": take(op_k, owner), "arg": arg})
     )
-    owner, depth, fr = _flat([o.frames for o in ops])
-    out.append(
-        _arrow_table(
-            S.CALLED_FROM, {"from": take(op_k, owner), "to": take(f_k, fr), "depth": depth}
-        )
-    )
+    out += stack_rel_tables(p.run.name, op_k, f_k, stacks)
     owner, order, kern = _flat([o.kernels for o in ops])
     out.append(
         _arrow_table(

@@ -168,8 +168,9 @@ class QueryResult:
 # --------------------------------------------------------------------------------------
 
 # Schema versions `magneton migrate` converts (graphdb/migrate.py): v3 stored a tensor's
-# summaries as DOUBLE[], v4 as BLOBs. Only the migration reads them (`reading_old_schema`).
-CONVERTIBLE_VERSIONS = frozenset({"3"})
+# summaries as DOUBLE[] (v4: BLOBs), v3 and v4 an operator's call stack as a rel per
+# frame (v5: a shared `CallStack`). Only the migration reads them (`reading_old_schema`).
+CONVERTIBLE_VERSIONS = frozenset({"3", "4"})
 _readable_versions = frozenset({str(SCHEMA_VERSION)})
 
 
@@ -825,12 +826,7 @@ class ProfileDB:
             run,
             n,
         )
-        frames = self._rel(
-            "MATCH (o:Operator)-[e:CALLED_FROM]->(f:Frame) WHERE o.run = $run "
-            "RETURN o.idx, e.depth, f.idx",
-            run,
-            n,
-        )
+        frames = self._load_stacks(run, n)
         kernels = self._rel(
             "MATCH (o:Operator)-[e:LAUNCHED]->(k:Kernel) WHERE o.run = $run "
             "RETURN o.idx, e.launch_order, k.idx",
@@ -881,6 +877,28 @@ class ProfileDB:
             for vals in zip(*tc.values(), strict=True)
         ]
         return ops, tensors
+
+    def _load_stacks(self, run: str, n: int) -> list[list[int]]:
+        """Each operator's call stack (frame indices, entry first; [] without one)."""
+        on = self._arrow(
+            "MATCH (o:Operator)-[:ON_STACK]->(s:CallStack) WHERE o.run = $run RETURN o.idx, s.idx",
+            run,
+        )
+        n_stacks = self._execute(
+            "MATCH (s:CallStack) WHERE s.run = $run RETURN count(s)", {"run": run}
+        ).get_all()[0][0]
+        stacks = self._rel(
+            "MATCH (s:CallStack)-[e:HAS_FRAME]->(f:Frame) WHERE s.run = $run "
+            "RETURN s.idx, e.depth, f.idx",
+            run,
+            n_stacks,
+        )
+        frames: list[list[int]] = [[] for _ in range(n)]
+        for op, stack in zip(
+            arrowio.int64s(on.column(0)), arrowio.int64s(on.column(1)), strict=True
+        ):
+            frames[op] = list(stacks[stack])
+        return frames
 
     def _load_modules(self, run: str) -> list[ModuleRecord]:
         mc = self._nodes(S.MODULE, run)

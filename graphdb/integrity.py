@@ -45,7 +45,8 @@ import pyarrow as pa
 from magneton.model import MagnetonError, RunInfo
 
 from . import recovery
-from .codec import blobs_as_lists
+from . import schema as S
+from .codec import blobs_as_lists, digest_layout
 
 # The status is not covered: a load flips it from "loading" after the rows are written.
 _UNHASHED = ("status",)
@@ -61,16 +62,18 @@ PROBE_ENV = "MAGNETON_INTEGRITY_PROBE"
 # --------------------------------------------------------------------------------------
 
 
-def run_digest(run: RunInfo, tables: Sequence[tuple[object, pa.Table]]) -> str:
+def run_digest(run: RunInfo, tables: Sequence[tuple[S.Table, pa.Table]]) -> str:
     """SHA-256 of one run: its Run properties and its COPY-ready tables (in load order).
 
     The Arrow IPC stream of a table built by `db._profile_tables` is a function of the
-    row values only, so the tables rebuilt from a correct load hash the same. BLOB
-    columns are hashed as the DOUBLE[] they were before schema v4 (`blobs_as_lists`)."""
+    row values only, so the tables rebuilt from a correct load hash the same. Every
+    stored checksum was taken over one layout, so a migrated run still verifies: BLOB
+    columns are hashed as the DOUBLE[] they were before schema v4 (`blobs_as_lists`),
+    call stacks as the rel per frame they were before v5 (`digest_layout`)."""
     h = hashlib.sha256()
     props = {f.name: getattr(run, f.name) for f in fields(RunInfo) if f.name not in _UNHASHED}
     h.update(json.dumps(props, sort_keys=True, default=str).encode())
-    for _, stored in tables:
+    for _, stored in digest_layout(list(tables)):
         table = blobs_as_lists(stored)  # the layout every stored checksum was taken over
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -79,7 +82,7 @@ def run_digest(run: RunInfo, tables: Sequence[tuple[object, pa.Table]]) -> str:
     return h.hexdigest()
 
 
-def verify_run(run: RunInfo, tables: Sequence[tuple[object, pa.Table]], checksum: str) -> None:
+def verify_run(run: RunInfo, tables: Sequence[tuple[S.Table, pa.Table]], checksum: str) -> None:
     """ValueError when the rows read back for `run` are not the rows saved with `checksum`."""
     if not checksum:
         raise ValueError("its checksum is missing")

@@ -5,7 +5,8 @@
 
 Magneton first stored runs in Kùzu 0.11.3, whose files the current engine (LadybugDB,
 graphdb/engine.py) cannot open. Schema v3 stored a tensor's summaries as DOUBLE[]
-columns, v4 as BLOBs (graphdb/schema.py says why); `graphdb.db.CONVERTIBLE_VERSIONS`
+columns, v4 as BLOBs; v3 and v4 an operator's call stack as a rel per frame, v5 as one
+rel to a shared `CallStack` (graphdb/schema.py says why); `graphdb.db.CONVERTIBLE_VERSIONS`
 are the versions converted, and the version check names this command for them. An
 older `profile.lbug` is converted in the same way (read, written anew, checked) and
 kept beside the new one as `profile.lbug.vN`. Choices and the failures they prevent:
@@ -15,6 +16,8 @@ kept beside the new one as `profile.lbug.vN`. Choices and the failures they prev
   failed runs, rule rows and tables this version added as extensions come along without a
   line of code per table, and each run's stored checksum (graphdb/integrity.py) travels
   with its rows, so `load_profile` on the new file proves the rows are what was recorded.
+  The one table rebuilt rather than copied is a rel per frame of a DB before v5, which
+  becomes the shared call stacks a save of the same run writes (`_with_call_stacks`).
 - The old file is read in a child process (`python -m magneton.graphdb.migrate --dump`)
   with `MAGNETON_READ_KUZU=1`, which makes graphdb/engine.py bind `kuzu`: the two engines'
   Python packages cannot be loaded in one process (the second import fails and the
@@ -203,7 +206,41 @@ def _read_tables(pdb) -> tuple[list, list[str]]:
     present = pdb._table_names()
     specs = sorted(S.all_tables(), key=lambda t: isinstance(t, S.RelTable))
     tables = [(spec, pdb._kept_rows(spec, {}, {}, {})) for spec in specs if spec.name in present]
+    if S.LEGACY_CALLED_FROM.name in present and S.CALL_STACK.name not in present:
+        tables = _with_call_stacks(pdb, tables)
     return tables, [r.name for r in pdb.list_runs()]
+
+
+def _with_call_stacks(pdb, tables: list) -> list:
+    """`tables` of a DB before schema v5 with the call stacks that its rel per frame
+    (`CALLED_FROM`) held, as `CallStack` nodes and `ON_STACK`/`HAS_FRAME` rels."""
+    from collections import Counter, defaultdict
+
+    import pyarrow as pa
+
+    from . import schema as S
+    from .codec import run_stack_tables
+
+    by_name = {spec.name: data for spec, data in tables}
+    n_ops = Counter(by_name[S.OPERATOR.name].column("run").to_pylist())
+    n_frames = Counter(by_name[S.FRAME.name].column("run").to_pylist())
+    rows = pdb._execute(
+        "MATCH (o:Operator)-[c:CALLED_FROM]->(f:Frame) RETURN o.run, o.idx, c.depth, f.idx"
+    ).get_as_arrow()
+    stacks: dict[str, dict[int, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
+    for run, op, depth, frame in zip(*(rows.column(i).to_pylist() for i in range(4)), strict=True):
+        stacks[run][op].append((depth, frame))
+    built: dict[str, list] = defaultdict(list)
+    for run, n in n_ops.items():
+        frames = [[f for _, f in sorted(stacks[run].get(i, []))] for i in range(n)]
+        for spec, data in run_stack_tables(run, frames, n_frames[run]):
+            built[spec.name].append(data)
+    new = {name: pa.concat_tables(parts) for name, parts in built.items()}
+    nodes = [(s, d) for s, d in tables if isinstance(s, S.NodeTable)]
+    rels = [(s, d) for s, d in tables if isinstance(s, S.RelTable)]
+    stack_nodes = [(S.CALL_STACK, new[S.CALL_STACK.name])] if new else []
+    stack_rels = [(S.table(n), new[n]) for n in (S.ON_STACK.name, S.HAS_FRAME.name) if new]
+    return nodes + stack_nodes + rels + stack_rels
 
 
 def _current_meta(tables: list) -> list:

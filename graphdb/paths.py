@@ -40,7 +40,7 @@ def _side(o: str, r: str, c: str, f: str, p: str, cp: str, run: str, ops: str, c
     return f"""MATCH ({r}:Run {{name: ${run}}}), ({o}:Operator)
 WHERE {o}.run = {r}.name AND {o}.idx IN ${ops} AND NOT list_contains(bk, {o}.name)
   AND EXISTS {{ MATCH ({o})-[:LAUNCHED]->(:Kernel) }}
-OPTIONAL MATCH ({o})-[{c}:CALLED_FROM]->({f}:Frame)
+OPTIONAL MATCH ({o})-[:ON_STACK]->(:CallStack)-[{c}:HAS_FRAME]->({f}:Frame)
 WITH bk, {carry}{r}, {o},
      collect(lpad(CAST({c}.depth AS STRING), 4, '0') + '|' + {_FRAME_KEY.format(f=f, r=r)}) AS keyed_{o}
 OPTIONAL MATCH ({o})-[l_{o}:LAUNCHED]->(k_{o}:Kernel)
@@ -150,7 +150,7 @@ def region_paths(
 _OPS_QUERY = """MATCH (o:Operator) WHERE o.run = $run AND o.idx IN $ops
   AND EXISTS { MATCH (o)-[:LAUNCHED]->(:Kernel) }
 RETURN o.idx, o.name, o.call_paths"""
-_FRAMES_QUERY = """MATCH (o:Operator)-[c:CALLED_FROM]->(f:Frame)
+_FRAMES_QUERY = """MATCH (o:Operator)-[:ON_STACK]->(:CallStack)-[c:HAS_FRAME]->(f:Frame)
 WHERE o.run = $run AND o.idx IN $ops
 RETURN o.idx, c.depth, f.file, f.line, f.function"""
 _KERNELS_QUERY = """MATCH (o:Operator)-[l:LAUNCHED]->(k:Kernel)

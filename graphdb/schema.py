@@ -26,7 +26,7 @@ import pyarrow as pa
 
 # The layout of the core tables below; a DB of another version is refused (or converted
 # by `magneton migrate`), never misread.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -253,6 +253,12 @@ FRAME = NodeTable(
     "One Python source location, shared by all operators of the run that pass through it.",
 )
 
+CALL_STACK = NodeTable(
+    "CallStack",
+    _per_run(_idx("call stack (first use order)")),
+    "One distinct Python call stack of the run, shared by every operator called through it.",
+)
+
 KERNEL = NodeTable(
     "Kernel",
     _per_run(
@@ -329,12 +335,32 @@ CHILD_OF = RelTable(
     (),
     "Module is a child of that module.",
 )
-CALLED_FROM = RelTable(
+ON_STACK = RelTable(
+    "ON_STACK",
+    "Operator",
+    "CallStack",
+    (),
+    "Operator was called through this Python call stack (none: no Python frame recorded).",
+)
+HAS_FRAME = RelTable(
+    "HAS_FRAME",
+    "CallStack",
+    "Frame",
+    (Column("depth", "INT64", "0 = entry frame, increasing toward the op's call site"),),
+    "A frame of the call stack.",
+)
+# An operator's stack is one rel to a shared `CallStack`, not a rel per frame: deleting a
+# run deletes its rels one by one, and a rel per frame (134k for a 10k-operator GPT-2
+# recording) made `rm` and `record --replace` cost 2-5x a save (docs/benchmarks.md).
+# Before v5 it was a rel per frame, `CALLED_FROM` (Operator -> Frame, `depth`): run
+# checksums are still taken over that layout (`graphdb.codec.digest_layout`), so a
+# run saved before v5 still verifies after `magneton migrate`.
+LEGACY_CALLED_FROM = RelTable(
     "CALLED_FROM",
     "Operator",
     "Frame",
     (Column("depth", "INT64", "0 = entry frame, increasing toward the op's call site"),),
-    "Python call stack of the operator.",
+    "Before schema v5: one rel per frame of the operator's stack (not created).",
 )
 LAUNCHED = RelTable(
     "LAUNCHED",
@@ -353,6 +379,7 @@ CORE_TABLES: list[Table] = [
     TENSOR,
     MODULE,
     FRAME,
+    CALL_STACK,
     KERNEL,
     CONFIG_ENTRY,
     POWER_SERIES,
@@ -361,7 +388,8 @@ CORE_TABLES: list[Table] = [
     INPUT,
     IN_MODULE,
     CHILD_OF,
-    CALLED_FROM,
+    ON_STACK,
+    HAS_FRAME,
     LAUNCHED,
 ]
 

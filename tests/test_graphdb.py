@@ -115,7 +115,11 @@ def test_round_trip_is_exact(dbdir: Path) -> None:
         back = db.load_profile("gpt2-a")
         # graph facts users query: frames are shared, not copied per operator
         n_frames = db.query("MATCH (f:Frame) RETURN count(f)").rows[0][0]
-        n_called = db.query("MATCH ()-[c:CALLED_FROM]->() RETURN count(c)").rows[0][0]
+        n_stacks = db.query("MATCH (s:CallStack) RETURN count(s)").rows[0][0]
+        n_on = db.query("MATCH ()-[s:ON_STACK]->() RETURN count(s)").rows[0][0]
+        n_called = db.query(
+            "MATCH (:Operator)-[:ON_STACK]->(:CallStack)-[:HAS_FRAME]->(:Frame) RETURN count(*)"
+        ).rows[0][0]
         flows = db.query("MATCH ()-[f:FLOWS]->() RETURN count(f)").rows[0][0]
     assert back.ops[0].windows_ns == []  # in-memory only, not stored
     expected = without_windows(p)
@@ -124,6 +128,9 @@ def test_round_trip_is_exact(dbdir: Path) -> None:
     assert back.power[0].gaps == [(100_000, 200_000)]
     assert isinstance(back.power[0].gaps[0], tuple)
     assert n_frames == len(p.frames) < 40
+    # and so are call stacks: one per distinct stack, one rel per operator that has one
+    assert n_stacks == len({tuple(o.frames) for o in p.ops if o.frames}) < n_on
+    assert n_on == sum(bool(o.frames) for o in p.ops)
     assert n_called == sum(len(o.frames) for o in p.ops)
     assert flows == len(p.flows()) > 300
 
@@ -195,7 +202,8 @@ def test_replace_semantics(dbdir: Path) -> None:
             assert db.query(f"MATCH (n:{table}) WHERE n.run = 'r' RETURN count(n)").rows == [[n]]
         assert db.query("MATCH (o:Operator {run: 'r'}) RETURN count(o)").rows == [[40]]
         assert db.query(
-            "MATCH ()-[c:CALLED_FROM]->(f:Frame) WHERE f.run = 'r' RETURN count(c)"
+            "MATCH (:Operator)-[:ON_STACK]->(:CallStack)-[:HAS_FRAME]->(f:Frame) "
+            "WHERE f.run = 'r' RETURN count(*)"
         ).rows == [[sum(len(o.frames) for o in new.ops)]]
     # Kùzu 0.11.3's DETACH DELETE + checkpoint dropped the rels of untouched runs (every
     # IN_MODULE rel of two other runs, seen); what replace does must survive a reopen.
@@ -247,7 +255,8 @@ def _expected_rels(live: dict[str, Profile]) -> dict[str, int]:
         "INPUT": sum(len(o.inputs) for o in ops),
         "IN_MODULE": sum(o.module_idx >= 0 for o in ops),
         "CHILD_OF": sum(m.parent >= 0 for m in mods),
-        "CALLED_FROM": sum(len(o.frames) for o in ops),
+        "ON_STACK": sum(bool(o.frames) for o in ops),
+        "HAS_FRAME": sum(len(s) for p in live.values() for s in {tuple(o.frames) for o in p.ops}),
         "LAUNCHED": sum(len(o.kernels) for o in ops),
     }
 

@@ -77,7 +77,8 @@ def test_gelu_ops_run_in_mlp_act_module_and_reach_script_line(db):
     tanh_idx = next(r["idx"] for r in rows if r["name"] == "aten::tanh")
     frames = query(
         db,
-        f"MATCH (o:Operator {{run: 'gelu_new', idx: {tanh_idx}}})-[c:CALLED_FROM]->(f:Frame) "
+        f"MATCH (o:Operator {{run: 'gelu_new', idx: {tanh_idx}}})-[:ON_STACK]->(:CallStack)"
+        "-[c:HAS_FRAME]->(f:Frame) "
         "RETURN f.file AS file, f.line AS line, f.function AS fn ORDER BY c.depth",
     )
     # the stack starts at the script's entry line and ends inside transformers' activation
