@@ -14,6 +14,7 @@ import io
 import json
 
 import pytest
+from recordings import record_once
 
 from magneton.cli import main as cli
 
@@ -53,19 +54,11 @@ def db(tmp_path_factory):
     script = d / "mlp.py"
     script.write_text(SCRIPT)
     for name in ("a1", "a2"):
+        # each in a fresh process, as `magneton record` runs for a user: recorded in this
+        # process, the first recording of a fresh test worker ran cold and the second
+        # warm, and their Python time between operators differed (2.3x at `main`, once).
         # --repeat 10: the per-op price is each op's cheapest iteration, steadier over more
-        run(
-            "record",
-            str(script),
-            "--db",
-            str(d / "db"),
-            "--run",
-            name,
-            "--power",
-            "model",
-            "--repeat",
-            "10",
-        )
+        record_once(d / "db", script, name, "--power", "model", "--repeat", "10")
     return d / "db"
 
 

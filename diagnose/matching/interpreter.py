@@ -26,6 +26,17 @@ Choices, and the failure each prevents:
   noise that identical operator work showed, the one-sided 95% lower bound reaching the
   threshold. Interpreter time is noisier than operator time (GC, allocator, dict
   resizes); a rule of its own would be a second, untested notion of "significant".
+* **A place's samples are centred on its level geometrically.** They give the noise and
+  the point estimate the level, so they are rescaled to it; since the test compares mean
+  logs, their geometric mean is what is set to the level, not their arithmetic mean
+  (what operators' samples use). Interpreter time is heavy-tailed: most iterations of
+  `main` spent a few microseconds of Python, one in ten the hundreds of a collection
+  or of freeing a list of lists. Scaled by the mean, those rare iterations pushed the
+  typical ones down to 0.2 of the level on one side and not the other, and the test's
+  ratio (8.2x) had nothing to do with the levels' (2.4x): 18 of 66 A/A pairs of
+  tests/test_interpreter_e2e.py's script, recorded in fresh processes, had an
+  interpreter finding; centred geometrically none had, and all 12 A/B pairs still
+  found the mask loop (`benchmarks/interpreter_aa.py`).
 * **Interpreter time has noise of its own between recordings.** The same script
   recorded twice on a loaded machine had its Python run 12-76% slower in one recording,
   at every place at once, while its operators drifted less; with the operators'
@@ -213,10 +224,11 @@ def places(p: Profile, other: Profile) -> dict[tuple[str, str], Place]:
     if per_iter is not None:
         for pl in out.values():
             s = per_iter[:, pl.ops].sum(axis=1)
-            mean = float(s.mean())
+            pos = s[s > 0]
+            center = float(np.exp(np.log(pos).mean())) if len(pos) else 0.0
             # the samples give the noise, the point estimate (each op's cheapest
             # iteration) the level, as detect.run_samples does for operators
-            pl.samples_j = s * (pl.energy_j / mean) if mean > 0 else None
+            pl.samples_j = s * (pl.energy_j / center) if center > 0 else None
     return out
 
 
