@@ -8,7 +8,7 @@ load.
   operators' inputs, frames and kernels cost ~0.15 s of every save.
 - An operator's Python stack is one `ON_STACK` rel to a `CallStack` its run shares
   (`distinct_stacks`), not a rel per frame: deleting a run deletes rels one by one, and
-  134k of them made `rm` and `record --replace` cost 2-5x a save. Run checksums still
+  134k of them made `record --replace` cost 2.6x a save and `rm` 1.8x. Run checksums still
   hash the rel per frame of schema v4 (`digest_layout`), so old checksums verify.
 - `_check_plausible` names a wild number read back from damaged pages (`time_s`
   9.5e+62) instead of diffing garbage; its bounds are what no real recording reaches.

@@ -351,7 +351,7 @@ HAS_FRAME = RelTable(
 )
 # An operator's stack is one rel to a shared `CallStack`, not a rel per frame: deleting a
 # run deletes its rels one by one, and a rel per frame (134k for a 10k-operator GPT-2
-# recording) made `rm` and `record --replace` cost 2-5x a save (docs/benchmarks.md).
+# recording) made `record --replace` cost 2.6x a save and `rm` 1.8x (docs/benchmarks.md).
 # Before v5 it was a rel per frame, `CALLED_FROM` (Operator -> Frame, `depth`): run
 # checksums are still taken over that layout (`graphdb.codec.digest_layout`), so a
 # run saved before v5 still verifies after `magneton migrate`.

@@ -14,9 +14,11 @@ What every command shares is handled here, once, not per command:
 - The reader went away (`| head -1`): a quiet exit 0, as `cat` does. In both cases fd 1 is
   pointed at /dev/null so the interpreter's final flush of what is still buffered does
   not print "Exception ignored ..." after the message.
-- Memory runs out (a low `ulimit -v`, a full cgroup): a MemoryError, or a library that
-  cannot map its code (numpy's and pyarrow's ImportError "failed to map segment"), is one
-  line naming the limit, exit 1, where `runs` printed a traceback. The recorder's imports
+- Memory runs out (a low `ulimit -v`, a full cgroup): a MemoryError, a library that
+  cannot map its code (numpy's and pyarrow's ImportError "failed to map segment"), or
+  under an address-space limit CPython's "error return without exception set" (an
+  allocation that lost its MemoryError), is one line naming the limit, exit 1, where
+  `runs` printed a traceback. The recorder's imports
   are made inside `main` for that reason.
 - Values no command can use are refused for every command at once (`_POSITIVE`: a
   sampling interval of -3 ms or 0 ranks was accepted silently), exit 2.
@@ -142,6 +144,13 @@ def _check_positive(args: argparse.Namespace) -> None:
 def _out_of_memory(e: BaseException) -> bool:
     if isinstance(e, MemoryError):
         return True
+    if isinstance(e, SystemError):
+        # CPython code whose allocation fails can return without setting its MemoryError
+        # (seen once in CI: importing a dataclass under `ulimit -v` 250 MB); under an
+        # address-space limit that is the limit, anywhere else a bug to show in full
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        limited = soft not in (resource.RLIM_INFINITY, -1)
+        return limited and "without exception set" in str(e)
     text = str(e).lower()
     return getattr(e, "errno", None) == 12 or "failed to map segment" in text
 
@@ -161,7 +170,7 @@ def _memory_line(e: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
-    except (MemoryError, ImportError, OSError) as e:
+    except (MemoryError, ImportError, OSError, SystemError) as e:
         if not _out_of_memory(e):
             raise
         print(_memory_line(e), file=sys.stderr)

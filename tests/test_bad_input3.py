@@ -180,6 +180,34 @@ def test_a_low_address_space_limit_is_one_line(db: Path, limit_mb: int) -> None:
     assert "corrupt" not in line
 
 
+@pytest.mark.parametrize("limited", [True, False])
+def test_an_allocation_that_lost_its_memory_error_is_one_line_under_a_limit(
+    monkeypatch, capsys, limited: bool
+) -> None:
+    """CPython code whose allocation fails can return without setting the MemoryError
+    ("error return without exception set"; the test above hit it once in CI, in an import
+    under 250 MB). Under an address-space limit that is the limit, one line; without one
+    it is a bug, and its traceback is not hidden."""
+    from magneton import cli
+
+    lost = SystemError("error return without exception set")
+
+    def fails(argv):
+        raise lost
+
+    monkeypatch.setattr(cli, "_main", fails)
+    limit = (250 << 20, resource.RLIM_INFINITY) if limited else (resource.RLIM_INFINITY,) * 2
+    monkeypatch.setattr(cli.resource, "getrlimit", lambda what: limit)
+    if not limited:
+        with pytest.raises(SystemError):
+            cli.main(["runs"])
+        return
+    assert cli.main(["runs"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "out of memory or address space" in err[0]
+    assert "ulimit -v allows 250 MB" in err[0]
+
+
 @pytest.mark.parametrize(
     "flag, value", [("--interval-ms", "-3"), ("--interval-ms", "0"), ("--nproc", "0")]
 )
