@@ -324,13 +324,13 @@ def stack_rel_tables(
 
 
 def run_stack_tables(
-    run: str, frames: list[list[int]], n_frames: int
+    run: str, n_ops: int, n_frames: int, op: np.ndarray, depth: np.ndarray, frame: np.ndarray
 ) -> list[tuple[S.Table, pa.Table]]:
-    """`CallStack`, `ON_STACK` and `HAS_FRAME` of one run whose operators have the call
-    stacks `frames` and which has `n_frames` frames (`magneton migrate` builds them from
-    the rel per frame of a DB before schema v5)."""
-    stacks = distinct_stacks(frames)
-    op_k = arrowio.array(_uids(run, len(frames)), pa.string())
+    """`CallStack`, `ON_STACK` and `HAS_FRAME` of one run of `n_ops` operators and
+    `n_frames` frames from its rel rows per frame (operator idx, depth, frame idx), as a DB
+    before schema v5 stored them (`magneton migrate`)."""
+    stacks = distinct_stacks(_group(n_ops, op, depth, frame))
+    op_k = arrowio.array(_uids(run, n_ops), pa.string())
     f_k = arrowio.array(_uids(run, n_frames), pa.string())
     return [stack_node_table(run, len(stacks[1])), *stack_rel_tables(run, op_k, f_k, stacks)]
 

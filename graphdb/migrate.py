@@ -216,8 +216,10 @@ def _with_call_stacks(pdb, tables: list) -> list:
     (`CALLED_FROM`) held, as `CallStack` nodes and `ON_STACK`/`HAS_FRAME` rels."""
     from collections import Counter, defaultdict
 
+    import numpy as np
     import pyarrow as pa
 
+    from . import arrowio
     from . import schema as S
     from .codec import run_stack_tables
 
@@ -227,20 +229,16 @@ def _with_call_stacks(pdb, tables: list) -> list:
     rows = pdb._execute(
         "MATCH (o:Operator)-[c:CALLED_FROM]->(f:Frame) RETURN o.run, o.idx, c.depth, f.idx"
     ).get_as_arrow()
-    stacks: dict[str, dict[int, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
-    for run, op, depth, frame in zip(*(rows.column(i).to_pylist() for i in range(4)), strict=True):
-        stacks[run][op].append((depth, frame))
-    built: dict[str, list] = defaultdict(list)
+    runs = np.asarray(rows.column(0).to_pylist(), dtype=object)
+    op, depth, frame = (arrowio.int64s(rows.column(i)) for i in (1, 2, 3))
+    parts: dict[S.Table, list[pa.Table]] = defaultdict(list)
     for run, n in n_ops.items():
-        frames = [[f for _, f in sorted(stacks[run].get(i, []))] for i in range(n)]
-        for spec, data in run_stack_tables(run, frames, n_frames[run]):
-            built[spec.name].append(data)
-    new = {name: pa.concat_tables(parts) for name, parts in built.items()}
-    nodes = [(s, d) for s, d in tables if isinstance(s, S.NodeTable)]
-    rels = [(s, d) for s, d in tables if isinstance(s, S.RelTable)]
-    stack_nodes = [(S.CALL_STACK, new[S.CALL_STACK.name])] if new else []
-    stack_rels = [(S.table(n), new[n]) for n in (S.ON_STACK.name, S.HAS_FRAME.name) if new]
-    return nodes + stack_nodes + rels + stack_rels
+        at = runs == run
+        for spec, data in run_stack_tables(run, n, n_frames[run], op[at], depth[at], frame[at]):
+            parts[spec].append(data)
+    stacks = [(spec, pa.concat_tables(data)) for spec, data in parts.items()]
+    # nodes before the rels that point at them (a stable sort keeps each group's order)
+    return sorted(tables + stacks, key=lambda t: isinstance(t[0], S.RelTable))
 
 
 def _current_meta(tables: list) -> list:

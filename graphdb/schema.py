@@ -335,6 +335,8 @@ CHILD_OF = RelTable(
     (),
     "Module is a child of that module.",
 )
+# where a frame sits in an operator's stack (HAS_FRAME, and CALLED_FROM before v5)
+_STACK_DEPTH = Column("depth", "INT64", "0 = entry frame, increasing toward the op's call site")
 ON_STACK = RelTable(
     "ON_STACK",
     "Operator",
@@ -346,7 +348,7 @@ HAS_FRAME = RelTable(
     "HAS_FRAME",
     "CallStack",
     "Frame",
-    (Column("depth", "INT64", "0 = entry frame, increasing toward the op's call site"),),
+    (_STACK_DEPTH,),
     "A frame of the call stack.",
 )
 # An operator's stack is one rel to a shared `CallStack`, not a rel per frame: deleting a
@@ -359,7 +361,7 @@ LEGACY_CALLED_FROM = RelTable(
     "CALLED_FROM",
     "Operator",
     "Frame",
-    (Column("depth", "INT64", "0 = entry frame, increasing toward the op's call site"),),
+    (_STACK_DEPTH,),
     "Before schema v5: one rel per frame of the operator's stack (not created).",
 )
 LAUNCHED = RelTable(
