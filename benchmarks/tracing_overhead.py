@@ -41,7 +41,7 @@ With `--summary-parts`, one more structure pass (after the timed ones, not in an
 counts what the value summaries read: how many tensors and elements, their bytes (the
 memory a design that summarized after the call returned would have to hold), and the
 CPU time of the summaries' worker threads per part (`time.thread_time` around the
-quantile sort, the spectra, the stats).
+quantiles, the spectra, the stats).
 
     python benchmarks/tracing_overhead.py [--layers 12] [--seq 128] [--iters 20] [--ablate]
                                           [--summary-parts] [--json OUT]
@@ -65,7 +65,7 @@ from unittest import mock
 # --ablate: structure passes with parts switched off, to see what each part costs. The
 # values such a pass stores are wrong (zeros); only its time means anything.
 ABLATIONS = {
-    "no quantiles (exact sort)": ("quantiles",),
+    "no quantiles": ("quantiles",),
     "no spectra": ("spectra",),
     "no quantiles, no spectra (stats only)": ("quantiles", "spectra"),
     "no summaries": ("summaries",),

@@ -15,6 +15,7 @@ import io
 import json
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -249,6 +250,61 @@ def test_verdict_rules_apply_to_the_confirmed_estimates():
     assert g.region_b.time_s < g.region_a.time_s
     assert g.interval.saving_j_low <= g.saving_j <= g.interval.saving_j_high
     assert g.interval.ratio == pytest.approx(g.region_a.energy_j / g.region_b.energy_j)
+
+
+def test_a_candidate_the_rounds_do_not_confirm_says_what_they_measured(monkeypatch):
+    """A dropped candidate is not silently gone: the diff's note gives the ratio the
+    rounds measured and its lower bound, so "no difference" and "too noisy to claim" read
+    apart (a CI failure once said only "0 of 1 confirmed")."""
+    from magneton.diagnose.matching import confirm
+    from magneton.diagnose.matching.confirm import Remeasured, Rounds, confirm_findings
+
+    rng = np.random.default_rng(0)
+    rounds_ = Rounds()
+    for _ in range(8):  # both sides take the same 1 ms, with noise and drift
+        for side in ("a", "b"):
+            own_ns = int(1e6 * np.exp(rng.normal(0.0, 0.05)))
+            cpu = np.array([[0, own_ns]], dtype=np.int64)
+            rounds_.add(side, [(cpu, cpu)])
+    profiles = {"a": _profile(), "b": _profile()}
+    att = {s: rounds_.priced(s, profiles[s]) for s in ("a", "b")}
+    monkeypatch.setattr(
+        confirm, "remeasure", lambda *a, **k: Remeasured(rounds_, att, 1.0, "test rounds")
+    )
+    f = _finding()
+    f.ops_a = ["aten::gelu"]
+    kept, note = confirm_findings(profiles["a"], profiles["b"], [f], 0.10)
+    assert kept == []
+    assert "0 of 1 candidate(s) confirmed" in note
+    ratio, low = (
+        float(x) for x in re.findall(r"aten::gelu: ([\d.]+)x, lower bound ([\d.]+)x", note)[0]
+    )
+    assert 0.9 < ratio < 1.1 and low < 1.0 / 0.9  # the 10% threshold is out of its reach
+
+
+def test_trade_off_needs_rounds_that_show_the_cheaper_side_slower():
+    """ "Trade-off" claims the cheaper side is slower, so the rounds must show it at the
+    test's confidence: of pairs whose two sides take equal time, a third had rounds whose
+    geometric means put the cheaper side over 1% slower; the claim holds for at most the
+    test's 5%. A cheaper side 20% slower in every round is a trade-off."""
+    from magneton.diagnose.matching.confirm import CONFIDENCE, _geomean, _slower_at_least_s
+    from magneton.diagnose.matching.detect import verdict_of
+
+    rng = np.random.default_rng(0)
+    f = _finding()  # side a is the wasteful one
+
+    def verdicts(slowdown: float) -> tuple[str, str]:
+        wasteful, cheaper = rounds(rng, 1.0, noise=0.05, drift=0.2, n=8)
+        cheaper = cheaper * slowdown
+        t_w = _geomean(wasteful)
+        claim = _slower_at_least_s(f, t_w, wasteful, cheaper, CONFIDENCE)
+        return verdict_of(t_w, claim, 1, 0.0), verdict_of(t_w, _geomean(cheaper), 1, 0.0)
+
+    same = [verdicts(1.0) for _ in range(400)]
+    shown = sum(v == "trade-off" for v, _ in same) / len(same)
+    naive = sum(v == "trade-off" for _, v in same) / len(same)
+    assert shown <= 1.0 - CONFIDENCE < 0.25 <= naive
+    assert all(verdicts(1.2)[0] == "trade-off" for _ in range(20))
 
 
 # --------------------------------------------------------------------------------------

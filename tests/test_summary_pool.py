@@ -159,6 +159,7 @@ def test_the_profiler_records_the_program_not_the_capture() -> None:
     with torch.no_grad(), call_profiler() as prof:
         with cap.modules, cap:
             net(x)
+    cap.finish()
     dispatches = [e for e in prof.function_events if e.name == "PythonDispatchMode"]
     assert len(dispatches) >= 10
     under = [c.name for e in dispatches for c in e.cpu_children]

@@ -558,6 +558,26 @@ def interleave(
     return rounds, att
 
 
+def _slower_at_least_s(
+    f: Finding, t_w: float, round_a: np.ndarray, round_b: np.ndarray, level: float
+) -> float:
+    """The efficient side's time as far as the rounds show it: the wasteful side's time
+    times the lower bound of the paired per-round time ratio (efficient / wasteful).
+
+    "Trade-off" claims that the cheaper side is slower; like the saving, that claim must
+    survive the rounds' spread. Taken from the geometric means alone, a region whose
+    two sides ran equally fast was a trade-off whenever load made the efficient side's
+    rounds 1% slower on average (eager vs SDPA attention of a training program, once
+    in seven suite runs). With fewer than two usable rounds the point estimate stands.
+    """
+    t_eff = round_b if f.wasteful == "a" else round_a
+    t_was = round_a if f.wasteful == "a" else round_b
+    iv = paired_interval(t_eff, t_was, confidence=level)
+    if iv is None or not math.isfinite(iv[1]):
+        return _geomean(t_eff)
+    return t_w * iv[1]
+
+
 def _confirmed(
     f: Finding,
     iv: tuple[float, float, float],
@@ -570,10 +590,11 @@ def _confirmed(
     of the same pricing, so the energy ratio is the paired test's and lies in its
     interval, and the saving in the saving's."""
     ea, eb = _geomean(_round_j(rounds, att, f, "a")), _geomean(_round_j(rounds, att, f, "b"))
-    ta = _geomean(rounds.per_round("a", rounds.own_s("a")[:, f.region_a.ops].sum(axis=1)))
-    tb = _geomean(rounds.per_round("b", rounds.own_s("b")[:, f.region_b.ops].sum(axis=1)))
+    round_a = rounds.per_round("a", rounds.own_s("a")[:, f.region_a.ops].sum(axis=1))
+    round_b = rounds.per_round("b", rounds.own_s("b")[:, f.region_b.ops].sum(axis=1))
+    ta, tb = _geomean(round_a), _geomean(round_b)
     e_w, e_eff = (ea, eb) if f.wasteful == "a" else (eb, ea)
-    t_w, t_eff = (ta, tb) if f.wasteful == "a" else (tb, ta)
+    t_w = ta if f.wasteful == "a" else tb
     if e_w <= e_eff:
         return None
     ratio, low, high = iv
@@ -582,7 +603,12 @@ def _confirmed(
         # an interpreter finding's time is the Python's, which the rounds do not
         # separate per place; it keeps the recording's time and its verdict
         f.region_a.time_s, f.region_b.time_s = ta, tb
-        f.verdict = verdict_of(t_w, t_eff, f.occurrences, f.output_rel_diff)
+        f.verdict = verdict_of(
+            t_w,
+            _slower_at_least_s(f, t_w, round_a, round_b, level),
+            f.occurrences,
+            f.output_rel_diff,
+        )
     f.saving_j = e_w - e_eff
     run_j = _geomean(rounds.per_round(f.wasteful, att[f.wasteful].samples_j.sum(axis=1)))
     f.saving_share = f.saving_j / run_j if run_j > 0 else 0.0
@@ -676,22 +702,39 @@ def confirm_findings(
         return mark_unconfirmed(findings, why, threshold), f"findings unconfirmed: {why}"
     rounds, att = rm.rounds, rm.att
     n = rounds.n
-    kept = []
+    kept, dropped = [], []
     levels = confidences(findings, threshold)
     k = sum(undecided(f, threshold) for f in findings)
     for f, iv, level in zip(
         findings, _intervals(findings, att, rounds, levels), levels, strict=True
     ):
-        if iv is not None and confident(iv[1], threshold):
-            g = _confirmed(f, iv, att, rounds, level)
-            if g is not None:
-                kept.append(g)
+        g = _confirmed(f, iv, att, rounds, level) if iv and confident(iv[1], threshold) else None
+        if g is not None:
+            kept.append(g)
+        else:
+            dropped.append((f, iv))
     note = (
         f"interleaved re-measurement ({n} rounds per side in {rm.seconds:.1f} s, "
         f"{rm.how}): {len(kept)} of {len(findings)} candidate(s) confirmed at {CONFIDENCE:.0%}"
         + (f" ({k} left undecided by the recordings, tested at {max(levels):.1%})" if k else "")
+        + _dropped_note(dropped)
     )
     return ranked(kept), note
+
+
+def _dropped_note(dropped: list[tuple[Finding, tuple[float, float, float] | None]]) -> str:
+    """What the rounds measured for candidates they did not confirm (at most three): the
+    energy ratio wasteful / efficient and its lower bound, so a dropped finding says
+    whether the rounds saw no difference or one too small or too noisy to claim."""
+    parts = []
+    for f, iv in dropped[:3]:
+        name = (f.ops_a or f.ops_b or ["?"])[0]
+        if iv is None:
+            parts.append(f"{name}: fewer than two usable rounds")
+        else:
+            parts.append(f"{name}: {iv[0]:.2f}x, lower bound {iv[1]:.2f}x")
+    more = f" and {len(dropped) - 3} more" if len(dropped) > 3 else ""
+    return f"; not confirmed: {', '.join(parts)}{more}" if parts else ""
 
 
 @dataclass

@@ -48,7 +48,8 @@ Rules, and the failure each prevents:
 - **Verdict "waste"** when the cheaper side is not slower by more than 1% (plus
   `TIME_ABS_SLACK_S`, the dispatch jitter of a microsecond-scale region) *and* the
   region outputs agree within 1%; otherwise "trade-off" (cheaper but slower, or cheaper
-  but numerically different).
+  but numerically different). A confirmed finding's "slower" must show in its
+  interleaved rounds (confirm.py `_slower_at_least_s`).
 - **Output agreement is a proxy.** Records hold summaries, not data, so the element-wise
   relative difference cannot be computed after the fact. The proxy compares the
   outputs' quantiles and extremes, each relative to max(|q_a|, |q_b|, 1e-3·max|x|). For

@@ -7,13 +7,14 @@ other sequence-first; one implementation keeps a transposed view where the other
 a contiguous copy. Element-wise comparison fails on all of these, so a tensor is
 summarized by quantities that do not depend on how its modes are ordered:
 
-* `stats` — [sum, abs_sum, min, max, mean, std] in float64 (population std).
+* `stats` — [sum, abs_sum, min, max, mean, std] as float64 numbers (population std),
+  summed in the tensor's own precision (see `_stats`).
 * `quantiles` — `N_QUANTILES` evenly spaced quantiles (linear interpolation between
-  order statistics). Sorting forgets the layout. Above `QUANTILE_EXACT_MAX` elements the
-  quantiles come from a subsample chosen by a hash of each value's rounded bit pattern:
-  a subsample taken by *position* would depend on the layout, one taken by *value* does
-  not, and rounding the low mantissa bits away keeps two runs that differ by float
-  rounding picking (almost) the same elements.
+  order statistics). Order statistics forget the layout. They are exactly the full
+  sort's, but found by histogram selection (`_order_statistics`): a sort cost 35-45 ns
+  per float32 element here (numpy's SIMD sort is not dispatched on every CPU) and was
+  three quarters of a structure pass; counting value bins and sorting only the few
+  elements in the bins that hold the wanted ranks costs about 5.
 * `invariant` / `invariant_splits` — multi-mode SVD invariants: for every split of the
   modes into rows S and columns S^c (up to complement symmetry), the singular values of
   that unfolding, largest first, at most `TOP_K` of them. Permuting modes within S or
@@ -26,7 +27,8 @@ Choices and the failures they prevent:
 - Size-1 modes are dropped before splitting: `x[None]` or a squeezed batch of one must
   not change the invariant (a lone size-1 mode is a trivial split).
 - The values are scaled by max|x| before any product, so float16 extremes or clamped
-  infinities cannot overflow the float64 Gram matrix; spectra are scaled back after.
+  infinities cannot overflow a float32 sketch or the float64 Gram matrix; spectra are
+  scaled back after.
 - Cost bound. An exact spectrum uses the Gram matrix of the smaller side
   (m² n work, m ≤ `EXACT_SIDE_MAX`) and `eigvalsh`; the float64 Gram loses relative
   accuracy only below ~1e-8·σ_max, far under any matching tolerance. Splits whose both
@@ -58,10 +60,10 @@ Choices and the failures they prevent:
   PyTorch's own OpenMP pool between operators: on a 2-core machine that made an
   activation's summary 3–20× more expensive in CPU time than the same work on one thread.
   The thread count is restored afterwards, so the caller's numpy is unaffected.
-- The structure pass summarizes on worker threads (`SummaryPool`, one per core): numpy
-  releases the GIL for the sorts, reductions and products, so the summaries of one
-  operator's tensors run while the next operators dispatch. Same functions, same arrays,
-  same values as inline; GPT-2 12L's pass went from 3.9 to 2.1 s on 2 cores.
+- The structure pass summarizes on worker threads (`SummaryPool`, one per core but
+  one): numpy releases the GIL for the counts, reductions and products, so the
+  summaries of one operator's tensors run while the next operators dispatch. Same
+  functions, same arrays, same values as inline.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ import math
 import os
 import threading
 import weakref
+from collections.abc import Iterator
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -101,10 +104,11 @@ from magneton.tracer.capture.unfoldings import (  # noqa: F401
     plan_splits,
 )
 
-QUANTILE_EXACT_MAX = 1 << 22  # elements; above: value-hash subsample of ~2^20
+QUANTILE_SORT_MAX = 1 << 14  # elements; above, quantiles by histogram selection
+QUANTILE_BINS = 1 << 14  # value bins per selection round
 CACHE_MIN_NUMEL = 1 << 16  # cache summaries of views of tensors at least this large
 _SEED = 0x4D41474E  # "MAGN"
-_CHUNK = 1 << 20
+_CHUNK = 1 << 16  # elements per step of a pass over a large tensor
 
 
 # --------------------------------------------------------------------------------------
@@ -222,12 +226,12 @@ def _store(key: tuple, t: torch.Tensor, version: int, s: dict) -> None:
 class SummaryPool:
     """`summarize` on worker threads, while the structure pass goes on dispatching.
 
-    Summaries are ~85% of a structure pass (GPT-2 12L: 3.2 of 3.9 s) and are pure numpy
-    (sort, reductions, BLAS), which releases the GIL; run inline they leave every other
-    core idle. `submit` does the torch side on the calling thread (view, dtype cast,
-    `.numpy()`: no torch operator ever runs on a worker, so the profiler, which watches
-    every thread, sees none there) and returns a future of the same dict `summarize`
-    gives. The values are identical: the same functions on the same arrays.
+    Summaries are pure numpy (bin counts, reductions, BLAS), which releases the GIL; run
+    inline they leave every other core idle. `submit` does the torch side on the calling
+    thread (view, dtype cast, `.numpy()`: no torch operator ever runs on a worker, so the
+    profiler, which watches every thread, sees none there) and returns a future of the
+    same dict `summarize` gives. The values are identical: the same functions on the
+    same arrays.
 
     What could go wrong, and what prevents it:
 
@@ -333,12 +337,15 @@ class SummaryPool:
 
 
 def default_workers() -> int:
-    """Summary threads: one per core this process may run on, at most 8."""
+    """Summary threads: one per core this process may run on but one, at least one and at
+    most 8. The core left is the dispatching thread's: PyTorch's own OpenMP threads
+    already use every core, and on 2 cores a second summary thread made a GPT-2 12L pass
+    slower (1.13-1.57 s against 1.00-1.15 s with one, five passes each, three runs)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    return max(1, min(8, cores))
+    return max(1, min(8, cores - 1))
 
 
 def _storage_ptr(t: torch.Tensor) -> int:
@@ -492,87 +499,160 @@ def _quantiles_sorted(srt: np.ndarray) -> list[float]:
 
 
 def _quantiles(flat: np.ndarray) -> list[float]:
+    """`N_QUANTILES` evenly spaced quantiles of `flat`, exactly as `_quantiles_sorted`
+    of the full sort would give them, from the order statistics they interpolate."""
     n = flat.size
-    if n <= QUANTILE_EXACT_MAX:
-        # a full sort in the tensor's own precision is exact and, with numpy's SIMD
-        # sort, several times faster than np.partition with 33+ pivots
-        return _quantiles_sorted(np.sort(flat))
-    # Value-hash subsample: keep elements whose rounded bit pattern hashes below a
-    # threshold (a choice by value, not position, hence layout-invariant).
-    bits = np.ascontiguousarray(flat, dtype=np.float32).view(np.uint32) & np.uint32(0xFFFFF000)
-    bits *= np.uint32(0x9E3779B1)  # Fibonacci hashing, wraps mod 2^32
-    keep_below = np.uint32(min(0xFFFFFFFF, int(0x100000000 * (1 << 20) / n)))
-    sample = flat[bits < keep_below]
-    if sample.size < N_QUANTILES:  # degenerate (few distinct values): exact instead
-        sample = flat
-    return _quantiles_sorted(np.sort(sample.astype(np.float64)))
+    pos = np.linspace(0.0, n - 1, N_QUANTILES)
+    lo = pos.astype(np.int64)
+    frac = pos - lo
+    hi = np.where(frac > 0, lo + 1, lo)  # a zero weight needs no second order statistic
+    ranks = np.unique(np.concatenate([lo, hi]))
+    vals = _order_statistics(flat, ranks).astype(np.float64)
+    at_lo, at_hi = vals[np.searchsorted(ranks, lo)], vals[np.searchsorted(ranks, hi)]
+    return (at_lo * (1 - frac) + at_hi * frac).tolist()
+
+
+def _order_statistics(a: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """`np.sort(a)[ranks]` for sorted unique `ranks`, without sorting all of `a`.
+
+    Each round puts every element in one of `QUANTILE_BINS` equal-width value bins over
+    [min, max], counts them, and keeps only the elements of bins that hold a wanted rank
+    (the ranks shift by what was dropped below them). The survivors are sorted once they
+    are few, or once a round no longer halves them (few distinct values, where a sort is
+    cheap). Binning is monotone in the value, so the kept elements are exactly the ranks'
+    neighbourhoods and the result equals the full sort's, bit for bit, at about a tenth
+    of its cost. The extremes come from min and max: a lone outlier stretches the bins,
+    and the next round's range leaves it out.
+    """
+    out = np.empty(ranks.size, dtype=a.dtype)
+    slot, r = np.arange(ranks.size), np.asarray(ranks, dtype=np.int64)
+    while a.size > QUANTILE_SORT_MAX and slot.size:
+        mn, mx = a.min(), a.max()
+        out[slot[r == 0]], out[slot[r == a.size - 1]] = mn, mx
+        inner = (r > 0) & (r < a.size - 1)
+        slot, r = slot[inner], r[inner]
+        if mn == mx:
+            out[slot] = mn
+            return out
+        bins = _value_bins(a, mn, mx)
+        if bins is None or not slot.size:
+            break
+        counts = np.zeros(QUANTILE_BINS, dtype=np.int64)
+        for i in range(0, a.size, _CHUNK):
+            counts += np.bincount(bins[i : i + _CHUNK], minlength=QUANTILE_BINS)
+        below = np.cumsum(counts) - counts
+        b = np.searchsorted(below, r, side="right") - 1
+        keep = np.zeros(QUANTILE_BINS, dtype=bool)
+        keep[b] = True
+        kept = np.where(keep, counts, 0)
+        kept_below = np.cumsum(kept) - kept
+        size = a.size
+        a = a[np.take(keep, bins)]
+        r = r - (below[b] - kept_below[b])
+        if 2 * a.size > size:
+            break
+    if slot.size:
+        out[slot] = np.sort(a)[r]
+    return out
+
+
+def _value_bins(a: np.ndarray, lo: np.floating, hi: np.floating) -> np.ndarray | None:
+    """Each element's bin 0 .. QUANTILE_BINS-1 over [lo, hi] (uint16), monotone in the
+    value: every step rounds monotonically, and the scale (bins - 1) / width keeps the
+    largest value below the last bin's upper edge, so no clamp is needed. Computed in
+    the array's precision where the range and its inverse are finite in it, else in
+    float64; None where even that overflows."""
+    width = float(hi) - float(lo)
+    inv = (QUANTILE_BINS - 1) / width if width > 0.0 else math.inf
+    for work in (a.dtype.type, np.float64):
+        with np.errstate(over="ignore"):
+            if np.isfinite(work(width)) and np.isfinite(work(inv)) and work(inv) > 0:
+                break
+    else:
+        return None
+    lo_w, inv_w = work(lo), work(inv)
+    t = np.empty(min(a.size, _CHUNK), dtype=work)
+    bins = np.empty(a.size, dtype=np.uint16)
+    for i in range(0, a.size, _CHUNK):
+        c, tc = a[i : i + _CHUNK], t[: min(_CHUNK, a.size - i)]
+        np.subtract(c, lo_w, out=tc)
+        tc *= inv_w
+        bins[i : i + _CHUNK] = tc
+    return bins
+
+
+def _chunks(a: np.ndarray) -> Iterator[np.ndarray]:
+    for i in range(0, a.size, _CHUNK):
+        yield a[i : i + _CHUNK]
 
 
 def _float_summary(a: np.ndarray, dtype: torch.dtype) -> dict:
     n = a.size
     if n == 0:
         return {"stats": [0.0] * 6, "quantiles": []}
-    try:
-        big = (
-            float(torch.finfo(dtype).max)
-            if dtype.is_floating_point
-            else float(np.finfo(a.dtype).max)
-        )
-    except TypeError:
-        big = float(np.finfo(np.float64).max)
     flat = a.reshape(-1)
-    if not np.isfinite(flat).all():
+    if not (np.isfinite(flat.min()) and np.isfinite(flat.max())):  # min/max carry a NaN
+        try:
+            big = (
+                float(torch.finfo(dtype).max)
+                if dtype.is_floating_point
+                else float(np.finfo(a.dtype).max)
+            )
+        except TypeError:
+            big = float(np.finfo(np.float64).max)
         flat = np.nan_to_num(flat, nan=0.0, posinf=big, neginf=-big)
-    # One float64 copy serves the stats and the spectra (up to 2^22 elements = 32 MB);
-    # above that the stats accumulate chunk by chunk and the spectra convert on their own.
-    x64 = flat.astype(np.float64) if n <= QUANTILE_EXACT_MAX else None
-    stats = _stats(flat, x64)
+    stats = _stats(flat)
     out = {"stats": stats, "quantiles": _quantiles(flat)}
     scale = max(abs(stats[2]), abs(stats[3]))
     splits = plan_splits(tuple(a.shape))
     if splits:
-        src = x64 if x64 is not None else flat
-        inv, lens = _spectra(src.reshape(canonical_shape(a.shape)), splits, scale)
+        inv, lens = _spectra(flat.reshape(canonical_shape(a.shape)), splits, scale)
         out["invariant"], out["invariant_splits"] = inv, lens
     else:
         out["invariant"], out["invariant_splits"] = [], []
     return out
 
 
-def _stats(flat: np.ndarray, x64: np.ndarray | None) -> list[float]:
+def _stats(flat: np.ndarray) -> list[float]:
+    """[sum, abs_sum, min, max, mean, std], read in the array's own precision.
+
+    numpy's pairwise sums keep float32 within ~1e-7 of the float64 result (the same
+    elements in another order differ by ~1e-8 of the sum of |x|), far under any matching
+    tolerance, and a float64 copy of every activation cost more than the statistics
+    themselves. The squares are summed per chunk (BLAS dot) into a float64 total. Sums
+    that overflow float32 (an additive mask of `finfo.min`) are taken in float64 again,
+    and so is the variance where the mean dwarfs the spread and E[x²] − mean² would
+    cancel.
+    """
     n = flat.size
-    if x64 is not None:
-        s, sa = float(x64.sum()), float(np.abs(x64).sum())
-        mn, mx = float(x64.min()), float(x64.max())
-        mean = s / n
-        # E[x²] − mean² via BLAS; the two-pass form only where that would cancel
-        var = float(np.dot(x64, x64)) / n - mean * mean
-        if mean * mean > 1e6 * max(var, 0.0):
-            var = float(np.mean((x64 - mean) ** 2))
-    else:  # chunked float64 accumulation: no float64 copy of a huge tensor
-        s = sa = 0.0
-        mn, mx = math.inf, -math.inf
-        for i in range(0, n, _CHUNK):
-            c = flat[i : i + _CHUNK].astype(np.float64)
-            s += float(c.sum())
-            sa += float(np.abs(c).sum())
-            mn, mx = min(mn, float(c.min())), max(mx, float(c.max()))
-        mean = s / n
-        ss = 0.0
-        for i in range(0, n, _CHUNK):
-            c = flat[i : i + _CHUNK].astype(np.float64) - mean
-            ss += float(np.dot(c, c))
-        var = ss / n
+    mn, mx = float(flat.min()), float(flat.max())
+    with np.errstate(over="ignore"):
+        s, sa = float(flat.sum()), float(np.abs(flat).sum())
+        sq = sum(float(np.dot(c, c)) for c in _chunks(flat))
+    if not math.isfinite(s + sa + sq):
+        s = sum(float(c.astype(np.float64).sum()) for c in _chunks(flat))
+        sa = sum(float(np.abs(c.astype(np.float64)).sum()) for c in _chunks(flat))
+        sq = math.inf
+    mean = s / n
+    var = sq / n - mean * mean
+    if not math.isfinite(var) or mean * mean > 1e2 * max(var, 0.0):
+        var = sum(float(np.square(c.astype(np.float64) - mean).sum()) for c in _chunks(flat)) / n
     return [s, sa, mn, mx, mean, math.sqrt(max(var, 0.0))]
 
 
 @lru_cache(maxsize=256)
-def _omega(n: int, width: int) -> np.ndarray:
+def _omega(n: int, width: int, dtype: type = np.float64) -> np.ndarray:
     rng = np.random.default_rng([_SEED, n, width])
-    return rng.standard_normal((n, width)) / math.sqrt(width)
+    return (rng.standard_normal((n, width)) / math.sqrt(width)).astype(dtype)
 
 
 def _spectra(x: np.ndarray, splits: tuple[Split, ...], scale: float) -> tuple[list, list]:
+    """Spectra of `x`'s unfoldings, scaled by max|x| (`scale`) while computed.
+
+    Exact spectra take a float64 Gram (its small eigenvalues need the precision);
+    the sketch contracts in the array's own precision, whose relative error (~1e-6 for
+    float32) is far under the tolerance, and only its small core goes to float64.
+    """
     k = x.ndim
     lens: list[int] = []
     if scale == 0.0:
@@ -580,12 +660,13 @@ def _spectra(x: np.ndarray, splits: tuple[Split, ...], scale: float) -> tuple[li
             m = math.prod(x.shape[j] for j in sp.rows)
             lens.append(min(TOP_K, m, x.size // m))
         return [0.0] * sum(lens), lens
-    xs = x / scale if x.dtype == np.float64 else x.astype(np.float64) / scale
-    core = None
+    xs = core = None
     inv: list[float] = []
     for sp in splits:
+        cols = tuple(j for j in range(k) if j not in sp.rows)
         if sp.exact:
-            cols = tuple(j for j in range(k) if j not in sp.rows)
+            if xs is None:
+                xs = x.astype(np.float64) / scale
             m = math.prod(xs.shape[j] for j in sp.rows)
             # Gram of the smaller side: contract over the larger side's modes
             if m <= xs.size // m:
@@ -597,8 +678,7 @@ def _spectra(x: np.ndarray, splits: tuple[Split, ...], scale: float) -> tuple[li
             sv = np.sqrt(np.clip(ev, 0.0, None))[:TOP_K]
         else:
             if core is None:
-                core = _sketch_core(xs)
-            cols = tuple(j for j in range(k) if j not in sp.rows)
+                core = _sketch_core(x / x.dtype.type(scale)).astype(np.float64)
             m = math.prod(core.shape[j] for j in sp.rows)
             mat = np.transpose(core, sp.rows + cols).reshape(m, -1)
             sv = np.linalg.svd(mat, compute_uv=False)[:TOP_K]
@@ -615,5 +695,6 @@ def _sketch_core(xs: np.ndarray) -> np.ndarray:
     for j in sorted(range(xs.ndim), key=lambda j: -xs.shape[j]):
         n = xs.shape[j]
         if n > width:
-            core = np.moveaxis(np.tensordot(core, _omega(n, width), axes=([j], [0])), -1, j)
+            omega = _omega(n, width, xs.dtype.type)
+            core = np.moveaxis(np.tensordot(core, omega, axes=([j], [0])), -1, j)
     return core

@@ -48,7 +48,6 @@ from magneton.tracer.capture.dispatch import (
     StructureCapture,
     attach_profile,
     call_profiler,
-    finish_modules,
     run_structure_pass,
 )
 from magneton.tracer.programs.signals import InterruptedAfterSave as _InterruptedAfterSave
@@ -792,10 +791,12 @@ def record_block(
             with capture.modules, capture:
                 yield profile
     finally:
-        session.stop()
+        try:
+            session.stop()
+        finally:
+            capture.finish()  # before the program runs on (StructureCapture.finish)
     info.time_s = (time.perf_counter_ns() - t0) / 1e9
     res = capture.result
-    finish_modules(res, capture.modules)
     for op in res.ops:
         op.windows_ns = [(op.start_ns, op.end_ns)]
         if not call_paths:
