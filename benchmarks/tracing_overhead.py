@@ -35,7 +35,8 @@ interleaved over a pipe, and the ratios against it are what a user's program pay
 
 With `--ablate`, each structure pass is followed by passes with parts of it switched off
 (quantiles, spectra, all summaries, the profiler), in the same interleaving: what each
-part costs, and what a design without it would gain at most.
+part costs, and what a design without it would gain at most; and by one with a single
+intra-op thread, what the summary thread loses to PyTorch's spinning OpenMP workers.
 
 With `--summary-parts`, one more structure pass (after the timed ones, not in any ratio)
 counts what the value summaries read: how many tensors and elements, their bytes (the
@@ -70,6 +71,10 @@ ABLATIONS = {
     "no quantiles, no spectra (stats only)": ("quantiles", "spectra"),
     "no summaries": ("summaries",),
     "no summaries, no profiler": ("summaries", "profiler"),
+    # not a part but a setting: the pass with one intra-op thread, so PyTorch's OpenMP
+    # workers do not spin against the summary thread (a change to the program's threads
+    # that Magneton does not make; measured to know what it would buy)
+    "one intra-op thread": ("threads",),
 }
 
 
@@ -314,6 +319,10 @@ def main() -> None:
                 stack.enter_context(
                     mock.patch.object(invariants, "_spectra", lambda x, sp, sc: ([], []))
                 )
+            threads = torch.get_num_threads()
+            if "threads" in parts_off:
+                torch.set_num_threads(1)
+                stack.callback(torch.set_num_threads, threads)
             c0, t0 = time.process_time(), time.perf_counter()
             run_structure_pass(forward, cap, profile_calls="profiler" not in parts_off)
             return time.perf_counter() - t0, time.process_time() - c0
