@@ -641,7 +641,7 @@ def _stats(flat: np.ndarray) -> list[float]:
 
 
 @lru_cache(maxsize=256)
-def _omega(n: int, width: int, dtype: type = np.float64) -> np.ndarray:
+def _omega(n: int, width: int, dtype: np.dtype = np.dtype(np.float64)) -> np.ndarray:
     rng = np.random.default_rng([_SEED, n, width])
     return (rng.standard_normal((n, width)) / math.sqrt(width)).astype(dtype)
 
@@ -695,6 +695,6 @@ def _sketch_core(xs: np.ndarray) -> np.ndarray:
     for j in sorted(range(xs.ndim), key=lambda j: -xs.shape[j]):
         n = xs.shape[j]
         if n > width:
-            omega = _omega(n, width, xs.dtype.type)
+            omega = _omega(n, width, xs.dtype)
             core = np.moveaxis(np.tensordot(core, omega, axes=([j], [0])), -1, j)
     return core
