@@ -641,7 +641,7 @@ def _stats(flat: np.ndarray) -> list[float]:
 
 
 @lru_cache(maxsize=256)
-def _omega(n: int, width: int, dtype: np.dtype = np.dtype(np.float64)) -> np.ndarray:
+def _omega(n: int, width: int, dtype: np.dtype) -> np.ndarray:
     rng = np.random.default_rng([_SEED, n, width])
     return (rng.standard_normal((n, width)) / math.sqrt(width)).astype(dtype)
 
