@@ -319,10 +319,9 @@ def main() -> None:
                 stack.enter_context(
                     mock.patch.object(invariants, "_spectra", lambda x, sp, sc: ([], []))
                 )
-            threads = torch.get_num_threads()
             if "threads" in parts_off:
+                stack.callback(torch.set_num_threads, torch.get_num_threads())
                 torch.set_num_threads(1)
-                stack.callback(torch.set_num_threads, threads)
             c0, t0 = time.process_time(), time.perf_counter()
             run_structure_pass(forward, cap, profile_calls="profiler" not in parts_off)
             return time.perf_counter() - t0, time.process_time() - c0

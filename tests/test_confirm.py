@@ -291,13 +291,12 @@ def test_trade_off_needs_rounds_that_show_the_cheaper_side_slower():
     from magneton.diagnose.matching.detect import verdict_of
 
     rng = np.random.default_rng(0)
-    f = _finding()  # side a is the wasteful one
 
     def verdicts(slowdown: float) -> tuple[str, str]:
         wasteful, cheaper = rounds(rng, 1.0, noise=0.05, drift=0.2, n=8)
         cheaper = cheaper * slowdown
         t_w = _geomean(wasteful)
-        claim = _slower_at_least_s(f, t_w, wasteful, cheaper, CONFIDENCE)
+        claim = _slower_at_least_s(wasteful, cheaper, CONFIDENCE)
         return verdict_of(t_w, claim, 1, 0.0), verdict_of(t_w, _geomean(cheaper), 1, 0.0)
 
     same = [verdicts(1.0) for _ in range(400)]

@@ -558,9 +558,7 @@ def interleave(
     return rounds, att
 
 
-def _slower_at_least_s(
-    f: Finding, t_w: float, round_a: np.ndarray, round_b: np.ndarray, level: float
-) -> float:
+def _slower_at_least_s(wasteful_s: np.ndarray, efficient_s: np.ndarray, level: float) -> float:
     """The efficient side's time as far as the rounds show it: the wasteful side's time
     times the lower bound of the paired per-round time ratio (efficient / wasteful).
 
@@ -570,12 +568,10 @@ def _slower_at_least_s(
     rounds 1% slower on average (eager vs SDPA attention of a training program, once
     in seven suite runs). With fewer than two usable rounds the point estimate stands.
     """
-    t_eff = round_b if f.wasteful == "a" else round_a
-    t_was = round_a if f.wasteful == "a" else round_b
-    iv = paired_interval(t_eff, t_was, confidence=level)
+    iv = paired_interval(efficient_s, wasteful_s, confidence=level)
     if iv is None or not math.isfinite(iv[1]):
-        return _geomean(t_eff)
-    return t_w * iv[1]
+        return _geomean(efficient_s)
+    return _geomean(wasteful_s) * iv[1]
 
 
 def _confirmed(
@@ -592,9 +588,8 @@ def _confirmed(
     ea, eb = _geomean(_round_j(rounds, att, f, "a")), _geomean(_round_j(rounds, att, f, "b"))
     round_a = rounds.per_round("a", rounds.own_s("a")[:, f.region_a.ops].sum(axis=1))
     round_b = rounds.per_round("b", rounds.own_s("b")[:, f.region_b.ops].sum(axis=1))
-    ta, tb = _geomean(round_a), _geomean(round_b)
     e_w, e_eff = (ea, eb) if f.wasteful == "a" else (eb, ea)
-    t_w = ta if f.wasteful == "a" else tb
+    t_w, t_eff = (round_a, round_b) if f.wasteful == "a" else (round_b, round_a)
     if e_w <= e_eff:
         return None
     ratio, low, high = iv
@@ -602,13 +597,9 @@ def _confirmed(
     if f.kind != "interpreter":
         # an interpreter finding's time is the Python's, which the rounds do not
         # separate per place; it keeps the recording's time and its verdict
-        f.region_a.time_s, f.region_b.time_s = ta, tb
-        f.verdict = verdict_of(
-            t_w,
-            _slower_at_least_s(f, t_w, round_a, round_b, level),
-            f.occurrences,
-            f.output_rel_diff,
-        )
+        f.region_a.time_s, f.region_b.time_s = _geomean(round_a), _geomean(round_b)
+        slower_s = _slower_at_least_s(t_w, t_eff, level)
+        f.verdict = verdict_of(_geomean(t_w), slower_s, f.occurrences, f.output_rel_diff)
     f.saving_j = e_w - e_eff
     run_j = _geomean(rounds.per_round(f.wasteful, att[f.wasteful].samples_j.sum(axis=1)))
     f.saving_share = f.saving_j / run_j if run_j > 0 else 0.0

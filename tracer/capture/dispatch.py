@@ -347,6 +347,7 @@ class StructureCapture(RecorderMode):
         # worker's CPU lands in its operators' energy (invariants.SummaryPool)
         self.measured = measured
         self._pool: SummaryPool | None = None
+        self._failed = False  # the recorded block raised (set on exit)
         self._pending: list[tuple[TensorRecord, Any]] = []
         # per recorded tensor: a side input (see `_register`)
         self._side: list[bool] = []
@@ -374,21 +375,31 @@ class StructureCapture(RecorderMode):
         """Stops recording. The summary threads go on until `finish`, so the profiler's
         events are parsed while they work (0.1-0.2 s of a GPT-2 pass, on the main thread,
         that used to wait for the last summaries first); after an error they stop here."""
+        self._failed = exc_type is not None
         try:
             return super().__exit__(exc_type, exc_value, tb)
         finally:
             try:
-                if exc_type is not None:
+                if self._failed:
                     self._close_pool(failed=True)
             finally:
                 self._gc.__exit__(None, None, None)
 
-    def finish(self) -> StructureResult:
-        """The finished result: every summary filled in, modules linked. Call it after
-        the profiler's events are attached and before the program runs on: a pending
-        summary reads its tensor's memory, which the program may write again."""
-        self._close_pool(failed=False)
-        finish_modules(self.result, self.modules)
+    def finish(self, prof: Any = None) -> StructureResult:
+        """The finished result: call paths from the profiler's events (`prof`, parsed
+        while the summary threads finish; without one each op is its own call path),
+        every summary filled in, modules linked. After an error only the summaries that
+        are done and the modules. Call it before the program runs on: a pending summary
+        reads its tensor's memory, which the program may write again."""
+        try:
+            if not self._failed and prof is not None:
+                attach_profile(self.result, prof)
+            elif not self._failed:
+                for op in self.result.ops:
+                    op.api, op.call_paths = op.name, [op.name]
+        finally:
+            self._close_pool(failed=False)
+            finish_modules(self.result, self.modules)
         return self.result
 
     def _close_pool(self, failed: bool) -> None:
@@ -839,20 +850,17 @@ def run_structure_pass(
     fn: Callable[[], Any], capture: StructureCapture, *, profile_calls: bool = True
 ) -> tuple[Any, StructureResult]:
     """Run `fn` once under the structure capture (and the profiler, for call paths)."""
+    prof = None
     try:
         if profile_calls:
             with call_profiler() as prof:
                 with capture.modules, capture:
                     out = fn()
-            attach_profile(capture.result, prof)
         else:
             with capture.modules, capture:
                 out = fn()
-            for op in capture.result.ops:
-                op.api = op.name
-                op.call_paths = [op.name]
     finally:
-        result = capture.finish()
+        result = capture.finish(prof)
     return out, result
 
 

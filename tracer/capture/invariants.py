@@ -498,21 +498,22 @@ def _quantiles_sorted(srt: np.ndarray) -> list[float]:
     return (srt[lo].astype(np.float64) * (1 - frac) + srt[hi].astype(np.float64) * frac).tolist()
 
 
-def _quantiles(flat: np.ndarray) -> list[float]:
+def _quantiles(flat: np.ndarray, extremes: tuple | None = None) -> list[float]:
     """`N_QUANTILES` evenly spaced quantiles of `flat`, exactly as `_quantiles_sorted`
-    of the full sort would give them, from the order statistics they interpolate."""
+    of the full sort would give them, from the order statistics they interpolate.
+    `extremes`: flat's (min, max), when the caller has them."""
     n = flat.size
     pos = np.linspace(0.0, n - 1, N_QUANTILES)
     lo = pos.astype(np.int64)
     frac = pos - lo
     hi = np.where(frac > 0, lo + 1, lo)  # a zero weight needs no second order statistic
     ranks = np.unique(np.concatenate([lo, hi]))
-    vals = _order_statistics(flat, ranks).astype(np.float64)
+    vals = _order_statistics(flat, ranks, extremes).astype(np.float64)
     at_lo, at_hi = vals[np.searchsorted(ranks, lo)], vals[np.searchsorted(ranks, hi)]
     return (at_lo * (1 - frac) + at_hi * frac).tolist()
 
 
-def _order_statistics(a: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+def _order_statistics(a: np.ndarray, ranks: np.ndarray, extremes: tuple | None) -> np.ndarray:
     """`np.sort(a)[ranks]` for sorted unique `ranks`, without sorting all of `a`.
 
     Each round puts every element in one of `QUANTILE_BINS` equal-width value bins over
@@ -527,7 +528,8 @@ def _order_statistics(a: np.ndarray, ranks: np.ndarray) -> np.ndarray:
     out = np.empty(ranks.size, dtype=a.dtype)
     slot, r = np.arange(ranks.size), np.asarray(ranks, dtype=np.int64)
     while a.size > QUANTILE_SORT_MAX and slot.size:
-        mn, mx = a.min(), a.max()
+        mn, mx = extremes if extremes is not None else (a.min(), a.max())
+        extremes = None  # the next round's elements have their own
         out[slot[r == 0]], out[slot[r == a.size - 1]] = mn, mx
         inner = (r > 0) & (r < a.size - 1)
         slot, r = slot[inner], r[inner]
@@ -538,8 +540,8 @@ def _order_statistics(a: np.ndarray, ranks: np.ndarray) -> np.ndarray:
         if bins is None or not slot.size:
             break
         counts = np.zeros(QUANTILE_BINS, dtype=np.int64)
-        for i in range(0, a.size, _CHUNK):
-            counts += np.bincount(bins[i : i + _CHUNK], minlength=QUANTILE_BINS)
+        for c in _chunks(bins):
+            counts += np.bincount(c, minlength=QUANTILE_BINS)
         below = np.cumsum(counts) - counts
         b = np.searchsorted(below, r, side="right") - 1
         keep = np.zeros(QUANTILE_BINS, dtype=bool)
@@ -591,7 +593,8 @@ def _float_summary(a: np.ndarray, dtype: torch.dtype) -> dict:
     if n == 0:
         return {"stats": [0.0] * 6, "quantiles": []}
     flat = a.reshape(-1)
-    if not (np.isfinite(flat.min()) and np.isfinite(flat.max())):  # min/max carry a NaN
+    extremes = flat.min(), flat.max()
+    if not (np.isfinite(extremes[0]) and np.isfinite(extremes[1])):  # they carry a NaN
         try:
             big = (
                 float(torch.finfo(dtype).max)
@@ -601,8 +604,9 @@ def _float_summary(a: np.ndarray, dtype: torch.dtype) -> dict:
         except TypeError:
             big = float(np.finfo(np.float64).max)
         flat = np.nan_to_num(flat, nan=0.0, posinf=big, neginf=-big)
-    stats = _stats(flat)
-    out = {"stats": stats, "quantiles": _quantiles(flat)}
+        extremes = flat.min(), flat.max()
+    stats = _stats(flat, extremes)
+    out = {"stats": stats, "quantiles": _quantiles(flat, extremes)}
     scale = max(abs(stats[2]), abs(stats[3]))
     splits = plan_splits(tuple(a.shape))
     if splits:
@@ -613,8 +617,9 @@ def _float_summary(a: np.ndarray, dtype: torch.dtype) -> dict:
     return out
 
 
-def _stats(flat: np.ndarray) -> list[float]:
-    """[sum, abs_sum, min, max, mean, std], read in the array's own precision.
+def _stats(flat: np.ndarray, extremes: tuple) -> list[float]:
+    """[sum, abs_sum, min, max, mean, std] of `flat`, whose (min, max) are `extremes`,
+    read in the array's own precision.
 
     numpy's pairwise sums keep float32 within ~1e-7 of the float64 result (the same
     elements in another order differ by ~1e-8 of the sum of |x|), far under any matching
@@ -625,7 +630,7 @@ def _stats(flat: np.ndarray) -> list[float]:
     cancel.
     """
     n = flat.size
-    mn, mx = float(flat.min()), float(flat.max())
+    mn, mx = float(extremes[0]), float(extremes[1])
     with np.errstate(over="ignore"):
         s, sa = float(flat.sum()), float(np.abs(flat).sum())
         sq = sum(float(np.dot(c, c)) for c in _chunks(flat))

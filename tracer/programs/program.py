@@ -533,7 +533,6 @@ class _Recorder(_Controller):
 
     def end_structure(self) -> None:
         from magneton.tracer.capture.config import snapshot
-        from magneton.tracer.capture.dispatch import attach_profile
         from magneton.tracer.programs.record import note_unrecorded_threads
 
         wall = (time.perf_counter_ns() - self._t0) / 1e9
@@ -541,14 +540,8 @@ class _Recorder(_Controller):
         assert stack is not None  # begin_structure opened it
         try:
             stack.close()
-            res = self._capture.result
-            if self._prof is not None:
-                attach_profile(res, self._prof)
-            else:
-                for op in res.ops:
-                    op.api, op.call_paths = op.name, [op.name]
         finally:
-            self._capture.finish()  # before the program runs on (StructureCapture.finish)
+            res = self._capture.finish(self._prof)  # before the program runs on
         config = snapshot(self.spec.script)
         config.update(self.spec.to_config())
         config[ENTERED_KEY] = json.dumps(self.entered_from)

@@ -46,7 +46,6 @@ from magneton.tracer.capture.dispatch import (
     ModuleTracker,
     RecorderMode,
     StructureCapture,
-    attach_profile,
     call_profiler,
     run_structure_pass,
 )
@@ -781,12 +780,12 @@ def record_block(
     )
     t0 = time.perf_counter_ns()
     session.start()
+    prof = None
     try:
         if call_paths:
             with call_profiler() as prof:
                 with capture.modules, capture:
                     yield profile
-            attach_profile(capture.result, prof)
         else:
             with capture.modules, capture:
                 yield profile
@@ -794,13 +793,10 @@ def record_block(
         try:
             session.stop()
         finally:
-            capture.finish()  # before the program runs on (StructureCapture.finish)
+            res = capture.finish(prof)  # before the program runs on
     info.time_s = (time.perf_counter_ns() - t0) / 1e9
-    res = capture.result
     for op in res.ops:
         op.windows_ns = [(op.start_ns, op.end_ns)]
-        if not call_paths:
-            op.api, op.call_paths = op.name, [op.name]
     profile.ops, profile.tensors, profile.frames = res.ops, res.tensors, res.frames
     profile.kernels, profile.modules = res.kernels, res.modules
     profile.config = snapshot()
