@@ -271,9 +271,11 @@ def test_verify_tries_the_fix_and_every_surface_says_what_it_saved(case):
     """`export-patch --verify` (diagnose/fix/verify.py) records the wasteful script from
     scratch copies with and without the patch, re-measures the two in interleaved rounds
     and stores the verdict with the diff, where `diff` shows it. The case's folder is
-    left as it was. One case: it costs two recordings and the rounds."""
+    left as it was. One case: it costs two recordings and the rounds. dtype_setup's
+    float64-to-float32 fix saves about half (gelu_backend's about a seventh, and each of
+    its recordings imports transformers: 3 s of CPU more)."""
     name, d, db, diff, expect = case
-    if name != "gelu_backend":
+    if name != "dtype_setup":
         pytest.skip("one case tries --verify")
     f = _relevant(db, expect)
     assert f is not None and f.fix.patch
@@ -282,7 +284,7 @@ def test_verify_tries_the_fix_and_every_surface_says_what_it_saved(case):
     assert (d / "a.py").read_text() == original  # tried on copies only
     stored = json.loads(cli("diff", "--db", str(db), "a", "b", "--json"))
     v = next(x for x in stored["findings"] if x["id"] == f.id)["fix"]["verification"]
-    assert v["rounds"] >= 2 and v["saving_share"] > 0, v  # GELU's chain costs more
+    assert v["rounds"] >= 2 and v["saving_share"] > 0, v  # float64 GEMMs cost more
     text = cli("diff", "--db", str(db), "a", "b")
     assert ("verified: saves" in text) or ("not verified: saves" in text), text[-2000:]
 
