@@ -1,5 +1,5 @@
 import sys
 
-from magneton.cli import main
+from magneton.cli import console
 
-sys.exit(main())
+sys.exit(console())
