@@ -184,7 +184,7 @@ def console() -> int:
     An interpreter that imported torch spent 0.4-0.5 s of wall time ending (`python -c
     "import torch"`: 1.53 s against 1.10 s through `os._exit`), most of it CPython's
     collections over every object still alive while it tears the modules down; a
-    recording of a small script took 2.21 s, 1.92 s with this. What is garbage when the
+    recording of a small script took 2.29 s, 1.92 s with this. What is garbage when the
     command is done is collected here, finalizers and all, as the exit would; what is
     still alive is frozen out of the exit's collections (`gc.freeze`), and Python does
     not promise to finalize objects alive at exit anyway. Its atexit handlers still run
