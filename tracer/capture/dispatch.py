@@ -851,14 +851,10 @@ def run_structure_pass(
 ) -> tuple[Any, StructureResult]:
     """Run `fn` once under the structure capture (and the profiler, for call paths)."""
     prof = None
+    profiler = call_profiler() if profile_calls else contextlib.nullcontext()
     try:
-        if profile_calls:
-            with call_profiler() as prof:
-                with capture.modules, capture:
-                    out = fn()
-        else:
-            with capture.modules, capture:
-                out = fn()
+        with profiler as prof, capture.modules, capture:
+            out = fn()
     finally:
         result = capture.finish(prof)
     return out, result

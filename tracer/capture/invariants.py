@@ -575,11 +575,11 @@ def _value_bins(a: np.ndarray, lo: np.floating, hi: np.floating) -> np.ndarray |
     lo_w, inv_w = work(lo), work(inv)
     t = np.empty(min(a.size, _CHUNK), dtype=work)
     bins = np.empty(a.size, dtype=np.uint16)
-    for i in range(0, a.size, _CHUNK):
-        c, tc = a[i : i + _CHUNK], t[: min(_CHUNK, a.size - i)]
+    for c, bc in zip(_chunks(a), _chunks(bins), strict=True):
+        tc = t[: c.size]
         np.subtract(c, lo_w, out=tc)
         tc *= inv_w
-        bins[i : i + _CHUNK] = tc
+        bc[...] = tc
     return bins
 
 

@@ -781,14 +781,10 @@ def record_block(
     t0 = time.perf_counter_ns()
     session.start()
     prof = None
+    profiler = call_profiler() if call_paths else contextlib.nullcontext()
     try:
-        if call_paths:
-            with call_profiler() as prof:
-                with capture.modules, capture:
-                    yield profile
-        else:
-            with capture.modules, capture:
-                yield profile
+        with profiler as prof, capture.modules, capture:
+            yield profile
     finally:
         try:
             session.stop()
