@@ -7,6 +7,7 @@ imported torch through other tests.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -57,3 +58,29 @@ def test_starting_the_cli_imports_no_stage_it_does_not_run():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_command_imports_its_own_module_only():
+    """A command's start imports and registers its own module (`export-patch` lives in
+    export_patch.py), not all twenty; without one, or with a name that is no command,
+    every command is there for --help and for the error that lists them."""
+    code = (
+        "import json, sys, magneton.cli as c; p = c.build_parser(sys.argv[1] or None); "
+        "print(json.dumps(sorted(m.rsplit('.', 1)[1] for m in sys.modules "
+        "if m.startswith('magneton.commands.'))))"
+    )
+    for command, loaded in (("runs", ["runs"]), ("export-patch", ["export_patch"])):
+        out = subprocess.run(
+            [sys.executable, "-c", code, command], capture_output=True, text=True, check=True
+        )
+        assert json.loads(out.stdout) == loaded
+    for command in ("", "difff"):
+        out = subprocess.run(
+            [sys.executable, "-c", code, command], capture_output=True, text=True, check=True
+        )
+        assert {"diff", "record", "runs", "export_patch"} <= set(json.loads(out.stdout))
+    res = subprocess.run(
+        [sys.executable, "-m", "magneton", "difff"], capture_output=True, text=True
+    )
+    assert res.returncode == 2 and "invalid choice: 'difff'" in res.stderr
+    assert "'export-patch'" in res.stderr
