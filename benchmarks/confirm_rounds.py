@@ -1,13 +1,15 @@
 """Confirmation's rounds: what the futility stop saves and what it costs.
 
 Interleaved confirmation (diagnose/matching/confirm.py) runs rounds until every candidate
-is decided. A candidate whose rounds can no longer be expected to confirm it by
-`MAX_ROUNDS` is decided as not confirmed (`FUTILITY`). This simulates candidates of a
-known true ratio (wasteful / efficient) whose per-round log ratios scatter with a known
-standard deviation, runs the product's own stopping rule (`confirm.decided` on
-`confirm.paired_interval`, 95%, threshold 10%) with and without the futility stop, and
-prints for each population how often the candidate is confirmed and how many rounds it
-took. Nothing is timed: the figures are exact for a seed and do not depend on the machine.
+is decided. From round `FUTILITY_FROM` on, a candidate whose rounds can no longer be
+expected to confirm it by `MAX_ROUNDS` is decided as not confirmed (`FUTILITY`). This
+simulates candidates of a known true ratio (wasteful / efficient) whose per-round log
+ratios scatter with a known standard deviation, and candidates whose first five rounds
+a burst of load garbled (0.8x, scattering by 80%) before their true ratio shows; it runs
+the product's own stopping rule (`confirm.decided` on `confirm.paired_interval`, 95%,
+threshold 10%) with and without the futility stop, and prints for each population how
+often the candidate is confirmed and how many rounds it took. Nothing is timed: the
+figures are exact for a seed and do not depend on the machine.
 
     python benchmarks/confirm_rounds.py [--trials 1000] [--seed 0] [--json OUT]
 """
@@ -23,6 +25,7 @@ from rich.table import Table
 
 from magneton.diagnose.matching.confirm import (
     FUTILITY,
+    FUTILITY_FROM,
     MAX_ROUNDS,
     MIN_ROUNDS,
     decided,
@@ -31,8 +34,9 @@ from magneton.diagnose.matching.confirm import (
 from magneton.diagnose.matching.detect import CONFIDENCE, confident
 
 THRESHOLD = 0.10
-RATIOS = (1.0, 1.05, 1.111, 1.16, 1.22, 1.35, 1.65)
-SDS = (0.05, 0.1, 0.2, 0.4, 0.8)
+RATIOS = (1.0, 1.05, 1.111, 1.22, 1.35, 1.65)
+SDS = (0.1, 0.2, 0.4, 0.8)
+BURST_ROUNDS, BURST_RATIO, BURST_SD = 5, 0.8, 0.8  # a burst of load over the first rounds
 
 
 def one_candidate(log_ratios: np.ndarray, futility: float) -> tuple[bool, int]:
@@ -45,11 +49,19 @@ def one_candidate(log_ratios: np.ndarray, futility: float) -> tuple[bool, int]:
     raise AssertionError("unreachable")
 
 
-def population(ratio: float, sd: float, trials: int, seed: int, futility: float) -> dict:
+def log_ratios(rng: np.random.Generator, ratio: float, sd: float, burst: bool) -> np.ndarray:
+    """One candidate's per-round log ratios; with `burst`, the first rounds garbled."""
+    d = rng.normal(np.log(ratio), sd, MAX_ROUNDS)
+    if burst:
+        d[:BURST_ROUNDS] = rng.normal(np.log(BURST_RATIO), BURST_SD, BURST_ROUNDS)
+    return d
+
+
+def population(
+    ratio: float, sd: float, burst: bool, trials: int, seed: int, futility: float
+) -> dict:
     rng = np.random.default_rng(seed)
-    runs = [
-        one_candidate(rng.normal(np.log(ratio), sd, MAX_ROUNDS), futility) for _ in range(trials)
-    ]
+    runs = [one_candidate(log_ratios(rng, ratio, sd, burst), futility) for _ in range(trials)]
     return {
         "confirmed": float(np.mean([c for c, _ in runs])),
         "rounds": float(np.mean([n for _, n in runs])),
@@ -63,22 +75,29 @@ def main() -> None:
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args()
     rows = []
-    for sd in SDS:
-        for ratio in RATIOS:
-            without = population(ratio, sd, args.trials, args.seed, 0.0)
-            with_stop = population(ratio, sd, args.trials, args.seed, FUTILITY)
-            rows.append({"ratio": ratio, "sd_log": sd, "without": without, "with": with_stop})
+    populations = [(r, sd, False) for sd in SDS for r in RATIOS]
+    populations += [(r, 0.2, True) for r in (1.5, 3.0, 8.0)]
+    for ratio, sd, burst in populations:
+        without = population(ratio, sd, burst, args.trials, args.seed, 0.0)
+        with_stop = population(ratio, sd, burst, args.trials, args.seed, FUTILITY)
+        rows.append(
+            {"ratio": ratio, "sd_log": sd, "burst": burst, "without": without, "with": with_stop}
+        )
     table = Table(
         title=f"confirmation of one candidate, threshold {THRESHOLD:.0%}, "
-        f"{args.trials} trials per row, seed {args.seed}, futility stop at {FUTILITY}"
+        f"{args.trials} trials per row, seed {args.seed}, futility stop under {FUTILITY} "
+        f"from round {FUTILITY_FROM}"
     )
-    for col in ("true ratio", "sd of ln ratio", "confirmed", "with stop", "rounds", "with stop"):
+    # true ratio, sd of its per-round log ratio, the garbled first rounds; then without
+    # and with the stop: the share confirmed, the mean rounds
+    for col in ("ratio", "sd ln", "burst", "confirmed", "+ stop", "rounds", "+ stop"):
         table.add_column(col, justify="right")
     for r in rows:
         w, s = r["without"], r["with"]
         table.add_row(
             f"{r['ratio']:.3f}",
             f"{r['sd_log']:.2f}",
+            f"{BURST_ROUNDS}@{BURST_RATIO}x" if r["burst"] else "",
             f"{w['confirmed']:.1%}",
             f"{s['confirmed']:.1%}",
             f"{w['rounds']:.1f}",

@@ -128,27 +128,40 @@ def test_a_candidate_the_rounds_cannot_confirm_stops_them_early():
     assert chance_to_confirm((1.3, 1.3, 1.3), 5, 0.95, 0.10) == 1.0
 
 
-def test_the_futility_stop_halves_the_rounds_and_keeps_the_findings():
+def _population(ratio: float, sd: float, futility: float, burst: int = 0) -> tuple[float, float]:
+    """(share confirmed, mean rounds) of 300 candidates of one true ratio; with `burst`,
+    their first rounds garbled by load (0.8x, scattering by 80%)."""
+    rng = np.random.default_rng(0)
+    runs = []
+    for _ in range(300):
+        d = rng.normal(np.log(ratio), sd, MAX_ROUNDS)
+        d[:burst] = rng.normal(np.log(0.8), 0.8, burst)
+        runs.append(_rounds_until_decided(d, futility))
+    return np.mean([c for c, _ in runs]), np.mean([n for _, n in runs])
+
+
+def test_the_futility_stop_shortens_hopeless_rounds_and_keeps_the_findings():
     """Over candidates of one true ratio near the threshold (1.22x, scattering by 20% a
-    round), the stop loses at most 5 points of the confirmations the full rounds make
-    (75% of them here), and it ends hopeless ones (no difference, or one under the
-    threshold) in under 60% of the rounds (benchmarks/confirm_rounds.py has the table)."""
-
-    def population(ratio: float, sd: float, futility: float) -> tuple[float, float]:
-        rng = np.random.default_rng(0)
-        runs = [
-            _rounds_until_decided(rng.normal(np.log(ratio), sd, MAX_ROUNDS), futility)
-            for _ in range(300)
-        ]
-        return np.mean([c for c, _ in runs]), np.mean([n for _, n in runs])
-
-    full, full_n = population(1.22, 0.2, 0.0)
-    stop, stop_n = population(1.22, 0.2, FUTILITY)
-    assert 0.6 < full and stop >= full - 0.05 and stop_n <= full_n
+    round), the stop loses at most 3 points of the confirmations the full rounds make
+    (75% of them here); it ends hopeless ones (no difference, or one under the
+    threshold) in under 75% of the rounds (benchmarks/confirm_rounds.py has the table)."""
+    full, full_n = _population(1.22, 0.2, 0.0)
+    stop, stop_n = _population(1.22, 0.2, FUTILITY)
+    assert 0.6 < full and stop >= full - 0.03 and stop_n <= full_n
     for ratio in (1.0, 1.05):
-        full, full_n = population(ratio, 0.3, 0.0)
-        stop, stop_n = population(ratio, 0.3, FUTILITY)
-        assert stop <= full and stop_n < 0.6 * full_n, (ratio, full_n, stop_n)
+        full, full_n = _population(ratio, 0.3, 0.0)
+        stop, stop_n = _population(ratio, 0.3, FUTILITY)
+        assert stop <= full and stop_n < 0.75 * full_n, (ratio, full_n, stop_n)
+
+
+def test_a_burst_of_load_in_the_first_rounds_does_not_drop_a_real_difference():
+    """Five rounds garbled by load (an 8x GELU difference once measured 0.78x [0.37, ...]
+    in its first five rounds beside a busy CI worker) before the true 8x shows: the stop
+    waits for FUTILITY_FROM rounds, and the candidate is confirmed as often as the full
+    rounds confirm it."""
+    full, _ = _population(8.0, 0.2, 0.0, burst=5)
+    stop, _ = _population(8.0, 0.2, FUTILITY, burst=5)
+    assert full > 0.7 and stop == full
 
 
 # --------------------------------------------------------------------------------------
