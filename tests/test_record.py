@@ -375,3 +375,44 @@ def test_backward_ops_are_charged_to_the_module_whose_forward_made_them(tmp_path
     assert gelu_bwd == ["layers.2.act", "layers.1.act", "layers.0.act"]
     fc_bwd = {op.module for op in prof.ops if op.name == "aten::mm"}
     assert fc_bwd == {"layers.0.fc", "layers.1.fc", "layers.2.fc"}
+
+
+CYCLES = """
+import gc
+import weakref
+
+import torch
+
+
+class Node:
+    pass
+
+
+def cycle():
+    node = Node()
+    node.itself = node
+    return weakref.ref(node)
+
+
+AT_IMPORT = cycle()  # garbage as soon as it is made, but only the cyclic collector frees it
+
+
+def setup():
+    return cycle(), torch.ones(2)
+
+
+def main(made_in_setup, x):
+    gc.collect()
+    assert AT_IMPORT() is None and made_in_setup() is None, "cyclic garbage kept"
+    return x * 2
+"""
+
+
+def test_the_scripts_cyclic_garbage_is_still_collected(tmp_path):
+    """`record` leaves its own objects and torch's out of the cyclic collector (they live
+    until it ends); the script's, from its import on, are collected as they would be
+    without Magneton."""
+    script = tmp_path / "cycles.py"
+    script.write_text(CYCLES)
+    res = magneton("record", str(script), "--db", str(tmp_path / "db"), "--run", "c", check=False)
+    assert res.returncode == 0, res.stderr[-1500:]

@@ -708,11 +708,13 @@ def record_program(spec: ProgramSpec, *, db: DBArg, run: str, options: Any = Non
         _no_exit,
         _opened,
         check_run_name,
+        freeze_own_objects,
         no_operator_error,
         save,
     )
 
     global _ACTIVE
+    freeze_own_objects()  # the program is not imported yet
     opts = options or RecordOptions()
     check_run_name(run)
     if opts.replay:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import gc
 import importlib.util
 import inspect
 import os
@@ -588,6 +589,15 @@ def _exit_reason(
     return f"{who} called {call}{_user_location(e, script)}" + (f" {before}" if before else "")
 
 
+def freeze_own_objects() -> None:
+    """Leave every object alive now (torch's and Magneton's, alive until the process
+    ends) out of the cyclic collector's walks: the timing pass's full collection and
+    the one at exit (magneton/cli.py `console`) each walked them, 60-70 ms apiece; a
+    small script's `record` took 1.68 s instead of 1.81 s (median of 11, interleaved).
+    Called before the recorded code is imported, so its objects stay collectable."""
+    gc.freeze()
+
+
 def record_script(
     script: str | Path,
     *,
@@ -613,6 +623,7 @@ def record_script(
     framework = detect_framework(script)
     if framework != "torch":
         require(framework)  # before anything is opened: one line naming the extra
+    freeze_own_objects()  # before the script is imported: its objects stay collectable
     _check_can_store(db, run, opts.replace)
     info = RunInfo(
         name=run,
