@@ -33,6 +33,7 @@ from magneton.diagnose.matching.confirm import (
     chance_to_confirm,
     confirm_findings,
     decided,
+    horizon,
     paired_interval,
     unconfirmable,
 )
@@ -154,10 +155,22 @@ def test_the_futility_stop_shortens_hopeless_rounds_and_keeps_the_findings():
         assert stop <= full and stop_n < 0.75 * full_n, (ratio, full_n, stop_n)
 
 
+def test_the_rounds_predicted_are_those_the_time_budget_leaves():
+    """A script's rounds (0.2 s each) reach MAX_ROUNDS; a program's (3 s each: both
+    programs' windows run afresh) end at the 30 s budget, after about ten, so the stop
+    predicts those ten and may apply from round five."""
+    assert horizon(5, 1.0) == MAX_ROUNDS
+    assert horizon(4, 12.0) == 10
+    assert horizon(7, 31.0) == 7  # the budget is spent: this round is the last
+    assert horizon(0, 0.0) == MAX_ROUNDS
+    iv = (1.0, 0.8, 1.25)  # 1.0x after five rounds: no chance of 10% in five more
+    assert decided(iv, 0.10, 5, last=10) and not decided(iv, 0.10, 5, last=MAX_ROUNDS)
+
+
 def test_a_burst_of_load_in_the_first_rounds_does_not_drop_a_real_difference():
     """Five rounds garbled by load (an 8x GELU difference once measured 0.78x [0.37, ...]
     in its first five rounds beside a busy CI worker) before the true 8x shows: the stop
-    waits for FUTILITY_FROM rounds, and the candidate is confirmed as often as the full
+    waits for half the rounds, and the candidate is confirmed as often as the full
     rounds confirm it."""
     full, _ = _population(8.0, 0.2, 0.0, burst=5)
     stop, _ = _population(8.0, 0.2, FUTILITY, burst=5)

@@ -31,13 +31,16 @@ threshold by `MAX_ROUNDS`, given the rounds so far, is under `FUTILITY`). Withou
 stop, a region of a few operators whose per-round ratio scatters by a factor of three
 (dtype_setup's relu: 1.2x [0.34, 4.5] after 5 rounds) or one that differs by less than
 the threshold (1.07x [0.98, 1.16] after 20) held the diff to `MAX_ROUNDS`, to be
-dropped at the end all the same. The stop applies from `FUTILITY_FROM` rounds on, not
-from the first look: the prediction assumes the rounds to come measure like those so
-far, and a burst of load breaks that. On a loaded CI machine, the first five rounds of
-a real 8x GELU difference measured 0.78x [0.37, ...], and a stop at round five dropped
-it; by round ten the rounds after such a burst outweigh it. What the stop costs is a
-share of the borderline candidates that the full rounds would still have confirmed,
-under `FUTILITY` (`benchmarks/confirm_rounds.py`).
+dropped at the end all the same. The rounds it predicts are those confirmation can
+still reach (`horizon`): `MAX_ROUNDS`, or fewer where `BUDGET_S` ends them first at the
+pace so far (a program's round runs both programs' windows afresh, 2-5 s, so its
+rounds end at the budget long before `MAX_ROUNDS`). The stop applies from half the
+horizon on, not from the first look: the prediction assumes the rounds to come measure
+like those so far, and a burst of load breaks that. On a loaded CI machine, the first
+five rounds of a real 8x GELU difference measured 0.78x [0.37, ...], and a stop at
+round five dropped it; by round ten of twenty the rounds after such a burst outweigh
+it. What the stop costs is a share of the borderline candidates that the full rounds
+would still have confirmed, under `FUTILITY` (`benchmarks/confirm_rounds.py`).
 
 Candidates the recordings left undecided (detect.py `undecided`: the point estimate
 passes, the interval neither reaches the threshold nor rules it out) come here too when
@@ -109,7 +112,6 @@ MAX_ROUNDS = 20
 BUDGET_S = 30.0  # wall seconds of rounds after which confirmation stops (once at MIN_ROUNDS)
 NARROW_LOG = 0.02  # half-width of the paired interval (log units) that is narrow enough
 FUTILITY = 0.05  # predictive probability of a confirmation under which the rounds stop
-FUTILITY_FROM = 10  # ... once this many rounds are in (module docstring)
 STARTUP_TIMEOUT_S = 240.0  # import + setup() + warm-up of a worker
 ROUND_TIMEOUT_MIN_S = 30.0
 
@@ -544,10 +546,12 @@ def decided(
     n: int,
     level: float = CONFIDENCE,
     futility: float = FUTILITY,
+    last: int = MAX_ROUNDS,
 ) -> bool:
     """Whether more rounds are not needed for a candidate whose interval after `n`
-    rounds is `iv`: confirmed, ruled out, narrow, or futile (its chance to be confirmed
-    by `MAX_ROUNDS` under `futility`)."""
+    rounds is `iv`: confirmed, ruled out, narrow, or futile (from half of the `last`
+    round confirmation can reach on, its chance to be confirmed by then under
+    `futility`)."""
     if iv is None:
         return False
     _, low, high = iv
@@ -555,30 +559,41 @@ def decided(
         return True
     if 0.5 * (np.log(high) - np.log(low)) <= NARROW_LOG:
         return True
-    return n >= FUTILITY_FROM and chance_to_confirm(iv, n, level, threshold) < futility
+    if 2 * n < last:
+        return False
+    return chance_to_confirm(iv, n, level, threshold, last) < futility
+
+
+def horizon(n: int, elapsed_s: float) -> int:
+    """The rounds confirmation can reach after `n` rounds in `elapsed_s`: `MAX_ROUNDS`,
+    or fewer where `BUDGET_S` ends them first at the pace so far (a round that starts
+    before the budget is spent still runs)."""
+    if n <= 0 or elapsed_s <= 0:
+        return MAX_ROUNDS
+    more = math.ceil(max(BUDGET_S - elapsed_s, 0.0) * n / elapsed_s)
+    return max(n, min(MAX_ROUNDS, n + more))
 
 
 def chance_to_confirm(
-    iv: tuple[float, float, float], n: int, level: float, threshold: float, horizon: int = 0
+    iv: tuple[float, float, float], n: int, level: float, threshold: float, last: int = MAX_ROUNDS
 ) -> float:
     """The predictive probability that a candidate whose paired interval after `n`
-    rounds is `iv` (at `level`) is confirmed by round `horizon` (`MAX_ROUNDS`): its log
-    ratios' mean and spread as measured so far, the mean of the rounds to come drawn
-    around the measured one with the uncertainty of both (a flat prior), the spread
-    taken as known. 1.0 when nothing is left to predict (no rounds left, or no spread)."""
-    horizon = horizon or MAX_ROUNDS
+    rounds is `iv` (at `level`) is confirmed by round `last`: its log ratios' mean and
+    spread as measured so far, the mean of the rounds to come drawn around the measured
+    one with the uncertainty of both (a flat prior), the spread taken as known. 1.0 when
+    nothing is left to predict (no rounds left, or no spread)."""
     ratio, low, _ = iv
-    left = horizon - n
+    left = last - n
     if left <= 0 or n < 2 or not (0 < low < ratio < math.inf):
         return 1.0
     mean = math.log(ratio)
     sd = (mean - math.log(low)) * math.sqrt(n) / float(special.stdtrit(n - 1, level))
     # confirmed at the horizon when its mean clears the threshold's log ratio by the
     # half-width the interval will then have
-    half_width = float(special.stdtrit(horizon - 1, level)) * sd / math.sqrt(horizon)
+    half_width = float(special.stdtrit(last - 1, level)) * sd / math.sqrt(last)
     need = -math.log(1.0 - threshold) + half_width
-    # the mean of the rounds to come must reach (horizon * need - n * mean) / left
-    z = horizon * (need - mean) / (left * sd * math.sqrt(1.0 / left + 1.0 / n))
+    # the mean of the rounds to come must reach (last * need - n * mean) / left
+    z = last * (need - mean) / (left * sd * math.sqrt(1.0 / left + 1.0 / n))
     return float(special.ndtr(-z))
 
 
@@ -601,8 +616,13 @@ def interleave(
             continue
         att = {s: rounds.priced(s, profiles[s]) for s in ("a", "b")}
         ivs = _intervals(findings, att, rounds, levels)
-        done = (decided(iv, threshold, rounds.n, lv) for iv, lv in zip(ivs, levels, strict=True))
-        if all(done) or time.monotonic() - t0 > BUDGET_S:
+        elapsed_s = time.monotonic() - t0
+        last = horizon(rounds.n, elapsed_s)
+        done = (
+            decided(iv, threshold, rounds.n, lv, last=last)
+            for iv, lv in zip(ivs, levels, strict=True)
+        )
+        if all(done) or elapsed_s > BUDGET_S:
             break
     if not att:
         att = {s: rounds.priced(s, profiles[s]) for s in ("a", "b")}
