@@ -13,7 +13,9 @@ for them, so a change of the code or of the doc that makes them disagree fails h
   copies, rows once grouped, the first line), the AlexNet and control traces' launches;
 - docs/matching.md and docs/benchmarks.md: benchmarks/matching_sensitivity.py (seeded):
   the number of labelled pairs, each family's distance range, the F1 plateau and floor;
-- docs/benchmarks.md: the number of documented queries in docs/schema.md.
+- docs/benchmarks.md: the number of documented queries in docs/schema.md;
+- docs/matching.md: two rows of benchmarks/confirm_rounds.py (seeded), what confirmation's
+  futility stop costs.
 
 The traces are parsed and priced in this process (what `import-trace` does before it
 saves), not saved: the DB adds seconds and no figure.
@@ -263,3 +265,30 @@ def test_matching_sensitivity_figures(tmp_path):
 def test_benchmarks_md_counts_the_documented_queries():
     m = stated(r"each of the (\d+) queries of docs/schema\.md", "benchmarks.md")
     assert int(m[1]) == (DOCS / "schema.md").read_text().count("```cypher")
+
+
+def test_confirm_rounds_figures():
+    """docs/matching.md's two rows of benchmarks/confirm_rounds.py (seeded): what the
+    futility stop costs a burst-garbled 1.5x difference and a scattered 1.65x one."""
+    import importlib.util
+
+    from magneton.diagnose.matching.confirm import FUTILITY
+
+    spec = importlib.util.spec_from_file_location(
+        "confirm_rounds", REPO / "benchmarks" / "confirm_rounds.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    m = stated(
+        r"\((\d+\.\d)% → (\d+\.\d)% of true 1\.5x differences\s+whose first five rounds a "
+        r"burst garbled; (\d+\.\d)% → (\d+\.\d)% of 1\.65x ones that scatter by\s+80% a round\)",
+        "matching.md",
+    )
+    rows = ((1.5, 0.2, True), (1.65, 0.8, False))
+    got = [
+        bench.population(ratio, sd, burst, 1000, 0, futility)["confirmed"]
+        for ratio, sd, burst in rows
+        for futility in (0.0, FUTILITY)
+    ]
+    assert [f"{100 * g:.1f}" for g in got] == [m[1], m[2], m[3], m[4]]
