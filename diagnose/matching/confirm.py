@@ -27,7 +27,7 @@ interval costs some confidence in principle; the minimum of rounds and the dista
 between "no difference" and a 10% threshold keep it small in practice.
 A candidate is also decided, as not confirmed, once the rounds left cannot be expected to
 confirm it (`chance_to_confirm`: the predictive probability that its lower bound reaches the
-threshold by `MAX_ROUNDS`, given the rounds so far, is under `FUTILITY`). Without that
+threshold by the last round it can reach, given the rounds so far, is under `FUTILITY`). Without that
 stop, a region of a few operators whose per-round ratio scatters by a factor of three
 (dtype_setup's relu: 1.2x [0.34, 4.5] after 5 rounds) or one that differs by less than
 the threshold (1.07x [0.98, 1.16] after 20) held the diff to `MAX_ROUNDS`, to be
