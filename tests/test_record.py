@@ -416,3 +416,32 @@ def test_the_scripts_cyclic_garbage_is_still_collected(tmp_path):
     script.write_text(CYCLES)
     res = magneton("record", str(script), "--db", str(tmp_path / "db"), "--run", "c", check=False)
     assert res.returncode == 0, res.stderr[-1500:]
+
+
+def test_recording_in_process_leaves_the_callers_objects_collectable(tmp_path):
+    """`record` called in the caller's process (`magneton.cli.main`, as tests and Python
+    callers do) freezes the objects alive before it only while it records: afterwards
+    nothing of the caller's stays out of the cyclic collector."""
+    import contextlib
+    import gc
+    import io
+
+    from magneton.cli import main
+
+    gc.unfreeze()  # what tests/conftest.py froze: this test is about a caller that did not
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            rc = main(
+                [
+                    "record",
+                    str(WORKLOADS / "tiny.py"),
+                    "--db",
+                    str(tmp_path / "db"),
+                    "--run",
+                    "a",
+                    "-q",
+                ]
+            )
+        assert rc == 0 and gc.get_freeze_count() == 0
+    finally:
+        gc.freeze()

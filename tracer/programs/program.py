@@ -708,13 +708,12 @@ def record_program(spec: ProgramSpec, *, db: DBArg, run: str, options: Any = Non
         _no_exit,
         _opened,
         check_run_name,
-        freeze_own_objects,
         no_operator_error,
+        own_objects_frozen,
         save,
     )
 
     global _ACTIVE
-    freeze_own_objects()  # the program is not imported yet
     opts = options or RecordOptions()
     check_run_name(run)
     if opts.replay:
@@ -737,6 +736,7 @@ def record_program(spec: ProgramSpec, *, db: DBArg, run: str, options: Any = Non
         # SIGTERM and os._exit as `record SCRIPT` handles them (tracer/programs/record.py): a
         # message and nothing stored instead of a silent exit
         with (
+            own_objects_frozen(),
             _interruptible(),
             _no_exit(),
             _as_main(spec),

@@ -589,13 +589,22 @@ def _exit_reason(
     return f"{who} called {call}{_user_location(e, script)}" + (f" {before}" if before else "")
 
 
-def freeze_own_objects() -> None:
-    """Leave every object alive now (torch's and Magneton's, alive until the process
-    ends) out of the cyclic collector's walks: the timing pass's full collection and
-    the one at exit (magneton/cli.py `console`) each walked them, 60-70 ms apiece; a
-    small script's `record` took 1.68 s instead of 1.81 s (median of 11, interleaved).
-    Called before the recorded code is imported, so its objects stay collectable."""
+@contextlib.contextmanager
+def own_objects_frozen() -> Iterator[None]:
+    """While recording, leave every object alive before it (torch's and Magneton's)
+    out of the cyclic collector's walks: the timing pass's full collection walked them,
+    60-70 ms. Entered before the recorded code is imported, so its objects stay
+    collectable; left as it was entered, so a process that records in-process (a test,
+    `record_script` called from Python) gets its objects back for collection. A caller
+    that froze objects itself keeps its own freeze untouched."""
+    if gc.get_freeze_count():
+        yield
+        return
     gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def record_script(
@@ -623,7 +632,6 @@ def record_script(
     framework = detect_framework(script)
     if framework != "torch":
         require(framework)  # before anything is opened: one line naming the extra
-    freeze_own_objects()  # before the script is imported: its objects stay collectable
     _check_can_store(db, run, opts.replace)
     info = RunInfo(
         name=run,
@@ -636,7 +644,7 @@ def record_script(
     old_argv = sys.argv
     sys.argv = [script]
     try:
-        with _interruptible(), _no_exit(), Phases(opts.progress) as phases:
+        with own_objects_frozen(), _interruptible(), _no_exit(), Phases(opts.progress) as phases:
             phases.phase(f"importing {os.path.basename(script)}")
             module, entry_fn, setup_fn = _load_entry(script, entry, setup)
             phases.phase(f"{setup}() (not measured)")
