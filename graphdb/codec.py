@@ -468,8 +468,3 @@ def _rows_table(spec: S.Table, rows: list[dict] | pa.Table) -> pa.Table:
                 cols[f.name] = pa.nulls(rows.num_rows, f.type)
         return arrowio.table(cols, target)
     return arrowio.table({f.name: [r.get(f.name) for r in rows] for f in target}, target)
-
-
-def _pattern(spec: S.Table) -> str:
-    """A MATCH pattern binding `x` to the rows of `spec` (a node, or a rel)."""
-    return f"(x:{spec.name})" if isinstance(spec, S.NodeTable) else f"()-[x:{spec.name}]->()"

@@ -42,8 +42,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from magneton.model import MagnetonError
 
 from .guard import check_size
@@ -80,6 +78,8 @@ def plain(v: Any) -> Any:
     if isinstance(v, bytes):
         if len(v) % 8:  # not one of Magneton's; say what it is rather than guess
             return v.hex()
+        import numpy as np  # here, not at import: the query child pays it only for a BLOB
+
         return plain(np.frombuffer(v, "<f8").tolist())
     if isinstance(v, list | tuple):
         return [plain(x) for x in v]

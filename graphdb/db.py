@@ -65,10 +65,7 @@ import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from magneton.model import (
     EnergySpread,
@@ -86,24 +83,8 @@ from magneton.model import (
     split_stored_config,
 )
 
-from . import arrowio, engine, files, integrity, lock, recovery
+from . import engine, files, integrity, lock, recovery
 from . import schema as S
-from .codec import (
-    _JSON_OP_COLUMNS,
-    _SMALL_ROWS,
-    _check_plausible,
-    _check_profile,
-    _copy_statement,
-    _create_statement,
-    _group,
-    _pattern,
-    _profile_tables,
-    _rows_table,
-    _run_row,
-    _run_table,
-    blobs_as_lists,
-    conform,
-)
 from .guard import (
     _query_error,
     _refused,
@@ -129,6 +110,14 @@ from .opening import (
     out_of_space_message,
 )
 from .schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# numpy, pyarrow and the Arrow codec (graphdb/codec.py, graphdb/arrowio.py) are imported
+# by the methods that write or load a run's rows, not here: about 0.15 s of CPU a process
+# that `magneton runs`, `rm`, a query's child or a lock-waiting reader would pay for
+# nothing, some 250 times in a run of the test suite.
 
 DB_FILENAME = engine.DB_FILENAME
 APP = "magneton"
@@ -282,6 +271,8 @@ def write_fresh(file: Path, tables: Iterable[tuple[S.Table, pa.Table]]) -> None:
     A writer of `file` killed before (a migration killed in its checkpoint) left the
     engine's files beside it; they are removed with it, since the engine refuses to open
     a new file beside another file's WAL or shadow pages."""
+    from .codec import _SMALL_ROWS, _copy_statement, _create_statement
+
     _remove_with_side_files(file)
     new_db = engine.open_database(file, read_only=False)
     try:
@@ -461,6 +452,8 @@ class ProfileDB:
         primary keys of the end nodes). Missing properties are stored as null; columns
         are put in the table's property order and cast to its types.
         """
+        from .codec import _rows_table
+
         self._writable()
         data = _rows_table(S.table(table), rows)
         if data.num_rows:
@@ -468,14 +461,20 @@ class ProfileDB:
         return data.num_rows
 
     def _copy(self, table: str, data: pa.Table) -> None:
+        from .codec import _copy_statement
+
         with _copy_statement(table, data) as stmt:  # a Parquet file, removed after
             self._execute(*stmt)
 
     def _create_rows(self, spec: S.NodeTable, data: pa.Table) -> None:
+        from .codec import _create_statement
+
         self._execute(*_create_statement(spec, data))
 
     def _load_tables(self, tables: Iterable[tuple[S.Table, pa.Table]]) -> None:
         """Write a run's tables (from `_profile_tables`) into this DB."""
+        from .codec import _SMALL_ROWS
+
         for spec, data in tables:
             if not data.num_rows:
                 continue
@@ -591,7 +590,11 @@ class ProfileDB:
         nodes, rels, params = nodes or {}, rels or {}, params or {}
         for t in (*nodes, *rels):
             S.table(t)  # KeyError for a typo, before anything happens
-        added = [(S.table(t), _rows_table(S.table(t), rows)) for t, rows in add or []]
+        added = []
+        if add:  # rows to write: the codec is needed (a plain delete does without it)
+            from .codec import _rows_table
+
+            added = [(S.table(t), _rows_table(S.table(t), rows)) for t, rows in add]
         tables = self._table_names()
         check_space(self.file, sum(t.nbytes for _, t in added))
         deleted = 0
@@ -601,7 +604,8 @@ class ProfileDB:
                 pred = (nodes if isinstance(spec, S.NodeTable) else rels).get(spec.name)
                 if pred and spec.name in tables:
                     deleted += self._delete(spec, f"coalesce({pred.format(v='x')}, false)", params)
-            self._load_tables(added)
+            if added:
+                self._load_tables(added)
             self._execute("COMMIT")
         except BaseException as e:
             with contextlib.suppress(Exception):
@@ -612,7 +616,7 @@ class ProfileDB:
         return deleted
 
     def _count(self, spec: S.Table, cond: str, params: dict) -> int:
-        cypher = f"MATCH {_pattern(spec)} WHERE {cond} RETURN count(*)"
+        cypher = f"MATCH {S.pattern(spec)} WHERE {cond} RETURN count(*)"
         res = self._execute(cypher, _used(cypher, params))
         return int(res.get_all()[0][0])
 
@@ -621,7 +625,7 @@ class ProfileDB:
         n = self._count(spec, cond, params)
         if n:
             verb = "DETACH DELETE" if isinstance(spec, S.NodeTable) else "DELETE"
-            cypher = f"MATCH {_pattern(spec)} WHERE {cond} {verb} x"
+            cypher = f"MATCH {S.pattern(spec)} WHERE {cond} {verb} x"
             self._execute(cypher, _used(cypher, params))
         return n
 
@@ -629,6 +633,9 @@ class ProfileDB:
         self, spec: S.Table, nodes: dict[str, str], rels: dict[str, str], params: dict
     ) -> pa.Table:
         """The rows of `spec` that survive, as a COPY-ready Arrow table."""
+        import pyarrow as pa
+
+        from .codec import conform
 
         def keep(var: str, pred: str | None) -> str | None:
             # a predicate that is null (e.g. on a null property) deletes nothing
@@ -669,6 +676,8 @@ class ProfileDB:
             self.delete_run(name)
 
     def _insert_run(self, run: RunInfo, status: str, op_count: int, checksum: str = "") -> None:
+        from .codec import _run_row
+
         # one row: a parameterized CREATE costs ~10 ms where a COPY costs ~100 ms
         row = _run_row(run, status, op_count, checksum)
         cols = [c.name for c in S.RUN.columns]
@@ -678,6 +687,8 @@ class ProfileDB:
     def save_failed_run(self, run: RunInfo, replace: bool = False) -> None:
         """Store only the Run node, status "failed", for a script that raised or was
         interrupted. Other runs stay untouched."""
+        from .codec import _profile_tables
+
         self._writable()
         checksum = integrity.run_digest(run, list(_profile_tables(Profile(run=run))))
         self._claim_name(run.name, replace)
@@ -688,6 +699,8 @@ class ProfileDB:
         `replace`: then the DB is rewritten without the old run and with the new one
         into a fresh file that is renamed over the old one only once complete, so a
         failure or a crash at any point leaves the old run in place."""
+        from .codec import _check_profile, _profile_tables
+
         self._writable()
         run = profile.run.name
         if not run.strip():
@@ -723,6 +736,8 @@ class ProfileDB:
         rewrite: bool,
         replace: bool,
     ) -> None:
+        from .codec import _run_table
+
         run = profile.run.name
         digest = integrity.run_digest(profile.run, tables)
         if rewrite:  # the old run out and the new one in, in one transaction
@@ -748,6 +763,8 @@ class ProfileDB:
         return self._execute(cypher, {"run": run}).get_as_arrow()
 
     def _nodes(self, spec: S.NodeTable, run: str, order: str = "idx") -> dict[str, list]:
+        from .codec import blobs_as_lists
+
         cols = [c.name for c in spec.columns if c.name not in ("uid", "run")]
         tbl = self._arrow(
             f"MATCH (n:{spec.name}) WHERE n.run = $run "
@@ -759,12 +776,17 @@ class ProfileDB:
 
     def _rel(self, cypher: str, run: str, n: int) -> list[list[int]]:
         """Rel rows (owner idx, position, value idx) grouped per owner."""
+        from . import arrowio
+        from .codec import _group
+
         tbl = self._arrow(cypher, run)
         owner, pos, val = (arrowio.int64s(tbl.column(i)) for i in range(3))
         return _group(n, owner, pos, val)
 
     def load_profile(self, run: str) -> Profile:
         """The profile saved as `run` (OpRecord.windows_ns comes back empty)."""
+        from .codec import _check_plausible, _check_profile, _profile_tables
+
         self.require_run(run)
         status, checksum = self._execute(
             "MATCH (r:Run {name: $n}) RETURN r.status, r.checksum", {"n": run}
@@ -816,6 +838,10 @@ class ProfileDB:
         )
 
     def _load_ops_and_tensors(self, run: str) -> tuple[list[OpRecord], list[TensorRecord]]:
+        import numpy as np
+
+        from .codec import _JSON_OP_COLUMNS, _group
+
         oc = self._nodes(S.OPERATOR, run)
         n = len(oc["idx"])
         for c in _JSON_OP_COLUMNS:  # one parse for the whole column, not one per row
@@ -880,6 +906,8 @@ class ProfileDB:
 
     def _load_stacks(self, run: str, n: int) -> list[list[int]]:
         """Each operator's call stack (frame indices, entry first; [] without one)."""
+        from . import arrowio
+
         on = self._arrow(
             "MATCH (o:Operator)-[:ON_STACK]->(s:CallStack) WHERE o.run = $run RETURN o.idx, s.idx",
             run,
@@ -915,6 +943,8 @@ class ProfileDB:
         ]
 
     def _load_power(self, run: str) -> list[PowerSeries]:
+        import numpy as np
+
         sc = self._nodes(S.POWER_SERIES, run)
         power = [
             PowerSeries(device=d, source=s, gaps=list(zip(gs, ge, strict=True)))

@@ -19,9 +19,9 @@ reads an old file in a child process.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +39,18 @@ _impl: Any = importlib.import_module(DIST)
 Database = _impl.Database
 Connection = _impl.Connection
 QueryResult = _impl.QueryResult
-# from the installed distribution's metadata: asking the binding starts its native side
-VERSION: str = metadata.version(DIST)
+
+
+@functools.cache
+def version() -> str:
+    """The engine's version, from the installed distribution's metadata (asking the
+    binding starts its native side). Only error messages need it, and importlib.metadata
+    costs 25-45 ms of import, so it is read on the first call, not at import."""
+    from importlib import metadata
+
+    return metadata.version(DIST)
+
+
 # engine errors: the binding raises RuntimeError for everything (parse, binder, runtime, IO)
 EngineError = RuntimeError
 # Kùzu 0.11 files begin with this magic, then a storage version byte (39 for 0.11.x)
@@ -122,6 +132,6 @@ def refuse_old_engine(path: str | Path) -> None:
     if old is not None:
         raise MagnetonError(
             f"{old} was written by an earlier Magneton on Kùzu 0.11, which this version "
-            f"({NAME} {VERSION}) cannot read; convert it once with "
+            f"({NAME} {version()}) cannot read; convert it once with "
             f'`magneton migrate --db {old.parent}` (pip install "magneton[kuzu]" first)'
         )

@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=0, help="random sequences per form")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
-    print(f"{engine.NAME} {engine.VERSION}")
+    print(f"{engine.NAME} {engine.version()}")
     print(f"deleting a target node of a forward-only rel table: {fwd_only_delete() or 'works'}")
     lost = 0
     for form in FORMS:

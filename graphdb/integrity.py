@@ -39,14 +39,15 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from magneton.model import MagnetonError, RunInfo
 
 from . import recovery
 from . import schema as S
-from .codec import blobs_as_lists, digest_layout
+
+if TYPE_CHECKING:  # imported where a run is hashed: opening and sealing need neither
+    import pyarrow as pa
 
 # The status is not covered: a load flips it from "loading" after the rows are written.
 _UNHASHED = ("status",)
@@ -70,6 +71,10 @@ def run_digest(run: RunInfo, tables: Sequence[tuple[S.Table, pa.Table]]) -> str:
     stored checksum was taken over one layout, so a migrated run still verifies: BLOB
     columns are hashed as the DOUBLE[] they were before schema v4 (`blobs_as_lists`),
     call stacks as the rel per frame they were before v5 (`digest_layout`)."""
+    import pyarrow as pa
+
+    from .codec import blobs_as_lists, digest_layout
+
     h = hashlib.sha256()
     props = {f.name: getattr(run, f.name) for f in fields(RunInfo) if f.name not in _UNHASHED}
     h.update(json.dumps(props, sort_keys=True, default=str).encode())

@@ -169,7 +169,7 @@ def _open_error(file: Path, e: BaseException, read_only: bool) -> MagnetonError:
         )
     return MagnetonError(
         f"cannot open the Magneton DB {file} (corrupt, or written by another {engine.NAME} "
-        f"version than {engine.VERSION}): {_first_line(e)}"
+        f"version than {engine.version()}): {_first_line(e)}"
     )
 
 

@@ -21,8 +21,10 @@ Key conventions
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
+if TYPE_CHECKING:  # pyarrow is imported where a table is built: a reader that only
+    import pyarrow as pa  # lists runs or queries does not pay its ~0.14 s import
 
 # The layout of the core tables below; a DB of another version is refused (or converted
 # by `magneton migrate`), never misread.
@@ -83,18 +85,20 @@ class RelTable:
 Table = NodeTable | RelTable
 
 _ARROW_SCALARS = {
-    "STRING": pa.string(),
-    "INT64": pa.int64(),
-    "DOUBLE": pa.float64(),
-    "BOOL": pa.bool_(),
-    "BLOB": pa.binary(),
+    "STRING": "string",
+    "INT64": "int64",
+    "DOUBLE": "float64",
+    "BOOL": "bool_",
+    "BLOB": "binary",
 }
 
 
 def arrow_type(kuzu_type: str) -> pa.DataType:
+    import pyarrow as pa
+
     if kuzu_type.endswith("[]"):
         return pa.list_(arrow_type(kuzu_type[:-2]))
-    return _ARROW_SCALARS[kuzu_type]
+    return getattr(pa, _ARROW_SCALARS[kuzu_type])()
 
 
 def arrow_schema(table: Table) -> pa.Schema:
@@ -102,6 +106,8 @@ def arrow_schema(table: Table) -> pa.Schema:
 
     Rel tables start with the primary keys of the two end nodes (named `from`, `to`).
     """
+    import pyarrow as pa
+
     fields = []
     if isinstance(table, RelTable):
         fields += [
@@ -609,6 +615,11 @@ def key_type(node_table: str) -> str:
     t = table(node_table)
     assert isinstance(t, NodeTable), node_table
     return t.columns[0].type
+
+
+def pattern(spec: Table) -> str:
+    """A MATCH pattern binding `x` to the rows of `spec` (a node, or a rel)."""
+    return f"(x:{spec.name})" if isinstance(spec, NodeTable) else f"()-[x:{spec.name}]->()"
 
 
 def ddl() -> list[str]:

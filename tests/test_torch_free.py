@@ -1,5 +1,7 @@
 """Diff-time code must not load torch: `diff`, reports and the TUI work on saved runs on a
-machine that may not have torch, and importing it costs seconds on every command.
+machine that may not have torch, and importing it costs seconds on every command. And a
+command that reads no run's rows (`runs`, `query` and its child, `rm`) must not load numpy
+or pyarrow, which cost it as much CPU again as the rest of its work (graphdb/db.py).
 
 Each check runs in a fresh interpreter, because the test process itself has long since
 imported torch through other tests.
@@ -8,10 +10,26 @@ imported torch through other tests.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from recordings import copy_db
+
+# on PYTHONPATH as sitecustomize.py, in every interpreter a command starts (a query's child
+# too): writes the name of each watched package that is imported, when it is imported
+WATCH = """
+import os, sys
+class _Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name in ("numpy", "pyarrow"):
+            with open(os.environ["IMPORT_LOG"], "a") as f:
+                f.write(name + " " + " ".join(sys.argv[1:3]) + chr(10))
+        return None
+sys.meta_path.insert(0, _Watch())
+"""
 
 
 @pytest.mark.parametrize(
@@ -84,3 +102,34 @@ def test_a_command_imports_its_own_module_only():
     )
     assert res.returncode == 2 and "invalid choice: 'difff'" in res.stderr
     assert "'export-patch'" in res.stderr
+
+
+def test_commands_that_read_no_rows_import_no_numpy_or_pyarrow(tiny_db: Path, tmp_path: Path):
+    site, log = tmp_path / "site", tmp_path / "imports.log"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(WATCH)
+    env = dict(os.environ, PYTHONPATH=str(site), IMPORT_LOG=str(log))
+    db = copy_db(tiny_db, tmp_path / "db")
+    query = "MATCH (r:Run) RETURN r.name AS name"
+    for args in (["runs"], ["query", query, "--json"], ["rm", "a"]):
+        res = subprocess.run(
+            [sys.executable, "-m", "magneton", args[0], "--db", str(db), *args[1:]],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+        )
+        assert res.returncode == 0, res.stderr
+        if args[0] == "query":
+            assert json.loads(res.stdout) == [{"name": "a"}]  # the child answered
+    assert not log.exists(), log.read_text()
+    # the watch sees a command that does read rows
+    res = subprocess.run(
+        [sys.executable, "-m", "magneton", "report", "--db", str(tiny_db), "a"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "numpy report" in log.read_text()
