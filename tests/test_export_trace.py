@@ -9,6 +9,7 @@ total or span, not just as a parse error.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -20,8 +21,18 @@ import torch
 
 from magneton.graphdb import open_db
 
-hta = pytest.importorskip("hta", reason="HolisticTraceAnalysis (pip install -e '.[test]')")
-from hta.trace_analysis import TraceAnalysis  # noqa: E402
+# HTA (and the pandas it loads) is imported by the tests that use it, not at collection,
+# which every xdist worker does: 0.5 s of each worker's start
+if importlib.util.find_spec("hta") is None:
+    pytest.skip("HolisticTraceAnalysis (pip install -e '.[test]')", allow_module_level=True)
+
+
+def hta_analysis(trace_dir: Path):
+    """HTA's `TraceAnalysis` of the trace files in `trace_dir`."""
+    from hta.trace_analysis import TraceAnalysis
+
+    return TraceAnalysis(trace_dir=str(trace_dir))
+
 
 # HTA 0.5 calls pandas APIs that pandas 3 deprecates; not ours to fix
 pytestmark = pytest.mark.filterwarnings("ignore:The inplace keyword", "ignore:Rounding down")
@@ -72,8 +83,8 @@ def test_exported_job_loads_in_hta_with_the_dbs_kernels(tmp_path):
     with open_db(db, read_only=True) as h:
         profiles = {rank: h.load_profile(f"job/rank{rank}") for rank in (0, 1)}
 
-    analysis = TraceAnalysis(trace_dir=str(out))
-    original = TraceAnalysis(trace_dir=str(ranks))
+    analysis = hta_analysis(out)
+    original = hta_analysis(ranks)
     temporal = analysis.get_temporal_breakdown(visualize=False).set_index("rank")
     per_kernel = analysis.get_gpu_kernel_breakdown(visualize=False, num_kernels=10_000)[1]
     for rank, p in profiles.items():
@@ -180,7 +191,7 @@ def test_recorded_run_exports_operators_modules_and_power_for_hta(tmp_path):
         [max(x, 0.0) for x in p.energy.interp_j]
     )
     assert all(0 <= e["args"]["python_j"] <= e["args"]["energy_j"] + 1e-12 for e in ops)
-    analysis = TraceAnalysis(trace_dir=str(out.parent))
+    analysis = hta_analysis(out.parent)
     df = analysis.t.get_trace(0)
     sym = analysis.t.symbol_table.sym_index
     assert (df.cat == sym["cpu_op"]).sum() == len(p.ops)

@@ -23,17 +23,35 @@ tests/test_frameworks_causes.py, whose pairs also carry the switch that causes t
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 
-jax = pytest.importorskip("jax")
-tf = pytest.importorskip("tensorflow")
+from magneton.tracer.frameworks import jax_program, tf_program
+from magneton.tracer.frameworks.jax_program import JaxProgram
+from magneton.tracer.frameworks.tf_program import TfProgram
 
-import jax.numpy as jnp  # noqa: E402
+# imported by the tests that use them (the fixtures below), not here: every xdist worker
+# collects this file, and importing both frameworks took each of them 3 s before the
+# first test could start; only the worker that runs these tests needs them
+if not all(importlib.util.find_spec(m) for m in ("jax", "tensorflow")):
+    pytest.skip("needs jax and tensorflow", allow_module_level=True)
 
-from magneton.tracer.frameworks import jax_program, tf_program  # noqa: E402
-from magneton.tracer.frameworks.jax_program import JaxProgram  # noqa: E402
-from magneton.tracer.frameworks.tf_program import TfProgram  # noqa: E402
+
+@pytest.fixture(scope="module")
+def jax():
+    import jax
+
+    return jax
+
+
+@pytest.fixture(scope="module")
+def tf():
+    import tensorflow as tf
+
+    return tf
+
 
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((6, 8), dtype=np.float32)
@@ -53,17 +71,18 @@ def recorded(program) -> tuple[list[str], object]:
 # --------------------------------------------------------------------------------------
 
 
-def jx() -> tuple:
+def jx(jnp) -> tuple:
     return jnp.asarray(X), jnp.asarray(W)
 
 
-def test_jax_entry_as_written_block_until_ready_python_loop_host_read():
+def test_jax_entry_as_written_block_until_ready_python_loop_host_read(jax):
+    jnp = jax.numpy
     step = jax.jit(lambda r, w: jnp.tanh(r @ w))
 
     def per_example(x, w):
         return jnp.stack([step(x[i], w) for i in range(x.shape[0])]).block_until_ready()
 
-    names, st = recorded(JaxProgram(per_example, jx()))
+    names, st = recorded(JaxProgram(per_example, jx(jnp)))
     assert names.count("jax::dot_general") == 6 and names.count("jax::tanh") == 6
 
     def host_read(x, w):
@@ -72,7 +91,7 @@ def test_jax_entry_as_written_block_until_ready_python_loop_host_read():
             y = y * 2.0
         return jnp.tanh(y)
 
-    p = JaxProgram(host_read, jx())
+    p = JaxProgram(host_read, jx(jnp))
     names, st = recorded(p)
     assert p.captured and p.config()["jax.entry_captured"].startswith("eagerly")
     assert names[0] == "jax::dot_general" and "jax::mul" in names and names[-1] == "jax::tanh"
@@ -81,7 +100,8 @@ def test_jax_entry_as_written_block_until_ready_python_loop_host_read():
     assert dot.outputs[0] in total.inputs
 
 
-def test_jax_static_arguments_are_not_traced():
+def test_jax_static_arguments_are_not_traced(jax):
+    jnp = jax.numpy
     optax = pytest.importorskip("optax")
 
     tx = optax.adam(1e-2)
@@ -99,7 +119,9 @@ def test_jax_static_arguments_are_not_traced():
     assert {t.name for t in st.tensors if t.kind == "input"} >= {"args[1]['w']", "args[3]"}
 
 
-def test_jax_loops_are_unrolled_and_long_ones_end_in_one_operator(monkeypatch):
+def test_jax_loops_are_unrolled_and_long_ones_end_in_one_operator(jax, monkeypatch):
+    jnp = jax.numpy
+
     def scan(x, w):
         return jax.lax.scan(lambda c, xi: (jnp.tanh(c @ w + xi), c.sum()), jnp.zeros(8), x)
 
@@ -107,17 +129,17 @@ def test_jax_loops_are_unrolled_and_long_ones_end_in_one_operator(monkeypatch):
         cond = lambda c: c[1] < 20  # noqa: E731
         return jax.lax.while_loop(cond, lambda c: (jnp.tanh(c[0] @ w), c[1] + 1), (x, 0))[0]
 
-    want = {f: f(*jx()) for f in (scan, loop)}
-    names, st = recorded(JaxProgram(scan, jx()))
+    want = {f: f(*jx(jnp)) for f in (scan, loop)}
+    names, st = recorded(JaxProgram(scan, jx(jnp)))
     assert names.count("jax::scan_slice") == 6 and names.count("jax::scan_stack") == 1
     assert all(op.module == "scan" for op in st.ops if op.name == "jax::dot_general")
-    names, st = recorded(JaxProgram(loop, jx()))
+    names, st = recorded(JaxProgram(loop, jx(jnp)))
     assert names.count("jax::dot_general") == 20
     assert {m.name: m.type for m in st.modules}["while_body"] == "while_body"
 
     monkeypatch.setattr(jax_program, "MAX_UNROLLED_EQNS", 12)  # 3 trips of each, then one op
     for f, rest in ((scan, "jax::scan"), (loop, "jax::while")):
-        p = JaxProgram(f, jx())
+        p = JaxProgram(f, jx(jnp))
         names, st = recorded(p)
         assert names.count(rest) == 1 and names.count("jax::dot_general") == 3
         op = st.ops[names.index(rest)]
@@ -127,12 +149,14 @@ def test_jax_loops_are_unrolled_and_long_ones_end_in_one_operator(monkeypatch):
             np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-6)
 
 
-def test_jax_solver_loop_cond_and_checkpoint_are_walked():
+def test_jax_solver_loop_cond_and_checkpoint_are_walked(jax):
+    jnp = jax.numpy
+
     def solve(x, w):
         a = w @ w.T + 8.0 * jnp.eye(8)
         return jax.scipy.sparse.linalg.cg(lambda v: a @ v, x[0], tol=1e-6)[0]
 
-    names, st = recorded(JaxProgram(solve, jx()))
+    names, st = recorded(JaxProgram(solve, jx(jnp)))
     assert "jax::custom_linear_solve" not in names
     assert names.count("jax::dot_general") > 5  # one matvec per CG iteration
     assert any(op.module.startswith("linear_solve") for op in st.ops)
@@ -140,14 +164,14 @@ def test_jax_solver_loop_cond_and_checkpoint_are_walked():
     def branch(x, w):
         return jax.lax.cond(x.sum() > 1e9, lambda a: jnp.sin(a @ w), lambda a: jnp.cos(a), x)
 
-    names, _ = recorded(JaxProgram(branch, jx()))
+    names, _ = recorded(JaxProgram(branch, jx(jnp)))
     assert "jax::cos" in names and "jax::sin" not in names
 
     def remat(x, w):
         g = jax.checkpoint(lambda a: jnp.tanh(a @ w))
         return jax.grad(lambda a: g(a).sum())(x)
 
-    names, st = recorded(JaxProgram(remat, jx()))
+    names, st = recorded(JaxProgram(remat, jx(jnp)))
     # forward product, its recomputation in the backward pass, and the gradient's product
     assert names.count("jax::tanh") == 2 and names.count("jax::dot_general") == 3
     assert any(op.module.endswith("checkpoint") for op in st.ops)
@@ -158,15 +182,15 @@ def test_jax_solver_loop_cond_and_checkpoint_are_walked():
 # --------------------------------------------------------------------------------------
 
 
-def tx_() -> tuple:
+def tx_(tf) -> tuple:
     return tf.constant(X), tf.constant(W)
 
 
-def test_tf_map_fn_while_and_tensor_array_are_unrolled_with_unsummarised_lists():
+def test_tf_map_fn_while_and_tensor_array_are_unrolled_with_unsummarised_lists(tf):
     def mapped(x, w):
         return tf.map_fn(lambda r: tf.tanh(tf.linalg.matvec(w, r)), x)
 
-    p = TfProgram(mapped, tx_())
+    p = TfProgram(mapped, tx_(tf))
     names, st = recorded(p)
     assert names.count("tf::MatMul") == 6 and names.count("tf::Tanh") == 6
     assert all(op.module.startswith("map.while") for op in st.ops if op.name == "tf::Tanh")
@@ -182,28 +206,28 @@ def test_tf_map_fn_while_and_tensor_array_are_unrolled_with_unsummarised_lists()
             out = out.write(t, acc)
         return out.stack()
 
-    names, _ = recorded(TfProgram(tf.function(running), tx_()))
+    names, _ = recorded(TfProgram(tf.function(running), tx_(tf)))
     assert names.count("tf::AddV2") >= 6 and "tf::TensorListStack" in names
 
 
-def test_tf_cond_nested_call_and_a_long_loop(monkeypatch):
+def test_tf_cond_nested_call_and_a_long_loop(tf, monkeypatch):
     def branch(x, w):
         return tf.cond(tf.reduce_sum(x) > 1e9, lambda: tf.sin(x @ w), lambda: tf.cos(x))
 
-    names, _ = recorded(TfProgram(branch, tx_()))
+    names, _ = recorded(TfProgram(branch, tx_(tf)))
     assert "tf::Cos" in names and "tf::Sin" not in names and "tf::StatelessIf" not in names
 
     inner = tf.function(lambda a, w: tf.tanh(a @ w))
-    names, _ = recorded(TfProgram(lambda x, w: inner(x, w) + inner(-x, w), tx_()))
+    names, _ = recorded(TfProgram(lambda x, w: inner(x, w) + inner(-x, w), tx_(tf)))
     assert names.count("tf::Tanh") == 2 and "tf::PartitionedCall" not in names
 
     def loop(x, w):
         body = lambda i, c: (i + 1, tf.tanh(c @ w))  # noqa: E731
         return tf.while_loop(lambda i, c: i < 30, body, (tf.constant(0), x))[1]
 
-    want = loop(*tx_()).numpy()
+    want = loop(*tx_(tf)).numpy()
     monkeypatch.setattr(tf_program, "MAX_UNROLLED_OPS", 12)  # a few trips, then one op
-    p = TfProgram(loop, tx_())
+    p = TfProgram(loop, tx_(tf))
     names, st = recorded(p)
     assert names.count("tf::StatelessWhile") + names.count("tf::While") == 1
     assert 0 < names.count("tf::MatMul") < 30
