@@ -65,6 +65,7 @@ from .run import (
     RunInfo,
     TensorRecord,
     gc_paused,
+    script_unchanged,
     split_stored_config,
     stored_config,
 )
@@ -107,6 +108,7 @@ __all__ = [
     "WorkerError",
     "WorkloadError",
     "gc_paused",
+    "script_unchanged",
     "split_stored_config",
     "stored_config",
 ]

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .energy import RunEnergy
 from .job import DIST_CONFIG_PREFIX, DistInfo
+from .vocab import sha256_file
 
 
 @contextlib.contextmanager
@@ -199,6 +201,17 @@ class Profile:
                 if producer >= 0:
                     out.append((producer, op.idx, t, arg))
         return out
+
+
+def script_unchanged(p: Profile) -> bool:
+    """The recorded script is still on disk with the content it was recorded with (its
+    recorded sha256): a re-run, a re-measurement or a patch of a changed script would be
+    about other code than the recording's."""
+    s = p.run.script
+    if not s or not os.path.isfile(s):
+        return False
+    want = p.run.script_sha256 or p.config.get("script.sha256", "")
+    return not want or sha256_file(s) == want
 
 
 # --- Typed metadata as stored config rows ---

@@ -45,6 +45,7 @@ from magneton.model import (
     PathElement,
     Profile,
     RootCause,
+    script_unchanged,
 )
 from magneton.model.vocab import IGNORED_OPS
 from magneton.tracer.timing.warm import WarmPool
@@ -62,7 +63,7 @@ from ..source.argflow import (
 )
 from ..source.dataflow import KeyVariable, Origin
 from ..source.diffslice import Difference, program_difference
-from ..source.index import is_user_file, script_unchanged, source_index, user_files
+from ..source.index import is_user_file, source_index, user_files
 from ..source.setupflow import setup_difference
 from .divergence import find_divergence
 from .keyvar import (

@@ -23,7 +23,7 @@ import libcst as cst
 
 from magneton.graphdb.paths import IGNORED_OPS
 from magneton.knowledge.match import RuleMatch
-from magneton.model import Finding, Fix, Profile
+from magneton.model import Finding, Fix, Profile, script_unchanged
 from magneton.model.frameworks import framework_name, framework_of
 
 from ..source.dataflow import KeyVariable, Origin
@@ -32,7 +32,6 @@ from ..source.index import (
     Span,
     is_user_file,
     real_path,
-    script_unchanged,
     source_index,
 )
 from .edits import (

@@ -167,9 +167,8 @@ def wasteful_bounds_j(w: np.ndarray, confidence: float = CONFIDENCE) -> tuple[fl
 
 def unconfirmable(p: Profile) -> str:
     """Why run `p` cannot be re-measured in a warm worker ('' when it can)."""
+    from magneton.model import script_unchanged
     from magneton.tracer.programs.program import program_config
-
-    from ..source.index import script_unchanged
 
     name = p.run.name
     if not p.run.script:

@@ -57,8 +57,6 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import networkx as nx
-
 from magneton.model import OpRecord, Profile, Region, TensorRecord, gc_paused
 from magneton.model.vocab import FREE_OPS
 
@@ -260,6 +258,8 @@ def _immediate_dominators(topo: list[int], preds: dict[int, list[int]]) -> dict[
 
 
 def _immediate_dominators_nx(preds: dict[int, list[int]]) -> dict[int, int]:
+    import networkx as nx  # here: the fallback is rare, and networkx costs 0.1 s to import
+
     g = nx.DiGraph()
     g.add_node(SRC)
     g.add_edges_from((u, v) for v, ps in preds.items() for u in ps)

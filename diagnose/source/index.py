@@ -33,9 +33,6 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
-from magneton.model import Profile
-from magneton.model.vocab import sha256_file
-
 N = TypeVar("N", bound=cst.CSTNode)  # the node type `nodes_of` looks for
 
 
@@ -363,17 +360,6 @@ def same_value(literal_code: str | None, observed: str | None) -> bool:
     if v is NOT_LITERAL:
         return False
     return observed in (repr(v), str(v))
-
-
-def script_unchanged(p: Profile) -> bool:
-    """The recorded script is still on disk with the content it was recorded with (its
-    recorded sha256): a re-run, a re-measurement or a patch of a changed script would be
-    about other code than the recording's."""
-    s = p.run.script
-    if not s or not os.path.isfile(s):
-        return False
-    want = p.run.script_sha256 or p.config.get("script.sha256", "")
-    return not want or sha256_file(s) == want
 
 
 def params(fn: cst.FunctionDef) -> list[cst.Param]:

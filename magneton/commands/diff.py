@@ -241,7 +241,6 @@ def stored_diff(
         diagnose_findings,
         is_job,
         run_diff,
-        store_diagnosis,
         store_outcome,
     )
     from magneton.graphdb import load_diff
@@ -260,6 +259,10 @@ def stored_diff(
         if pending:
             diagnose_findings(db, result, pending, rerun=rerun)
             if not db.read_only:
+                # imported here: the root-cause stage loads libcst (0.13 s), which a
+                # stored diff with nothing left to diagnose never needs
+                from magneton.diagnose.api import store_diagnosis
+
                 store_diagnosis(db, result)
         result.groups = []  # grouped from the stored findings, as the pipeline groups
         cause_groups(result)
