@@ -32,6 +32,24 @@ sys.meta_path.insert(0, _Watch())
 """
 
 
+def _watched(tmp_path: Path, names: str) -> tuple[dict[str, str], Path]:
+    """The environment that runs WATCH for the packages `names` in every interpreter
+    started with it, and the log it writes (absent while none of them is imported)."""
+    site, log = tmp_path / "site", tmp_path / "imports.log"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(WATCH)
+    env = dict(os.environ, PYTHONPATH=str(site), IMPORT_LOG=str(log), IMPORT_WATCH=names)
+    return env, log
+
+
+def _magneton(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    res = subprocess.run(
+        [sys.executable, "-m", "magneton", *args], capture_output=True, text=True, env=env, cwd=cwd
+    )
+    assert res.returncode == 0, res.stderr
+    return res
+
+
 @pytest.mark.parametrize(
     "module",
     [
@@ -111,20 +129,10 @@ def test_commands_that_read_no_rows_import_no_numpy_or_pyarrow(tmp_path: Path):
 
     with open_db(tmp_path / "db") as handle:
         handle.save_profile(synthetic_profile("a", n_ops=20))
-    site, log = tmp_path / "site", tmp_path / "imports.log"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(WATCH)
-    env = dict(os.environ, PYTHONPATH=str(site), IMPORT_LOG=str(log), IMPORT_WATCH="numpy pyarrow")
+    env, log = _watched(tmp_path, "numpy pyarrow")
     query = "MATCH (r:Run) RETURN r.name AS name"
     for args in (["runs"], ["query", query, "--json"], ["rm", "a"]):
-        res = subprocess.run(
-            [sys.executable, "-m", "magneton", args[0], "--db", str(tmp_path / "db"), *args[1:]],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=tmp_path,
-        )
-        assert res.returncode == 0, res.stderr
+        res = _magneton([args[0], "--db", str(tmp_path / "db"), *args[1:]], env, tmp_path)
         if args[0] == "query":
             assert json.loads(res.stdout) == [{"name": "a"}]  # the child answered
     assert not log.exists(), log.read_text()
@@ -146,22 +154,10 @@ def test_a_diff_with_nothing_to_diagnose_imports_no_libcst_or_networkx(tmp_path:
             p = synthetic_profile(name, n_ops=40)  # the same run twice: nothing to find
             p.run.script = str(script)
             handle.save_profile(p)
-    site, log = tmp_path / "site", tmp_path / "imports.log"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(WATCH)
-    env = dict(
-        os.environ, PYTHONPATH=str(site), IMPORT_LOG=str(log), IMPORT_WATCH="libcst networkx"
-    )
+    env, log = _watched(tmp_path, "libcst networkx")
     # made now, then the stored one read back
     for _ in range(2):
-        res = subprocess.run(
-            [sys.executable, "-m", "magneton", "diff", "--db", str(tmp_path / "db"), "a", "b"],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=tmp_path,
-        )
-        assert res.returncode == 0, res.stderr
+        res = _magneton(["diff", "--db", str(tmp_path / "db"), "a", "b"], env, tmp_path)
         assert "none differs" in res.stdout, res.stdout
     assert "stored diff" in res.stderr
     assert not log.exists(), log.read_text()
