@@ -67,6 +67,8 @@ def _magneton(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Com
         "magneton.tracer.timing.alignment",
         "magneton.tracer.programs.cmdline",
         "magneton.tracer.programs.configfiles",
+        # `magneton merge` and a job's `import-trace`: shards and traces into the DB
+        "magneton.tracer.distributed.merge",
     ],
 )
 def test_diff_time_module_does_not_import_torch(module):

@@ -7,9 +7,9 @@ file's `distributedInfo`, else from a `rank<N>` in its name) becomes job NAME wi
 Every trace is parsed and priced before anything is written: a bad file in a directory
 leaves the DB untouched. The parse runs under the import's memory and time limits
 (`--memory-mb`, `--time-limit-s`; graphdb/limits.py): a gzip that inflates past a quarter
-of the memory limit, or a parse past it, is refused in one line. A single file is saved without importing torch (the job path
-goes through tracer/distributed/worker.py, which does), which keeps a 40k-event import's memory
-to the trace and the DB. What is read and how energy is obtained: tracer/capture/kineto.py,
+of the memory limit, or a parse past it, is refused in one line. Neither a single file nor a
+job imports torch (a job is stored by tracer/distributed/merge.py, as `magneton merge` stores
+one), which keeps a 40k-event import's memory to the trace and the DB. What is read and how energy is obtained: tracer/capture/kineto.py,
 docs/traces.md.
 """
 

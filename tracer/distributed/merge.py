@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from magneton.graphdb.store import DBArg, opened
 from magneton.model import MagnetonError
 from magneton.tracer.distributed.shards import Shard, rank_run_name
-from magneton.tracer.programs.record import defer_sigint
+from magneton.tracer.programs.signals import defer_sigint
 
 if TYPE_CHECKING:
     from magneton.graphdb.db import ProfileDB
