@@ -54,6 +54,7 @@ from .matching.equivalence import DEFAULT_TAU
 
 if TYPE_CHECKING:
     from magneton.graphdb.db import ProfileDB
+    from magneton.tracer.timing.warm import WarmCache
 
     from .cause.grouping import CauseGroup
 
@@ -111,11 +112,13 @@ def run_diff(
     diagnose: bool = True,
     rerun: bool = True,
     progress: Progress | None = None,
+    warm: WarmCache | None = None,
 ) -> DiffOutcome:
     """Diff runs or jobs `a` and `b` of an open ProfileDB (read only; see the module
     docstring). `diagnose=False` stops after detection; `rerun=False` neither confirms candidates by
     re-measuring them (they are reported unconfirmed) nor re-runs the scripts to
-    diagnose."""
+    diagnose. `warm`: where a caller that diffs pair after pair keeps its warm workers
+    (tracer/timing/warm.py `WarmCache`; default: this diff starts its own and ends them)."""
     check_threshold(threshold)
     if is_job(db, a):
         from .jobs.jobdiff import job_diff
@@ -135,6 +138,7 @@ def run_diff(
             diagnose=diagnose,
             rerun=rerun,
             progress=progress,
+            warm=warm,
         )
     cause_groups(out.result)
     return out
@@ -179,6 +183,7 @@ def diff_run_pair(
     diagnose: bool = True,
     rerun: bool = True,
     progress: Progress | None = None,
+    warm: WarmCache | None = None,
 ) -> DiffOutcome:
     """`run_diff` for two single runs."""
     from .matching.diff import diff_profiles, region_findings
@@ -220,7 +225,7 @@ def diff_run_pair(
     pool = None
     try:
         with sigterm_unwinds():  # SIGTERM unwinds through the finally that ends the pool
-            pool = _start_pool(pa, pb, rerun)
+            pool = _start_pool(pa, pb, rerun, warm)
             _confirm_and_diagnose(db, out, m, (pa, pb), threshold, rerun, diagnose, progress, pool)
     finally:
         if pool is not None:
@@ -228,15 +233,16 @@ def diff_run_pair(
     return out
 
 
-def _start_pool(pa: Profile, pb: Profile, rerun: bool) -> Any:
+def _start_pool(pa: Profile, pb: Profile, rerun: bool, warm: WarmCache | None) -> Any:
     """The diff's warm workers (tracer/timing/warm.py `WarmPool`), importing the scripts'
-    libraries from now on, when confirmation will re-measure the runs; confirmation and
-    the key-variable re-run both fork from them. None when nothing is re-run that way."""
+    libraries from now on (or taken from `warm`), when confirmation will re-measure the
+    runs; confirmation and the key-variable re-run both fork from them. None when nothing
+    is re-run that way."""
     from .matching.confirm import not_confirmable, start_pool
 
     if not_confirmable(pa, pb, rerun):
         return None
-    return start_pool(pa, pb)
+    return start_pool(pa, pb, cache=warm)
 
 
 def _confirm_and_diagnose(

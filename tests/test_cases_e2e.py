@@ -435,3 +435,33 @@ def test_eval_judges_a_patch_by_applying_it_and_running_the_patched_script(tmp_p
     stale = _diff(EVAL_A.replace("[0]", "[2]"), EVAL_A.replace("[0]", "[3]"))
     assert patch_problem(case, {"patch": True}, stale, "a").startswith("patch does not apply")
     assert (case / "a.py").read_text() == EVAL_A  # the case itself is never patched
+
+
+def test_a_patched_script_is_checked_in_the_zygote_its_case_diffed_in(tmp_path):
+    """`magneton eval` keeps its warm workers from case to case (tracer/timing/warm.py
+    `WarmCache`): the patched script's check is a child of the zygote the case's diff
+    re-ran its scripts in, not a fresh interpreter importing torch again."""
+    from magneton.commands.eval import patch_problem
+    from magneton.tracer.api import WarmCache
+    from magneton.tracer.timing.warm import WarmPool
+
+    seen = tmp_path / "parent.txt"
+    script = (
+        "import os\nimport torch\n\n\ndef setup():\n    return (3,)\n\n\ndef main(n):\n"
+        f"    open({str(seen)!r}, 'w').write(str(os.getppid()))\n    return [0] * n\n"
+    )
+    case = tmp_path / "c"
+    case.mkdir()
+    (case / "a.py").write_text(script)
+    good = _diff(script, script.replace("[0] * n", "[1] * n"))
+    broken = _diff(script, script.replace("[0] * n", "[0] * n.size"))
+    with WarmCache() as warm:
+        pool = WarmPool({"a": (str(case / "a.py"), {})}, cache=warm)
+        zygote = pool.worker([str(case / "a.py")], {})
+        assert zygote is not None
+        assert patch_problem(case, {"patch": True}, good, "a", warm) == ""
+        assert seen.read_text() == str(zygote.proc.pid)
+        assert patch_problem(case, {"patch": True}, broken, "a", warm) == (
+            "patched a.py fails: AttributeError: 'int' object has no attribute 'size'"
+        )
+        assert warm.starts == 1

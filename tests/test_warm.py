@@ -17,7 +17,7 @@ from recordings import takes_ctrl_c
 
 from magneton.model import WorkerError
 from magneton.tracer.programs import allocator
-from magneton.tracer.timing.warm import WarmWorker, common_imports
+from magneton.tracer.timing.warm import WarmCache, WarmPool, WarmWorker, common_imports
 
 PROBE = """
 import os, sys
@@ -118,6 +118,36 @@ def test_failures_are_one_line_results(sides):
         died = w.result(w.submit("probe:die", None, cwd=str(sides["a"])), timeout_s=600)
     assert not raised.ok and raised.error == "ValueError: bad input x"
     assert not died.ok and "exit status 3" in died.error
+
+
+def test_a_cache_lends_one_zygote_to_every_pool_of_the_same_imports(sides, tmp_path):
+    """`magneton eval`'s diffs, case after case: a pool of scripts that begin with the
+    same imports as an earlier pool's takes that pool's zygote, and its jobs still run
+    their own folder's modules; other imports get a zygote of their own, the least
+    recently used ends past `keep`, and only the cache's close ends its workers."""
+    other = tmp_path / "c"
+    other.mkdir()
+    (other / "train.py").write_text("import torch\nimport mailbox\n")
+    (other / "probe.py").write_text(PROBE.format(name="c"))
+    a, b, c = (str(d / "train.py") for d in (sides["a"], sides["b"], other))
+    with WarmCache(keep=1) as cache:
+        first = WarmPool({"a": (a, {}), "b": (b, {})}, cache=cache)
+        w = first.worker([a, b], {})
+        assert w is not None and first.starts == 1 and w.imports == common_imports([a, b])
+        first.close()  # borrowed: still alive for the next pool
+        second = WarmPool({"b": (b, {}), "a2": (a, {})}, cache=cache)
+        assert second.starts == 0 and second.worker([a, b], {}) is w
+        job = w.submit("probe:report", "x", cwd=str(sides["b"]))
+        v = w.result(job, timeout_s=600).value
+        assert (v["name"], v["cwd"], v["mailbox"]) == ("b", str(sides["b"]), False)
+        # a one-off run of a script that begins with the zygote's imports goes there
+        assert cache.last_for(a) is w and cache.last_for(c) is None
+        third = WarmPool({"c": (c, {})}, cache=cache)  # other imports: a zygote of its own
+        assert third.starts == 1 and cache.starts == 2
+        assert w.proc.poll() is not None  # keep=1: the least recently used ended
+        last = third.worker([c], {})
+        assert last is not None and cache.last_for(c) is last
+    assert last.proc.poll() is not None and not os.path.exists(last.tmp)
 
 
 def _alive(pid: int) -> bool:

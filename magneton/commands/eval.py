@@ -38,6 +38,7 @@ With `wasteful = "either"` (which side is faster depends on the CPU) `line_conta
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -50,10 +51,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from magneton.model import Finding, MagnetonError, RootCause
+from magneton.model import Finding, MagnetonError, RootCause, WorkerError
 
 if TYPE_CHECKING:
     from magneton.graphdb import ProfileDB
+    from magneton.tracer.api import WarmCache
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -319,7 +321,13 @@ class EvalOptions:
     steady: bool = False
 
 
-def eval_case(case: Path, db_dir: str, opts: EvalOptions | None = None) -> CaseResult:
+def eval_case(
+    case: Path, db_dir: str, opts: EvalOptions | None = None, warm: WarmCache | None = None
+) -> CaseResult:
+    """Record, diff and diagnose one case and judge the diagnosis. `warm`: the suite's
+    warm workers (tracer/timing/warm.py `WarmCache`), where the diff's re-runs and the
+    patched script's check fork from a zygote an earlier case with the same imports
+    started (default: each starts its own)."""
     from magneton.diagnose.api import run_diff, store_outcome
     from magneton.graphdb import open_db
 
@@ -339,7 +347,7 @@ def eval_case(case: Path, db_dir: str, opts: EvalOptions | None = None) -> CaseR
             detected.append(time.perf_counter())
 
     with open_db(db_path) as db:
-        out = run_diff(db, "a", "b", rerun=opts.rerun, progress=progress)
+        out = run_diff(db, "a", "b", rerun=opts.rerun, progress=progress, warm=warm)
         t3 = time.perf_counter()
         store_outcome(db, out)
         result = out.result
@@ -380,11 +388,11 @@ def eval_case(case: Path, db_dir: str, opts: EvalOptions | None = None) -> CaseR
         return res
     res.reason = check(expect, f)
     if not res.reason and expect.get("patch") and f.fix is not None and f.fix.patch:
-        res.reason = patch_problem(case, expect, f.fix.patch, f.wasteful)
+        res.reason = patch_problem(case, expect, f.fix.patch, f.wasteful, warm)
     if not res.reason and "program" in expect:
         res.reason = command_problem(case, result.findings)
     if "program" in expect and opts.aa:
-        res.aa = aa_problem(case, expect, db_path, opts) or "silent"
+        res.aa = aa_problem(case, expect, db_path, opts, warm) or "silent"
     res.diagnosed = not res.reason and res.aa in ("", "silent")
     return res
 
@@ -420,7 +428,9 @@ def command_problem(case: Path, findings: list[Finding]) -> str:
     return ""
 
 
-def aa_problem(case: Path, expect: dict, db_path: str, opts: EvalOptions) -> str:
+def aa_problem(
+    case: Path, expect: dict, db_path: str, opts: EvalOptions, warm: WarmCache | None = None
+) -> str:
     """'' when side a recorded a second time (`a2`) and diffed against its first
     recording flags nothing; else what it flagged."""
     from magneton.diagnose.api import run_diff
@@ -429,7 +439,7 @@ def aa_problem(case: Path, expect: dict, db_path: str, opts: EvalOptions) -> str
     if not (opts.reuse and _has_run(db_path, "a2")):
         record_side(case, expect, "a", db_path, opts.repeat, run="a2", steady=opts.steady)
     with open_db(db_path, read_only=True) as db:
-        result = run_diff(db, "a", "a2", rerun=opts.rerun).result
+        result = run_diff(db, "a", "a2", rerun=opts.rerun, warm=warm).result
     if not result.findings:
         return ""
     return f"A/A flagged {len(result.findings)}: " + "; ".join(
@@ -442,12 +452,19 @@ def aa_problem(case: Path, expect: dict, db_path: str, opts: EvalOptions) -> str
 PATCHED_RUN_TIMEOUT_S = 300
 
 
-def patch_problem(case: Path, expect: dict, patch: str, wasteful: str) -> str:
+def patch_problem(
+    case: Path, expect: dict, patch: str, wasteful: str, warm: WarmCache | None = None
+) -> str:
     """'' when the patch applies to a copy of the case (`git apply`, as a user applies
     it) and, for a script pair, the patched wasteful script still runs setup() and
     main() once; else what went wrong. A patch that is present but breaks the program
     is wrong advice, not a diagnosis: porting one value of a two-statement change once
-    fed flattened logits to unflattened labels."""
+    fed flattened logits to unflattened labels.
+
+    The patched script runs in a child of a warm worker (tracer/timing/warm.py): the
+    zygote the case's diff re-ran its scripts in, when `warm` has one whose imports the
+    patched script begins with (a fresh process of that script, without its 1.3 s of
+    torch import), else one started for this run."""
     with tempfile.TemporaryDirectory(prefix="magneton-eval-") as tmp:
         work = Path(tmp) / case.name
         shutil.copytree(case, work)
@@ -462,25 +479,30 @@ def patch_problem(case: Path, expect: dict, patch: str, wasteful: str) -> str:
             return f"patch does not apply: {' '.join(applied.stderr.split())[:200]}"
         if "program" in expect:
             return ""  # a program's run is the recording's business; the patch applies
-        code = (
-            f"import runpy; m = runpy.run_path({wasteful + '.py'!r}); "
-            "a = m['setup']() if 'setup' in m else (); "
-            "m['main'](*(a if isinstance(a, tuple) else (a,))); "
-            # only the exit status counts: skip the exit's collections over torch's
-            # objects (magneton/cli.py `console`), 0.3-0.4 s of each check
-            "import gc; gc.freeze()"
-        )
-        ran = subprocess.run(
-            [sys.executable, "-c", code],
-            cwd=work,
-            capture_output=True,
-            text=True,
-            timeout=PATCHED_RUN_TIMEOUT_S,
-        )
-        if ran.returncode != 0:
-            last = (ran.stderr.strip().splitlines() or ["(no message)"])[-1]
-            return f"patched {wasteful}.py fails: {last[:200]}"
+        from magneton.tracer.api import WarmWorker
+
+        script = str(work / f"{wasteful}.py")
+        worker = warm.last_for(script) if warm is not None else None
+        with contextlib.ExitStack() as own:
+            if worker is None:
+                worker = own.enter_context(WarmWorker([script], tmp_prefix="magneton-eval-"))
+            job = worker.submit(f"{__name__}:run_patched", script, cwd=str(work))
+            try:
+                ran = worker.result(job, timeout_s=PATCHED_RUN_TIMEOUT_S)
+            except WorkerError as e:
+                return f"patched {wasteful}.py fails: {e}"
+        if not ran.ok:
+            return f"patched {wasteful}.py fails: {ran.error[:200]}"
     return ""
+
+
+def run_patched(script: str) -> None:
+    """A warm worker's job (patch_problem): run `script`'s setup() and main() once."""
+    import runpy
+
+    m = runpy.run_path(script)
+    a = m["setup"]() if "setup" in m else ()
+    m["main"](*(a if isinstance(a, tuple) else (a,)))
 
 
 def print_table(results: list[CaseResult]) -> None:
@@ -534,11 +556,14 @@ def run(args: argparse.Namespace) -> int:
             aa=not args.no_aa,
             steady=args.steady,
         )
-        for case in cases:
-            try:
-                results.append(eval_case(case, db_dir, opts))
-            except MagnetonError as e:
-                results.append(CaseResult(case=case.name, diagnosed=False, reason=str(e)))
+        from magneton.tracer.api import WarmCache
+
+        with WarmCache() as warm:  # one zygote per environment and imports, case to case
+            for case in cases:
+                try:
+                    results.append(eval_case(case, db_dir, opts, warm))
+                except MagnetonError as e:
+                    results.append(CaseResult(case=case.name, diagnosed=False, reason=str(e)))
     finally:
         if tmp is not None:
             tmp.cleanup()
