@@ -130,7 +130,7 @@ def test_a_cache_lends_one_zygote_to_every_pool_of_the_same_imports(sides, tmp_p
     (other / "train.py").write_text("import torch\nimport mailbox\n")
     (other / "probe.py").write_text(PROBE.format(name="c"))
     a, b, c = (str(d / "train.py") for d in (sides["a"], sides["b"], other))
-    with WarmCache(keep=1) as cache:
+    with WarmCache(keep=2) as cache:
         first = WarmPool({"a": (a, {}), "b": (b, {})}, cache=cache)
         w = first.worker([a, b], {})
         assert w is not None and first.starts == 1 and w.imports == common_imports([a, b])
@@ -143,11 +143,16 @@ def test_a_cache_lends_one_zygote_to_every_pool_of_the_same_imports(sides, tmp_p
         # a one-off run of a script that begins with the zygote's imports goes there
         assert cache.last_for(a) is w and cache.last_for(c) is None
         third = WarmPool({"c": (c, {})}, cache=cache)  # other imports: a zygote of its own
-        assert third.starts == 1 and cache.starts == 2
-        assert w.proc.poll() is not None  # keep=1: the least recently used ended
-        last = third.worker([c], {})
-        assert last is not None and cache.last_for(c) is last
-    assert last.proc.poll() is not None and not os.path.exists(last.tmp)
+        assert third.starts == 1 and cache.starts == 2 and w.proc.poll() is None
+        own = third.worker([c], {})
+        assert own is not None and cache.last_for(c) is own
+        # another environment: a third zygote, and past keep=2 the least recently used ends
+        env = {"MAGNETON_WARM_TEST": "on"}
+        fourth = WarmPool({"a": (a, env), "c": (c, {})}, cache=cache)
+        assert fourth.starts == 1 and cache.starts == 3
+        assert w.proc.poll() is not None and not os.path.exists(w.tmp)
+        assert fourth.worker([c], {}) is own and own.proc.poll() is None  # in use: kept
+    assert own.proc.poll() is not None and not os.path.exists(own.tmp)
 
 
 def _alive(pid: int) -> bool:

@@ -9,8 +9,8 @@ leaves the DB untouched. The parse runs under the import's memory and time limit
 (`--memory-mb`, `--time-limit-s`; graphdb/limits.py): a gzip that inflates past a quarter
 of the memory limit, or a parse past it, is refused in one line. Neither a single file nor a
 job imports torch (a job is stored by tracer/distributed/merge.py, as `magneton merge` stores
-one), which keeps a 40k-event import's memory to the trace and the DB. What is read and how energy is obtained: tracer/capture/kineto.py,
-docs/traces.md.
+one), which keeps a 40k-event import's memory to the trace and the DB. What is read and how
+energy is obtained: tracer/capture/kineto.py, docs/traces.md.
 """
 
 from __future__ import annotations

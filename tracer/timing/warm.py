@@ -552,11 +552,12 @@ class WarmCache:
     same imports exactly, not a prefix of them: a zygote that imported less leaves every
     child to import the rest (an HF pair's transformers, 2 s of CPU per child). At most
     `keep` workers stay alive, the least recently used ending first: each holds a torch
-    of its own (about 0.3 GB).
+    of its own (about 0.3 GB). Never fewer than two, the most one pool takes (a side per
+    environment): a pool's first worker must not end to make room for its second.
     """
 
     def __init__(self, keep: int = 3):
-        self.keep = keep
+        self.keep = max(2, keep)
         self._workers: dict[tuple, WarmWorker] = {}  # least recently used first
         self.starts = 0
 
