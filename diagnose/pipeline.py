@@ -54,7 +54,7 @@ from .matching.equivalence import DEFAULT_TAU
 
 if TYPE_CHECKING:
     from magneton.graphdb.db import ProfileDB
-    from magneton.tracer.timing.warm import WarmCache
+    from magneton.tracer.timing.warm import WarmHold
 
     from .cause.grouping import CauseGroup
 
@@ -112,13 +112,13 @@ def run_diff(
     diagnose: bool = True,
     rerun: bool = True,
     progress: Progress | None = None,
-    warm: WarmCache | None = None,
+    warm: WarmHold | None = None,
 ) -> DiffOutcome:
     """Diff runs or jobs `a` and `b` of an open ProfileDB (read only; see the module
     docstring). `diagnose=False` stops after detection; `rerun=False` neither confirms candidates by
     re-measuring them (they are reported unconfirmed) nor re-runs the scripts to
-    diagnose. `warm`: where a caller that diffs pair after pair keeps its warm workers
-    (tracer/timing/warm.py `WarmCache`; default: this diff starts its own and ends them)."""
+    diagnose. `warm`: keeps the diff's warm workers after it, for a caller that runs its
+    scripts once more (tracer/timing/warm.py `WarmHold`; default: the diff ends them)."""
     check_threshold(threshold)
     if is_job(db, a):
         from .jobs.jobdiff import job_diff
@@ -183,7 +183,7 @@ def diff_run_pair(
     diagnose: bool = True,
     rerun: bool = True,
     progress: Progress | None = None,
-    warm: WarmCache | None = None,
+    warm: WarmHold | None = None,
 ) -> DiffOutcome:
     """`run_diff` for two single runs."""
     from .matching.diff import diff_profiles, region_findings
@@ -233,16 +233,16 @@ def diff_run_pair(
     return out
 
 
-def _start_pool(pa: Profile, pb: Profile, rerun: bool, warm: WarmCache | None) -> Any:
+def _start_pool(pa: Profile, pb: Profile, rerun: bool, warm: WarmHold | None) -> Any:
     """The diff's warm workers (tracer/timing/warm.py `WarmPool`), importing the scripts'
-    libraries from now on (or taken from `warm`), when confirmation will re-measure the
-    runs; confirmation and the key-variable re-run both fork from them. None when nothing
-    is re-run that way."""
+    libraries from now on (held by `warm` after the diff, if given), when confirmation
+    will re-measure the runs; confirmation and the key-variable re-run both fork from
+    them. None when nothing is re-run that way."""
     from .matching.confirm import not_confirmable, start_pool
 
     if not_confirmable(pa, pb, rerun):
         return None
-    return start_pool(pa, pb, cache=warm)
+    return start_pool(pa, pb, hold=warm)
 
 
 def _confirm_and_diagnose(

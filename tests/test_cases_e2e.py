@@ -438,11 +438,12 @@ def test_eval_judges_a_patch_by_applying_it_and_running_the_patched_script(tmp_p
 
 
 def test_a_patched_script_is_checked_in_the_zygote_its_case_diffed_in(tmp_path):
-    """`magneton eval` keeps its warm workers from case to case (tracer/timing/warm.py
-    `WarmCache`): the patched script's check is a child of the zygote the case's diff
-    re-ran its scripts in, not a fresh interpreter importing torch again."""
+    """`magneton eval` holds each case's warm workers until the case is judged
+    (tracer/timing/warm.py `WarmHold`): the patched script's check is a child of the
+    zygote the case's diff re-ran its scripts in, not a fresh interpreter importing torch
+    again."""
     from magneton.commands.eval import patch_problem
-    from magneton.tracer.api import WarmCache
+    from magneton.tracer.api import WarmHold
     from magneton.tracer.timing.warm import WarmPool
 
     seen = tmp_path / "parent.txt"
@@ -455,13 +456,13 @@ def test_a_patched_script_is_checked_in_the_zygote_its_case_diffed_in(tmp_path):
     (case / "a.py").write_text(script)
     good = _diff(script, script.replace("[0] * n", "[1] * n"))
     broken = _diff(script, script.replace("[0] * n", "[0] * n.size"))
-    with WarmCache() as warm:
-        pool = WarmPool({"a": (str(case / "a.py"), {})}, cache=warm)
+    with WarmHold() as warm:
+        pool = WarmPool({"a": (str(case / "a.py"), {})}, hold=warm)
         zygote = pool.worker([str(case / "a.py")], {})
         assert zygote is not None
+        pool.close()  # the diff is over; the hold keeps its worker
         assert patch_problem(case, {"patch": True}, good, "a", warm) == ""
         assert seen.read_text() == str(zygote.proc.pid)
         assert patch_problem(case, {"patch": True}, broken, "a", warm) == (
             "patched a.py fails: AttributeError: 'int' object has no attribute 'size'"
         )
-        assert warm.starts == 1

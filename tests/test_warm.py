@@ -17,7 +17,7 @@ from recordings import takes_ctrl_c
 
 from magneton.model import WorkerError
 from magneton.tracer.programs import allocator
-from magneton.tracer.timing.warm import WarmCache, WarmPool, WarmWorker, common_imports
+from magneton.tracer.timing.warm import WarmHold, WarmPool, WarmWorker, common_imports
 
 PROBE = """
 import os, sys
@@ -120,38 +120,29 @@ def test_failures_are_one_line_results(sides):
     assert not died.ok and "exit status 3" in died.error
 
 
-def test_a_cache_lends_one_zygote_to_every_pool_of_the_same_imports(sides, tmp_path):
-    """`magneton eval`'s diffs, case after case: a pool of scripts that begin with the
-    same imports as an earlier pool's takes that pool's zygote, and its jobs still run
-    their own folder's modules; other imports get a zygote of their own, the least
-    recently used ends past `keep`, and only the cache's close ends its workers."""
+def test_a_hold_keeps_one_diffs_workers_for_a_one_off_run_and_never_lends_them(sides, tmp_path):
+    """`magneton eval`, case after case: a pool with a hold leaves its workers alive after
+    the diff, where a one-off run of a script that begins with a zygote's imports goes;
+    the next pool ends them first and starts its own, whatever its imports (a zygote lent
+    from case to case measured differently: tracer/timing/warm.py `WarmHold`)."""
     other = tmp_path / "c"
     other.mkdir()
     (other / "train.py").write_text("import torch\nimport mailbox\n")
-    (other / "probe.py").write_text(PROBE.format(name="c"))
     a, b, c = (str(d / "train.py") for d in (sides["a"], sides["b"], other))
-    with WarmCache(keep=2) as cache:
-        first = WarmPool({"a": (a, {}), "b": (b, {})}, cache=cache)
+    with WarmHold() as hold:
+        first = WarmPool({"a": (a, {}), "b": (b, {})}, hold=hold)
         w = first.worker([a, b], {})
-        assert w is not None and first.starts == 1 and w.imports == common_imports([a, b])
-        first.close()  # borrowed: still alive for the next pool
-        second = WarmPool({"b": (b, {}), "a2": (a, {})}, cache=cache)
-        assert second.starts == 0 and second.worker([a, b], {}) is w
-        job = w.submit("probe:report", "x", cwd=str(sides["b"]))
+        assert w is not None and w.imports == common_imports([a, b])
+        first.close()  # held: still alive for the one-off run
+        assert hold.last_for(a) is w and hold.last_for(c) is None
+        job = w.submit("probe:report", "x", cwd=str(sides["a"]))
         v = w.result(job, timeout_s=600).value
-        assert (v["name"], v["cwd"], v["mailbox"]) == ("b", str(sides["b"]), False)
-        # a one-off run of a script that begins with the zygote's imports goes there
-        assert cache.last_for(a) is w and cache.last_for(c) is None
-        third = WarmPool({"c": (c, {})}, cache=cache)  # other imports: a zygote of its own
-        assert third.starts == 1 and cache.starts == 2 and w.proc.poll() is None
-        own = third.worker([c], {})
-        assert own is not None and cache.last_for(c) is own
-        # another environment: a third zygote, and past keep=2 the least recently used ends
-        env = {"MAGNETON_WARM_TEST": "on"}
-        fourth = WarmPool({"a": (a, env), "c": (c, {})}, cache=cache)
-        assert fourth.starts == 1 and cache.starts == 3
-        assert w.proc.poll() is not None and not os.path.exists(w.tmp)
-        assert fourth.worker([c], {}) is own and own.proc.poll() is None  # in use: kept
+        assert (v["name"], v["cwd"], v["mailbox"]) == ("a", str(sides["a"]), False)
+        second = WarmPool({"b": (b, {}), "a2": (a, {})}, hold=hold)  # the same imports
+        own = second.worker([a, b], {})
+        assert second.starts == 1 and own is not None and own is not w
+        assert w.proc.poll() is not None and not os.path.exists(w.tmp)  # ended first
+        assert hold.last_for(a) is own
     assert own.proc.poll() is not None and not os.path.exists(own.tmp)
 
 

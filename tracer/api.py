@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     )
     from magneton.tracer.programs.signals import defer_sigint, interruptible, stop_message
     from magneton.tracer.programs.steady import request as request_steady
-    from magneton.tracer.timing.warm import WarmCache, WarmWorker
+    from magneton.tracer.timing.warm import WarmHold, WarmWorker
 
 __all__ = [
     "HostEvents",
@@ -63,7 +63,7 @@ __all__ = [
     "RecordOptions",
     "Shard",
     "TraceFile",
-    "WarmCache",
+    "WarmHold",
     "WarmWorker",
     "check_profile",
     "check_run_name",
@@ -143,7 +143,7 @@ _LAZY = {
         ("defer_sigint", "interruptible", "stop_message"), "magneton.tracer.programs.signals"
     ),
     "request_steady": "magneton.tracer.programs.steady",
-    **dict.fromkeys(("WarmCache", "WarmWorker"), "magneton.tracer.timing.warm"),
+    **dict.fromkeys(("WarmHold", "WarmWorker"), "magneton.tracer.timing.warm"),
 }
 _RENAMED = {"request_steady": "request"}  # names that read better at this door
 

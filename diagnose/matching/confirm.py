@@ -102,7 +102,7 @@ import numpy as np
 from scipy import special  # t/normal quantiles; scipy.stats costs 0.6 s more to import
 
 from magneton.model import Finding, Profile, Region, SavingInterval, WorkerError
-from magneton.tracer.timing.warm import WarmCache, WarmPool, WarmWorker, unix_address
+from magneton.tracer.timing.warm import WarmHold, WarmPool, WarmWorker, unix_address
 
 from .detect import CONFIDENCE, cannot_reach, confident, ranked, undecided, verdict_of
 
@@ -211,17 +211,17 @@ PRELOAD = (
 
 
 def start_pool(
-    pa: Profile, pb: Profile, tmp_prefix: str = "magneton-diff-", cache: WarmCache | None = None
+    pa: Profile, pb: Profile, tmp_prefix: str = "magneton-diff-", hold: WarmHold | None = None
 ) -> WarmPool:
     """The warm workers for re-running both sides of a diff (one per recorded
-    environment), importing their libraries from now on, or taken from `cache`."""
+    environment), importing their libraries from now on; `hold` keeps them after it."""
     from magneton.tracer.programs.program import env_of
 
     return WarmPool(
         {s: (p.run.script, env_of(p.config)) for s, p in (("a", pa), ("b", pb))},
         preload=PRELOAD,
         tmp_prefix=tmp_prefix,
-        cache=cache,
+        hold=hold,
     )
 
 

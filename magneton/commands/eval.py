@@ -55,7 +55,7 @@ from magneton.model import Finding, MagnetonError, RootCause, WorkerError
 
 if TYPE_CHECKING:
     from magneton.graphdb import ProfileDB
-    from magneton.tracer.api import WarmCache
+    from magneton.tracer.api import WarmHold
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -322,12 +322,22 @@ class EvalOptions:
 
 
 def eval_case(
-    case: Path, db_dir: str, opts: EvalOptions | None = None, warm: WarmCache | None = None
+    case: Path, db_dir: str, opts: EvalOptions | None = None, warm: WarmHold | None = None
 ) -> CaseResult:
-    """Record, diff and diagnose one case and judge the diagnosis. `warm`: the suite's
-    warm workers (tracer/timing/warm.py `WarmCache`), where the diff's re-runs and the
-    patched script's check fork from a zygote an earlier case with the same imports
-    started (default: each starts its own)."""
+    """Record, diff and diagnose one case and judge the diagnosis. `warm`
+    (tracer/timing/warm.py `WarmHold`): holds the diff's warm workers until the case is
+    judged, so that the patched script's check is a child of the case's own zygote; they
+    end with the case (default: with the diff)."""
+    try:
+        return _eval_case(case, db_dir, opts, warm)
+    finally:
+        if warm is not None:
+            warm.release()  # the next case's diff starts zygotes of its own
+
+
+def _eval_case(
+    case: Path, db_dir: str, opts: EvalOptions | None, warm: WarmHold | None
+) -> CaseResult:
     from magneton.diagnose.api import run_diff, store_outcome
     from magneton.graphdb import open_db
 
@@ -429,7 +439,7 @@ def command_problem(case: Path, findings: list[Finding]) -> str:
 
 
 def aa_problem(
-    case: Path, expect: dict, db_path: str, opts: EvalOptions, warm: WarmCache | None = None
+    case: Path, expect: dict, db_path: str, opts: EvalOptions, warm: WarmHold | None = None
 ) -> str:
     """'' when side a recorded a second time (`a2`) and diffed against its first
     recording flags nothing; else what it flagged."""
@@ -453,7 +463,7 @@ PATCHED_RUN_TIMEOUT_S = 300
 
 
 def patch_problem(
-    case: Path, expect: dict, patch: str, wasteful: str, warm: WarmCache | None = None
+    case: Path, expect: dict, patch: str, wasteful: str, warm: WarmHold | None = None
 ) -> str:
     """'' when the patch applies to a copy of the case (`git apply`, as a user applies
     it) and, for a script pair, the patched wasteful script still runs setup() and
@@ -462,7 +472,7 @@ def patch_problem(
     fed flattened logits to unflattened labels.
 
     The patched script runs in a child of a warm worker (tracer/timing/warm.py): the
-    zygote the case's diff re-ran its scripts in, when `warm` has one whose imports the
+    zygote the case's diff re-ran its scripts in, when `warm` holds one whose imports the
     patched script begins with (a fresh process of that script, without its 1.3 s of
     torch import), else one started for this run."""
     with tempfile.TemporaryDirectory(prefix="magneton-eval-") as tmp:
@@ -556,9 +566,9 @@ def run(args: argparse.Namespace) -> int:
             aa=not args.no_aa,
             steady=args.steady,
         )
-        from magneton.tracer.api import WarmCache
+        from magneton.tracer.api import WarmHold
 
-        with WarmCache() as warm:  # one zygote per environment and imports, case to case
+        with WarmHold() as warm:  # each case's diff workers, until the case is judged
             for case in cases:
                 try:
                     results.append(eval_case(case, db_dir, opts, warm))

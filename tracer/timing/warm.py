@@ -20,9 +20,8 @@ the end: confirmation's per-side re-measurement workers (tracer/timing/remeasure
 jobs that talk to the diff over a socket of their own, using `finished(job)` to notice a
 job that died) and the key-variable re-run are jobs of the same zygotes, so the libraries
 are imported once per diff, not once per stage (three imports of transformers were most
-of a diff of an HF pair). A caller that diffs pair after pair (`magneton eval`) lends its
-pools the workers of a `WarmCache`, so a zygote serves every pair whose scripts begin with
-the same imports in the same environment. A job is
+of a diff of an HF pair). A caller that runs a diff's scripts once more after the diff
+(`magneton eval`'s check of a patched script) keeps its workers in a `WarmHold`. A job is
 `"module:function"` called with one JSON value; it returns a JSON value (`JobResult.value`)
 or raises (`JobResult.error`, one line). The function's module must be importable in the
 child: a package module (name it in `preload` too, so the zygote imports it once) or a
@@ -303,7 +302,7 @@ class WarmWorker:
         self.env.setdefault("KINETO_LOG_LEVEL", "5")  # torch.profiler's banner on stderr
         zenv = dict(self.env)
         zenv.setdefault(_NVML_CHECK, "1")
-        self.imports = common_imports(scripts)  # what the zygote runs (WarmCache's key)
+        self.imports = common_imports(scripts)  # what the zygote runs (WarmHold.last_for)
         config = {
             "imports": self.imports,
             "preload": list(preload),
@@ -485,7 +484,7 @@ class WarmPool:
         *,
         preload: Iterable[str] = (),
         tmp_prefix: str = "magneton-warm-",
-        cache: WarmCache | None = None,
+        hold: WarmHold | None = None,
     ):
         groups: dict[tuple, list[str]] = {}
         envs: dict[tuple, dict[str, str]] = {}
@@ -496,22 +495,19 @@ class WarmPool:
                 groups[key].append(script)
         self.workers: dict[tuple, tuple[WarmWorker, list[str]]] = {}
         self.starts = 0
-        self._cache = cache  # its workers are the cache's to close
-        preload = tuple(preload)
+        self._hold = hold  # its workers are the hold's to end
+        if hold is not None:
+            hold.release()  # an earlier diff's: never two diffs' zygotes alive
         try:
             for key, scripts in groups.items():
-                if cache is None:
-                    worker = WarmWorker(
-                        scripts, env=envs[key], preload=preload, tmp_prefix=tmp_prefix
-                    )
-                    self.starts += 1
-                else:
-                    worker, started = cache.worker(scripts, envs[key], preload, tmp_prefix)
-                    self.starts += started
+                worker = WarmWorker(scripts, env=envs[key], preload=preload, tmp_prefix=tmp_prefix)
                 self.workers[key] = (worker, scripts)
+                self.starts += 1
         except BaseException:
             self.close()
             raise
+        if hold is not None:
+            hold.take(w for w, _ in self.workers.values())
 
     def worker(self, scripts: Iterable[str], env: Mapping[str, str]) -> WarmWorker | None:
         """The worker for jobs of `scripts` in environment `env`; None when this pool has
@@ -523,8 +519,8 @@ class WarmPool:
         return entry[0]
 
     def close(self) -> None:
-        if self._cache is not None:
-            return  # borrowed: the cache ends them
+        if self._hold is not None:
+            return  # held: the hold ends them
         for worker, _ in self.workers.values():
             worker.close()
 
@@ -539,69 +535,46 @@ def _env_key(env: Mapping[str, str]) -> tuple:
     return tuple(sorted(env.items()))
 
 
-class WarmCache:
-    """Warm workers kept from one diff to the next, for a caller that diffs pair after
-    pair in one process (`magneton eval`): each diff's `WarmPool` takes its workers from
-    here (`WarmPool(..., cache=)`), one pool at a time.
+class WarmHold:
+    """The warm workers of the last diff, held open after it for one-off runs of its
+    scripts: `magneton eval` checks that a case's patched script still runs in a child of
+    the zygote the case's diff re-ran its scripts in (`last_for`), not in a fresh
+    interpreter importing torch again, then `release`s them before the next case.
 
-    A zygote depends on its environment, its preloads and the import statements it ran,
-    and on nothing else of the scripts it was started for: it runs in an empty directory,
-    and each job gets its own script and folder. So the worker started for one pair serves
-    a later pair whose scripts begin with the same imports, in the same environment with
-    the same preloads, and its children are what that pair's own zygote would fork. The
-    same imports exactly, not a prefix of them: a zygote that imported less leaves every
-    child to import the rest (an HF pair's transformers, 2 s of CPU per child). At most
-    `keep` workers stay alive, the least recently used ending first: each holds a torch
-    of its own (about 0.3 GB). Never fewer than two, the most one pool takes (a side per
-    environment): a pool's first worker must not end to make room for its second.
+    A diff never takes an earlier diff's zygote, though one with the same imports and
+    environment would do the same imports: lent from case to case, zygotes measured
+    differently. The corpus's negative control neg_refactor, diffed after
+    clone_detach_copy (the same imports) from the same recordings, had its rounds confirm
+    a 1.5-1.7x GELU difference in 3 of 6 evaluations with the earlier case's zygote, in
+    1 of 14 with a zygote of its own and 0 of 14 with each diff ending its own workers.
     """
 
-    def __init__(self, keep: int = 3):
-        self.keep = max(2, keep)
-        self._workers: dict[tuple, WarmWorker] = {}  # least recently used first
-        self.starts = 0
+    def __init__(self) -> None:
+        self._held: list[WarmWorker] = []
 
-    def worker(
-        self,
-        scripts: Sequence[str],
-        env: Mapping[str, str],
-        preload: Sequence[str],
-        tmp_prefix: str,
-    ) -> tuple[WarmWorker, int]:
-        """The worker for jobs of `scripts` in `env`, and 1 if it was started now (else 0)."""
-        key = (_env_key(env), tuple(preload), tuple(common_imports(scripts)))
-        worker = self._workers.pop(key, None)
-        started = worker is None or worker.proc.poll() is not None  # a dead one is replaced
-        if started:
-            if worker is not None:
-                worker.close()
-            while len(self._workers) >= self.keep:
-                self._workers.pop(next(iter(self._workers))).close()
-            worker = WarmWorker(scripts, env=env, preload=preload, tmp_prefix=tmp_prefix)
-            self.starts += 1
-        assert worker is not None
-        self._workers[key] = worker  # now the most recently used
-        return worker, int(started)
+    def take(self, workers: Iterable[WarmWorker]) -> None:
+        """Hold `workers` (a diff's, started by its pool) until `release`."""
+        self._held.extend(workers)
 
     def last_for(self, script: str) -> WarmWorker | None:
-        """The most recently used worker whose imports `script` begins with, for a one-off
-        run of it (a patched script's check): a job there is the fresh process of that
-        script, started where its pair's re-runs ran. None when none is."""
+        """The held worker whose imports `script` begins with, for a one-off run of it (a
+        job there is the fresh process of that script); None when none is."""
         lead = [ast.unparse(s) for s in leading_imports(script)]
-        for worker in reversed(self._workers.values()):
+        for worker in reversed(self._held):
             if worker.proc.poll() is None and lead[: len(worker.imports)] == worker.imports:
                 return worker
         return None
 
-    def close(self) -> None:
-        while self._workers:
-            self._workers.popitem()[1].close()
+    def release(self) -> None:
+        """End every held worker."""
+        while self._held:
+            self._held.pop().close()
 
-    def __enter__(self) -> WarmCache:
+    def __enter__(self) -> WarmHold:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.release()
 
 
 # --------------------------------------------------------------------------------------
