@@ -112,12 +112,12 @@ def run_diff(
     diagnose: bool = True,
     rerun: bool = True,
     progress: Progress | None = None,
-    warm: WarmHold | None = None,
+    hold: WarmHold | None = None,
 ) -> DiffOutcome:
     """Diff runs or jobs `a` and `b` of an open ProfileDB (read only; see the module
     docstring). `diagnose=False` stops after detection; `rerun=False` neither confirms candidates by
     re-measuring them (they are reported unconfirmed) nor re-runs the scripts to
-    diagnose. `warm`: keeps the diff's warm workers after it, for a caller that runs its
+    diagnose. `hold`: keeps the diff's warm workers after it, for a caller that runs its
     scripts once more (tracer/timing/warm.py `WarmHold`; default: the diff ends them)."""
     check_threshold(threshold)
     if is_job(db, a):
@@ -138,7 +138,7 @@ def run_diff(
             diagnose=diagnose,
             rerun=rerun,
             progress=progress,
-            warm=warm,
+            hold=hold,
         )
     cause_groups(out.result)
     return out
@@ -183,7 +183,7 @@ def diff_run_pair(
     diagnose: bool = True,
     rerun: bool = True,
     progress: Progress | None = None,
-    warm: WarmHold | None = None,
+    hold: WarmHold | None = None,
 ) -> DiffOutcome:
     """`run_diff` for two single runs."""
     from .matching.diff import diff_profiles, region_findings
@@ -225,7 +225,7 @@ def diff_run_pair(
     pool = None
     try:
         with sigterm_unwinds():  # SIGTERM unwinds through the finally that ends the pool
-            pool = _start_pool(pa, pb, rerun, warm)
+            pool = _start_pool(pa, pb, rerun, hold)
             _confirm_and_diagnose(db, out, m, (pa, pb), threshold, rerun, diagnose, progress, pool)
     finally:
         if pool is not None:
@@ -233,16 +233,16 @@ def diff_run_pair(
     return out
 
 
-def _start_pool(pa: Profile, pb: Profile, rerun: bool, warm: WarmHold | None) -> Any:
+def _start_pool(pa: Profile, pb: Profile, rerun: bool, hold: WarmHold | None) -> Any:
     """The diff's warm workers (tracer/timing/warm.py `WarmPool`), importing the scripts'
-    libraries from now on (held by `warm` after the diff, if given), when confirmation
+    libraries from now on (held by `hold` after the diff, if given), when confirmation
     will re-measure the runs; confirmation and the key-variable re-run both fork from
     them. None when nothing is re-run that way."""
     from .matching.confirm import not_confirmable, start_pool
 
     if not_confirmable(pa, pb, rerun):
         return None
-    return start_pool(pa, pb, hold=warm)
+    return start_pool(pa, pb, hold=hold)
 
 
 def _confirm_and_diagnose(

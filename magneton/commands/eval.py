@@ -322,21 +322,21 @@ class EvalOptions:
 
 
 def eval_case(
-    case: Path, db_dir: str, opts: EvalOptions | None = None, warm: WarmHold | None = None
+    case: Path, db_dir: str, opts: EvalOptions | None = None, hold: WarmHold | None = None
 ) -> CaseResult:
-    """Record, diff and diagnose one case and judge the diagnosis. `warm`
+    """Record, diff and diagnose one case and judge the diagnosis. `hold`
     (tracer/timing/warm.py `WarmHold`): holds the diff's warm workers until the case is
     judged, so that the patched script's check is a child of the case's own zygote; they
     end with the case (default: with the diff)."""
     try:
-        return _eval_case(case, db_dir, opts, warm)
+        return _eval_case(case, db_dir, opts, hold)
     finally:
-        if warm is not None:
-            warm.release()  # the next case's diff starts zygotes of its own
+        if hold is not None:
+            hold.release()  # the next case's diff starts zygotes of its own
 
 
 def _eval_case(
-    case: Path, db_dir: str, opts: EvalOptions | None, warm: WarmHold | None
+    case: Path, db_dir: str, opts: EvalOptions | None, hold: WarmHold | None
 ) -> CaseResult:
     from magneton.diagnose.api import run_diff, store_outcome
     from magneton.graphdb import open_db
@@ -357,7 +357,7 @@ def _eval_case(
             detected.append(time.perf_counter())
 
     with open_db(db_path) as db:
-        out = run_diff(db, "a", "b", rerun=opts.rerun, progress=progress, warm=warm)
+        out = run_diff(db, "a", "b", rerun=opts.rerun, progress=progress, hold=hold)
         t3 = time.perf_counter()
         store_outcome(db, out)
         result = out.result
@@ -398,11 +398,11 @@ def _eval_case(
         return res
     res.reason = check(expect, f)
     if not res.reason and expect.get("patch") and f.fix is not None and f.fix.patch:
-        res.reason = patch_problem(case, expect, f.fix.patch, f.wasteful, warm)
+        res.reason = patch_problem(case, expect, f.fix.patch, f.wasteful, hold)
     if not res.reason and "program" in expect:
         res.reason = command_problem(case, result.findings)
     if "program" in expect and opts.aa:
-        res.aa = aa_problem(case, expect, db_path, opts, warm) or "silent"
+        res.aa = aa_problem(case, expect, db_path, opts, hold) or "silent"
     res.diagnosed = not res.reason and res.aa in ("", "silent")
     return res
 
@@ -439,7 +439,7 @@ def command_problem(case: Path, findings: list[Finding]) -> str:
 
 
 def aa_problem(
-    case: Path, expect: dict, db_path: str, opts: EvalOptions, warm: WarmHold | None = None
+    case: Path, expect: dict, db_path: str, opts: EvalOptions, hold: WarmHold | None = None
 ) -> str:
     """'' when side a recorded a second time (`a2`) and diffed against its first
     recording flags nothing; else what it flagged."""
@@ -449,7 +449,7 @@ def aa_problem(
     if not (opts.reuse and _has_run(db_path, "a2")):
         record_side(case, expect, "a", db_path, opts.repeat, run="a2", steady=opts.steady)
     with open_db(db_path, read_only=True) as db:
-        result = run_diff(db, "a", "a2", rerun=opts.rerun, warm=warm).result
+        result = run_diff(db, "a", "a2", rerun=opts.rerun, hold=hold).result
     if not result.findings:
         return ""
     return f"A/A flagged {len(result.findings)}: " + "; ".join(
@@ -463,7 +463,7 @@ PATCHED_RUN_TIMEOUT_S = 300
 
 
 def patch_problem(
-    case: Path, expect: dict, patch: str, wasteful: str, warm: WarmHold | None = None
+    case: Path, expect: dict, patch: str, wasteful: str, hold: WarmHold | None = None
 ) -> str:
     """'' when the patch applies to a copy of the case (`git apply`, as a user applies
     it) and, for a script pair, the patched wasteful script still runs setup() and
@@ -472,7 +472,7 @@ def patch_problem(
     fed flattened logits to unflattened labels.
 
     The patched script runs in a child of a warm worker (tracer/timing/warm.py): the
-    zygote the case's diff re-ran its scripts in, when `warm` holds one whose imports the
+    zygote the case's diff re-ran its scripts in, when `hold` holds one whose imports the
     patched script begins with (a fresh process of that script, without its 1.3 s of
     torch import), else one started for this run."""
     with tempfile.TemporaryDirectory(prefix="magneton-eval-") as tmp:
@@ -492,7 +492,7 @@ def patch_problem(
         from magneton.tracer.api import WarmWorker
 
         script = str(work / f"{wasteful}.py")
-        worker = warm.last_for(script) if warm is not None else None
+        worker = hold.last_for(script) if hold is not None else None
         with contextlib.ExitStack() as own:
             if worker is None:
                 worker = own.enter_context(WarmWorker([script], tmp_prefix="magneton-eval-"))
@@ -568,10 +568,10 @@ def run(args: argparse.Namespace) -> int:
         )
         from magneton.tracer.api import WarmHold
 
-        with WarmHold() as warm:  # each case's diff workers, until the case is judged
+        with WarmHold() as hold:  # each case's diff workers, until the case is judged
             for case in cases:
                 try:
-                    results.append(eval_case(case, db_dir, opts, warm))
+                    results.append(eval_case(case, db_dir, opts, hold))
                 except MagnetonError as e:
                     results.append(CaseResult(case=case.name, diagnosed=False, reason=str(e)))
     finally:

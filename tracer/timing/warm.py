@@ -559,7 +559,7 @@ class WarmHold:
     def last_for(self, script: str) -> WarmWorker | None:
         """The held worker whose imports `script` begins with, for a one-off run of it (a
         job there is the fresh process of that script); None when none is."""
-        lead = [ast.unparse(s) for s in leading_imports(script)]
+        lead = common_imports([script])  # one script: all its leading imports
         for worker in reversed(self._held):
             if worker.proc.poll() is None and lead[: len(worker.imports)] == worker.imports:
                 return worker
