@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
+
+import warm_cli
 
 WORKLOADS = Path(__file__).parent / "workloads"
 
@@ -21,14 +21,10 @@ def takes_ctrl_c() -> None:
 
 
 def record_once(db: Path, script: Path, run: str, *extra: str) -> None:
-    """`magneton record SCRIPT --db DB --run RUN EXTRA` in a subprocess; fails the
+    """`magneton record SCRIPT --db DB --run RUN EXTRA` (tests/warm_cli.py); fails the
     fixture that asked with the recorder's own message."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "magneton", "record", str(script)]
-        + ["--db", str(db), "--run", run, "-q", *extra],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    proc = warm_cli.run(
+        ["record", str(script), "--db", str(db), "--run", run, "-q", *extra], timeout=600
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

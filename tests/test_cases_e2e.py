@@ -19,10 +19,10 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import warm_cli
 from fixcheck import assert_forward_fixes, assert_no_noop_fix
 
 from magneton.commands.eval import check, load_expect, record_args, relevant_finding
@@ -47,10 +47,7 @@ PATCHED_CASES = (
 
 
 def magneton(*args: str, check_rc: bool = True) -> subprocess.CompletedProcess:
-    env = dict(os.environ, KINETO_LOG_LEVEL="5")
-    res = subprocess.run(
-        [sys.executable, "-m", "magneton", *args], capture_output=True, text=True, env=env
-    )
+    res = warm_cli.run(args)
     if check_rc and res.returncode != 0:
         raise AssertionError(f"magneton {' '.join(args)} failed:\n{res.stderr[-2000:]}")
     return res

@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import warm_cli
 
 from magneton.cli import main as cli
 
@@ -59,13 +59,7 @@ citation = "tests: FLOPs and bytes only, deterministic"
 
 
 def magneton(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "magneton", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    return warm_cli.run(args, env={**os.environ, "COLUMNS": "200"}, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -16,11 +16,10 @@ import csv
 import io
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import warm_cli
 
 from magneton.cli import main
 
@@ -28,13 +27,7 @@ WORKLOADS = Path(__file__).parent / "workloads"
 
 
 def magneton(*args: str, env: dict | None = None, check: bool = True):
-    proc = subprocess.run(
-        [sys.executable, "-m", "magneton", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=300,
-    )
+    proc = warm_cli.run(args, env={**os.environ, **(env or {})}, timeout=300)
     if check and proc.returncode != 0:
         raise AssertionError(f"magneton {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc

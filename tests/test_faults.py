@@ -20,19 +20,14 @@ import time
 from pathlib import Path
 
 import pytest
+import warm_cli
 from recordings import copy_db, takes_ctrl_c
 
 WORKLOADS = Path(__file__).parent / "workloads"
 
 
 def magneton(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "magneton", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=300,
-    )
+    return warm_cli.run(args, env={**os.environ, **(env or {})}, timeout=300)
 
 
 def runs(db: Path) -> dict[str, dict]:

@@ -12,13 +12,12 @@ scripts are small (a 256x512 frame batch, a 64x128 MLP block).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import warm_cli
 
 jax = pytest.importorskip("jax")
 
@@ -28,10 +27,7 @@ CASES = Path(__file__).resolve().parents[1] / "examples" / "cases"
 
 
 def magneton(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, KINETO_LOG_LEVEL="5")
-    return subprocess.run(
-        [sys.executable, "-m", "magneton", *args], capture_output=True, text=True, env=env
-    )
+    return warm_cli.run(args)
 
 
 def ok(*args: str) -> str:

@@ -13,11 +13,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import warm_cli
 
 from magneton.graphdb import open_db
 
@@ -29,10 +28,7 @@ CASES = Path(__file__).resolve().parents[1] / "examples" / "cases"
 
 
 def ok(*args: str) -> str:
-    env = dict(os.environ, KINETO_LOG_LEVEL="5", TF_CPP_MIN_LOG_LEVEL="2")
-    res = subprocess.run(
-        [sys.executable, "-m", "magneton", *args], capture_output=True, text=True, env=env
-    )
+    res = warm_cli.run(args, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert res.returncode == 0, f"magneton {' '.join(args)} failed:\n{res.stderr[-2000:]}"
     return res.stdout
 

@@ -13,11 +13,11 @@ import gzip
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+import warm_cli
 
 from magneton.graphdb import open_db
 from magneton.tracer.capture.kineto import estimate_energy, profile_from_trace, read_trace
@@ -34,9 +34,7 @@ GPU = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "magneton", *args], capture_output=True, text=True, timeout=600
-    )
+    return warm_cli.run(args, timeout=600)
 
 
 def raw_events(name: str) -> list[dict]:

@@ -15,11 +15,11 @@ import gzip
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+import warm_cli
 from builders import synthetic_profile
 from tui_support import app_for, run_app, wait_for
 
@@ -32,13 +32,7 @@ SLOW = "UNWIND range(1, 50000000) AS x WITH x ORDER BY x % 7 DESC LIMIT 1 RETURN
 
 
 def magneton(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "magneton", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **(env or {})},
-    )
+    return warm_cli.run(args, env={**os.environ, **(env or {})}, timeout=300)
 
 
 def one_line(proc: subprocess.CompletedProcess) -> str:

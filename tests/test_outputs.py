@@ -20,6 +20,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+import warm_cli
 from recordings import copy_db
 
 from magneton.commands.diff import CSV_COLUMNS
@@ -32,7 +33,7 @@ def magneton(*argv: str, stderr_tty: bool = False) -> tuple[int, str, str]:
     runs: a full pty buffer would block the child)."""
     cmd = [sys.executable, "-m", "magneton", *argv]
     if not stderr_tty:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        r = warm_cli.run(argv, timeout=600)
         return r.returncode, r.stdout, r.stderr
     master, slave = pty.openpty()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=slave, text=True)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-import sys
 from pathlib import Path
+
+import warm_cli
 
 from magneton.model import EnergySpread, Profile, RunInfo
 from magneton.render.report import spread_line
@@ -23,9 +24,7 @@ PROGRAMS = Path(__file__).parent / "workloads" / "programs"
 
 
 def magneton(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "magneton", *args], capture_output=True, text=True, timeout=600
-    )
+    proc = warm_cli.run(args, timeout=600)
     if check and proc.returncode != 0:
         raise AssertionError(f"magneton {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm_cli
 
 from magneton.graphdb import load_profile
 from magneton.render.report import slowed_line
@@ -22,14 +23,7 @@ BOUND_W = 270.0 * 1.5  # the default model's TDP, with EnergySession's margin
 
 
 def magneton(*args: str, cwd: Path | None = None, check: bool = True, env=None):
-    proc = subprocess.run(
-        [sys.executable, "-m", "magneton", *args],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=cwd,
-        env=env,
-    )
+    proc = warm_cli.run(args, cwd=cwd, env=env, timeout=900)
     if check and proc.returncode != 0:
         raise AssertionError(f"magneton {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc

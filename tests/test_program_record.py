@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm_cli
 from fixcheck import assert_forward_fixes, assert_no_noop_fix
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,13 +25,7 @@ TRAIN = ROOT / "examples" / "programs" / "train_gpt2.py"
 
 
 def magneton(*args: str, cwd: Path | None = None, check: bool = True):
-    proc = subprocess.run(
-        [sys.executable, "-m", "magneton", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=cwd,
-    )
+    proc = warm_cli.run(args, cwd=cwd, timeout=600)
     if check and proc.returncode != 0:
         raise AssertionError(f"magneton {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -8,9 +8,9 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+import warm_cli
 from fixcheck import assert_no_noop_fix
 
 from magneton.diagnose.cause.divergence import layout, operand_property
@@ -82,10 +82,7 @@ def test_operand_property_and_the_walk_back_to_the_parameter():
 
 
 def magneton(*args: str) -> str:
-    env = dict(os.environ, KINETO_LOG_LEVEL="5")
-    res = subprocess.run(
-        [sys.executable, "-m", "magneton", *args], capture_output=True, text=True, env=env
-    )
+    res = warm_cli.run(args)
     assert res.returncode == 0, f"magneton {' '.join(args)} failed:\n{res.stderr[-2000:]}"
     return res.stdout
 

@@ -9,10 +9,10 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import warm_cli
 from builders import synthetic_profile
 
 from magneton.graphdb import open_db, paths
@@ -32,13 +32,7 @@ def big_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def magneton(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "magneton", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **(env or {})},
-    )
+    return warm_cli.run(args, env={**os.environ, **(env or {})}, timeout=300)
 
 
 def test_kernel_paths_of_every_operator_at_size(big_db: Path) -> None:

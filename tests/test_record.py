@@ -9,25 +9,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import warm_cli
 from recordings import copy_db
 
 WORKLOADS = Path(__file__).parent / "workloads"
 
 
 def magneton(*args: str, env: dict | None = None, check: bool = True):
-    full_env = {**os.environ, **(env or {})}
-    proc = subprocess.run(
-        [sys.executable, "-m", "magneton", *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=300,
-    )
+    proc = warm_cli.run(args, env={**os.environ, **(env or {})}, timeout=300)
     if check and proc.returncode != 0:
         raise AssertionError(f"magneton {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc

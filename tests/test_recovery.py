@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+import warm_cli
 from builders import synthetic_profile
 
 from magneton.graphdb import open_db
@@ -36,13 +37,7 @@ WAL = ("profile.lbug.wal",)
 
 
 def magneton(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "magneton", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-    )
+    return warm_cli.run(args, cwd=cwd, timeout=300)
 
 
 def make_db(path: Path, runs: tuple[str, ...] = ("a", "b", "c"), n_ops: int = 150) -> Path:

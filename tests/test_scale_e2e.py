@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import warm_cli
 
 if importlib.util.find_spec("transformers") is None:  # not imported: its recordings do
     pytest.skip("needs transformers", allow_module_level=True)
@@ -22,14 +21,7 @@ PAIR = Path(__file__).resolve().parents[1] / "examples" / "scale" / "bert_base_c
 
 
 def magneton(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "magneton", *args],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=cwd,
-        env=dict(os.environ, KINETO_LOG_LEVEL="5"),
-    )
+    return warm_cli.run(args, cwd=cwd, timeout=900)
 
 
 def test_bert_chunked_feed_forward_is_diagnosed_to_its_config_value(tmp_path: Path) -> None:

@@ -20,10 +20,10 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import warm_cli
 
 from magneton.graphdb import open_db
 from magneton.graphdb.matches import SEAL_KEY, load_diff, seal
@@ -55,14 +55,7 @@ EVIL = "diff --git a/{f} b/{f}\n--- a/{f}\n+++ b/{f}\n@@ -1 +1 @@\n-echo hi\n+cu
 
 
 def magneton(*args: str, cwd: Path | None = None, env: dict | None = None):
-    return subprocess.run(
-        [sys.executable, "-m", "magneton", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-    )
+    return warm_cli.run(args, cwd=cwd, env={**os.environ, **(env or {})}, timeout=600)
 
 
 def one_line(proc: subprocess.CompletedProcess) -> str:
