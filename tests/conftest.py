@@ -1,7 +1,8 @@
 """Fixtures shared across test files, and what keeps the suite from leaving files behind.
 
-Recordings cost seconds of CPU each (a `magneton record` subprocess imports torch, some
-also transformers), so a recording that several tests only read is made once per session
+Recordings cost seconds of CPU each (a `magneton record` process runs the workload, some
+also import transformers; tests/warm_cli.py forks them from an interpreter that imported
+torch once), so a recording that several tests only read is made once per session
 here. A test that changes a DB works on its own copy (`copy_db`): copying a closed Kùzu
 directory is a file copy, a re-recording is a whole torch process.
 

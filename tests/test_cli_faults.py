@@ -24,20 +24,14 @@ import time
 from pathlib import Path
 
 import pytest
+import warm_cli
 from recordings import copy_db
 
 STOP_S = 240  # a bound on a hang, not a timing assertion
 
 
-def magneton(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "magneton", *args],
-        capture_output=kw.pop("stdout", None) is None,
-        text=True,
-        timeout=600,
-        env={**os.environ, **(env or {})},
-        **kw,
-    )
+def magneton(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return warm_cli.run(args, env={**os.environ, **(env or {})}, timeout=600)
 
 
 def one_line(err: str) -> str:
