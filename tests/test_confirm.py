@@ -513,7 +513,25 @@ def test_a_worker_that_hangs_is_killed_and_the_finding_unconfirmed(gelu_db, monk
         real_init(self, *args, **kwargs)
         spawned.append(self)
 
+    # how long each worker's close waited for its job to exit on its own
+    waits: dict[str, float] = {}
+    real_close = confirm.Worker.close
+
+    def close(self):
+        real_result = self.warm.result
+
+        def result(job, *, timeout_s):
+            waits[self.side] = timeout_s
+            return real_result(job, timeout_s=timeout_s)
+
+        self.warm.result = result
+        try:
+            real_close(self)
+        finally:
+            del self.warm.result
+
     monkeypatch.setattr(confirm.Worker, "__init__", init)
+    monkeypatch.setattr(confirm.Worker, "close", close)
     monkeypatch.setattr(confirm, "ROUND_TIMEOUT_MIN_S", 2.0)
     monkeypatch.setenv("MAGNETON_TEST_HANG", "1")  # the first round sleeps for 10 min
     with open_db(gelu_db, read_only=True) as db:
@@ -522,6 +540,9 @@ def test_a_worker_that_hangs_is_killed_and_the_finding_unconfirmed(gelu_db, monk
     assert not iv.confirmed and "did not answer within 2 s" in iv.unconfirmed
     assert len(spawned) == 2 and all(w.pid for w in spawned)  # both answered "ready"
     assert not any(_running(w.pid) for w in spawned)  # none left
+    # the side that hung is killed at once; the other is given its 2 s to exit
+    hung = iv.unconfirmed.split("side ")[1].split()[0]
+    assert waits == {hung: 0.0, ({"a", "b"} - {hung}).pop(): 2.0}, waits
 
 
 def test_a_region_the_efficient_side_does_not_run_is_confirmed_from_the_wasteful_rounds():

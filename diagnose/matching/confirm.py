@@ -314,6 +314,7 @@ class Worker:
             raise
         self._buf = b""
         self.round_timeout_s = max(ROUND_TIMEOUT_MIN_S, 30.0 * max(p.run.time_s, 0.0))
+        self._silent = False  # a read timed out: the job hangs, and close kills it at once
 
     def _accept(self, deadline: float, timeout_s: float) -> socket.socket:
         """The job's connection; WorkerError when it exited first or never connected."""
@@ -336,6 +337,7 @@ class Worker:
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
             if left <= 0:
+                self._silent = True
                 raise WorkerError(f"side {self.side} did not answer within {timeout_s:.0f} s")
             ready, _, _ = select.select([self._conn], [], [], min(left, 1.0))
             if not ready:
@@ -370,7 +372,8 @@ class Worker:
 
     def close(self) -> None:
         """End the job: closing its socket asks it to exit; the zygote kills it if it
-        lingers (a round that hangs)."""
+        lingers 2 s, and at once if it already let a read time out (a round that hangs
+        does not notice the socket close: waiting for it only delayed the diff)."""
         for s in (self._conn, self._listener):
             if s is not None:
                 with contextlib.suppress(OSError):
@@ -378,7 +381,7 @@ class Worker:
         with contextlib.suppress(OSError):
             os.unlink(self.sock_path)
         with contextlib.suppress(Exception):  # WorkerError: timed out (killed) or died
-            self.warm.result(self.job, timeout_s=2.0)
+            self.warm.result(self.job, timeout_s=0.0 if self._silent else 2.0)
 
 
 class ProgramWorker:
