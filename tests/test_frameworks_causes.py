@@ -26,13 +26,12 @@ difference inside a function both files define is the statement that differs, no
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+import warm_cli
 
 from magneton.diagnose.source.diffslice import program_difference
 from magneton.graphdb import open_db
@@ -92,13 +91,11 @@ TF_PAIR = """
 PAIRS = {"jax": (JAX_PAIR, "jax::scan_slice"), "tf": (TF_PAIR, "tf::TensorListGetItem")}
 
 
-def magneton(*args: str) -> subprocess.Popen:
-    env = dict(os.environ, KINETO_LOG_LEVEL="5")
-    cmd = [sys.executable, "-m", "magneton", *args]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+def magneton(*args: str) -> warm_cli.Forked | subprocess.Popen:
+    return warm_cli.start(args)
 
 
-def finish(proc: subprocess.Popen) -> str:
+def finish(proc: warm_cli.Forked | subprocess.Popen) -> str:
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-2000:]
     return out

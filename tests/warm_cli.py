@@ -3,31 +3,36 @@ only needs what a fresh process would give it, a fresh process where it needs mo
 
 Each `magneton record` of the suite started as its own `python -m magneton` and spent
 1.1-1.4 s of its 2.3 s of CPU importing torch; the suite ran about a hundred of them
-outside `magneton eval`. `run` instead forks the command from a zygote that imported
-magneton, torch and the commands' libraries once per pytest worker: the product's own
-`WarmWorker` (tracer/timing/warm.py), whose forks its diffs already use as fresh runs of
-a user's script (torch's OpenMP pool not started before the fork, the thread count a
-fresh process would have, malloc thresholds pinned under the steady mode the suite runs
-in). The child takes the test's environment, working directory, arguments, stdin and
-output files, runs `magneton.cli.console` as `magneton/__main__.py` does, then the
-atexit handlers a process exit would run, and reports the exit status.
+outside `magneton eval`. `run` (and `start`, which leaves the command running) instead
+forks the command from a zygote that imported magneton, torch and the commands'
+libraries once per pytest worker: the product's own `WarmWorker`
+(tracer/timing/warm.py), whose forks its diffs already use as fresh runs of a user's
+script (torch's OpenMP pool not started before the fork, the thread count a fresh
+process would have, malloc thresholds pinned under the steady mode the suite runs in).
+The child takes the test's environment, working directory, arguments, stdin and output
+files, runs `magneton.cli.console` as `magneton/__main__.py` does, then the atexit
+handlers a process exit would run, and reports the exit status. A script whose leading
+imports include transformers or TensorFlow gets a zygote that imported that library
+too (`HEAVY`); the others never see it loaded.
 
 What such a child cannot be, and so what stays a fresh process:
 
 * **An environment libraries read when imported.** The zygote imported torch under the
-  suite's environment; a command whose environment differs from it in anything but the
-  test workloads' own run-time knobs (`MAGNETON_TEST_*`, read by the workload as it
-  runs) the terminal width and TensorFlow's log level gets a fresh interpreter: `MAGNETON_STEADY` cleared, `OMP_NUM_THREADS`, a
-  `PYTHONPATH`.
+  suite's environment. A command whose environment differs from it gets a fresh
+  interpreter (`MAGNETON_STEADY` cleared, `OMP_NUM_THREADS`, a `PYTHONPATH`), unless
+  the difference is only in what is read as the command runs: the test workloads' own
+  knobs (`MAGNETON_TEST_*`), the terminal width, TensorFlow's log level (which a
+  TensorFlow zygote is started with).
 * **What a test checks about the process itself**: which modules a command imports
   (tests/test_torch_free.py), what importing magneton does to the environment
   (test_record_imports.py), signals and a terminal (those tests start their own
-  processes with `subprocess.Popen` and do not come here), and the A/A files' timed
-  recordings, which keep their own fresh processes. `fresh=True` asks for one.
+  processes with `subprocess.Popen`), the A/A files' timed recordings and the case
+  suite's `magneton eval`, which keep processes of their own. `fresh=True` asks for one.
 """
 
 from __future__ import annotations
 
+import ast
 import atexit
 import contextlib
 import os
@@ -50,10 +55,15 @@ PRELOAD = (
     "magneton.graphdb.db",
     "magneton.diagnose.pipeline",
 )
-# variables read as the command runs, never by what the zygote imports (TensorFlow, whose
-# C++ log level this is, is imported by the child's workload)
+# variables read as the command runs, never by what the base zygote imports (TensorFlow's
+# C++ log level: a zygote that imports TensorFlow is started with the command's, below)
 RUN_TIME = frozenset({"COLUMNS", "TF_CPP_MIN_LOG_LEVEL"})
-_worker: Any = None  # the WarmWorker, started by the first `run` of this process
+# A script that imports transformers or TensorFlow (2.8 s and 2.3 s of CPU per recording)
+# is recorded in a zygote that imported it too, with the variables the library reads when
+# imported as the command has them; the others in one that did not, so that their runs'
+# config rows (which list the libraries loaded) and sys.modules stay a fresh process's.
+HEAVY = {"transformers": (), "tensorflow": ("TF_CPP_MIN_LOG_LEVEL",)}
+_workers: dict[tuple, Any] = {}  # WarmWorkers by their extra imports and variables
 
 
 def run(
@@ -74,7 +84,22 @@ def run(
         return subprocess.run(
             args, capture_output=True, text=True, env=full, cwd=cwd, input=input, timeout=timeout
         )
-    return _forked(args, full, os.fspath(cwd or os.getcwd()), input, timeout)
+    with Forked(args, full, os.fspath(cwd or os.getcwd()), input) as child:
+        out, err = child.communicate(timeout)
+        return subprocess.CompletedProcess(args, child.returncode, out, err)
+
+
+def start(
+    argv: Sequence[str], *, env: Mapping[str, str] | None = None
+) -> Forked | subprocess.Popen:
+    """`magneton ARGV` started and left running, as `subprocess.Popen(..., stdout=PIPE,
+    stderr=PIPE, text=True)`: `communicate(timeout)` and `returncode` when it is done."""
+    args = [sys.executable, "-m", "magneton", *map(str, argv)]
+    full = dict(os.environ if env is None else env)
+    if not _warm_env(full):
+        pipe = subprocess.PIPE
+        return subprocess.Popen(args, stdout=pipe, stderr=pipe, text=True, env=full)
+    return Forked(args, full, os.getcwd(), None)
 
 
 def _warm_env(env: Mapping[str, str]) -> bool:
@@ -83,42 +108,76 @@ def _warm_env(env: Mapping[str, str]) -> bool:
     return all(k.startswith("MAGNETON_TEST_") or k in RUN_TIME for k in keys)
 
 
-def _forked(
-    args: list[str], env: dict[str, str], cwd: str, input: str | None, timeout: float | None
-) -> subprocess.CompletedProcess[str]:
-    from magneton.model import WorkerError
+class Forked:
+    """One command running in a fork of the warm interpreter; its output goes to files."""
 
-    with tempfile.TemporaryDirectory(prefix="warm-cli-") as d:
-        io = {k: os.path.join(d, k) for k in ("stdin", "stdout", "stderr")}
-        Path(io["stdin"]).write_text(input or "")
-        job = {"argv": args[3:], "env": env, "io": io}
-        w = _zygote()
-        jid = w.submit("warm_cli:command", job, cwd=cwd)
+    def __init__(self, args: list[str], env: dict[str, str], cwd: str, input: str | None):
+        self.args, self.returncode = args, None
+        self._dir = tempfile.TemporaryDirectory(prefix="warm-cli-")
+        self._io = {k: os.path.join(self._dir.name, k) for k in ("stdin", "stdout", "stderr")}
+        Path(self._io["stdin"]).write_text(input or "")
+        job = {"argv": args[3:], "env": env, "io": self._io}
+        self._worker = _zygote(_heavy_imports(args[3:], cwd), env)
+        self._job = self._worker.submit("warm_cli:command", job, cwd=cwd)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Wait for the command (killed at `timeout`: TimeoutExpired); (stdout, stderr)."""
+        from magneton.model import WorkerError
+
         try:
-            res = w.result(jid, timeout_s=timeout if timeout is not None else 3600.0)
+            res = self._worker.result(self._job, timeout_s=3600.0 if timeout is None else timeout)
         except WorkerError as e:
             if "timed out" in str(e):
-                raise subprocess.TimeoutExpired(args, timeout or 0) from e
+                raise subprocess.TimeoutExpired(self.args, timeout or 0) from e
             raise
-        out, err = (Path(io[k]).read_text(errors="replace") for k in ("stdout", "stderr"))
+        out, err = (Path(self._io[k]).read_text(errors="replace") for k in ("stdout", "stderr"))
         if not res.ok:  # the child died outside the command (a crash of the interpreter)
             raise AssertionError(f"warm `magneton` child failed: {res.error}\n{err}")
-        return subprocess.CompletedProcess(args, int(res.value), out, err)
+        self.returncode = int(res.value)
+        return out, err
+
+    def __enter__(self) -> Forked:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._dir.cleanup()
 
 
-def _zygote() -> Any:
-    global _worker
+def _heavy_imports(argv: Sequence[str], cwd: str) -> tuple[str, ...]:
+    """The `HEAVY` libraries the command's script (its first `.py` argument: `record
+    SCRIPT`, `record -- python SCRIPT`) imports among its leading imports."""
+    from magneton.tracer.timing.warm import leading_imports
+
+    script = next((a for a in argv if a.endswith(".py")), None)
+    if script is None or not os.path.isfile(os.path.join(cwd, script)):
+        return ()
+    names = set()
+    for stmt in leading_imports(os.path.join(cwd, script)):
+        if isinstance(stmt, ast.Import):
+            names.update(a.name.split(".")[0] for a in stmt.names)
+        elif isinstance(stmt, ast.ImportFrom) and stmt.module:
+            names.add(stmt.module.split(".")[0])
+    return tuple(h for h in HEAVY if h in names)
+
+
+def _zygote(extra: tuple[str, ...], env: Mapping[str, str]) -> Any:
     from magneton.tracer.timing.warm import WarmWorker
 
-    if _worker is None or _worker.proc.poll() is not None:
+    read = {v: env[v] for lib in extra for v in HEAVY[lib] if v in env}
+    key = (extra, tuple(sorted(read.items())))
+    w = _workers.get(key)
+    if w is None or w.proc.poll() is not None:
         # the zygote finds this module through PYTHONPATH; each job takes the folder out
         # of sys.path again and runs in the test's own environment
         path = os.pathsep.join(filter(None, (TESTS, os.environ.get("PYTHONPATH"))))
-        _worker = WarmWorker(
-            [], env={"PYTHONPATH": path}, preload=PRELOAD, tmp_prefix="magneton-warm-cli-"
+        w = _workers[key] = WarmWorker(
+            [],
+            env={"PYTHONPATH": path, **read},
+            preload=(*PRELOAD, *extra),
+            tmp_prefix="magneton-warm-cli-",
         )
-        atexit.register(_worker.close)
-    return _worker
+        atexit.register(w.close)
+    return w
 
 
 def command(job: dict) -> int:
