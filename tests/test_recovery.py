@@ -62,6 +62,9 @@ def kill_when(db: Path, names: tuple[str, ...], *args: str) -> int:
         if any(p.exists() for p in watched):
             proc.send_signal(signal.SIGKILL)
             break
+        # a poll every millisecond: the shortest state watched here, an `rm`'s checkpoint,
+        # lasted 77-100 ms; polling without a pause spun a core the child needed
+        time.sleep(0.001)
     return proc.wait()
 
 
