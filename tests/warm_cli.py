@@ -26,8 +26,10 @@ What such a child cannot be, and so what stays a fresh process:
 * **What a test checks about the process itself**: which modules a command imports
   (tests/test_torch_free.py), what importing magneton does to the environment
   (test_record_imports.py), signals and a terminal (those tests start their own
-  processes with `subprocess.Popen`), the A/A files' timed recordings and the case
-  suite's `magneton eval`, which keep processes of their own. `fresh=True` asks for one.
+  processes with `subprocess.Popen`), the CI gate's A/A beside a busy core
+  (test_ci_gate_aa.py), the program A/A (test_aa_program.py) and the case suite's
+  `magneton eval`, which keep processes of their own. `fresh=True` asks for one. The
+  A/A of tests/test_aa_e2e.py compares two forked recordings with each other.
 """
 
 from __future__ import annotations
