@@ -494,7 +494,6 @@ class WarmPool:
             if script not in groups.setdefault(key, []):
                 groups[key].append(script)
         self.workers: dict[tuple, tuple[WarmWorker, list[str]]] = {}
-        self.starts = 0
         self._hold = hold  # its workers are the hold's to end
         if hold is not None:
             hold.release()  # an earlier diff's: never two diffs' zygotes alive
@@ -502,12 +501,17 @@ class WarmPool:
             for key, scripts in groups.items():
                 worker = WarmWorker(scripts, env=envs[key], preload=preload, tmp_prefix=tmp_prefix)
                 self.workers[key] = (worker, scripts)
-                self.starts += 1
-        except BaseException:
-            self.close()
+        except BaseException:  # not yet the hold's: end what started
+            for worker, _ in self.workers.values():
+                worker.close()
             raise
         if hold is not None:
             hold.take(w for w, _ in self.workers.values())
+
+    @property
+    def starts(self) -> int:
+        """How many zygotes this pool started (one per recorded environment)."""
+        return len(self.workers)
 
     def worker(self, scripts: Iterable[str], env: Mapping[str, str]) -> WarmWorker | None:
         """The worker for jobs of `scripts` in environment `env`; None when this pool has
