@@ -80,8 +80,7 @@ def run(
     """`subprocess.run([sys.executable, "-m", "magneton", *argv], capture_output=True,
     text=True, ...)`, forked from the warm interpreter unless the environment or `fresh`
     needs a new one (module docstring)."""
-    args = [sys.executable, "-m", "magneton", *map(str, argv)]
-    full = dict(os.environ if env is None else env)
+    args, full = _command(argv, env)
     if fresh or not _warm_env(full):
         return subprocess.run(
             args, capture_output=True, text=True, env=full, cwd=cwd, input=input, timeout=timeout
@@ -96,12 +95,20 @@ def start(
 ) -> Forked | subprocess.Popen:
     """`magneton ARGV` started and left running, as `subprocess.Popen(..., stdout=PIPE,
     stderr=PIPE, text=True)`: `communicate(timeout)` and `returncode` when it is done."""
-    args = [sys.executable, "-m", "magneton", *map(str, argv)]
-    full = dict(os.environ if env is None else env)
+    args, full = _command(argv, env)
     if not _warm_env(full):
         pipe = subprocess.PIPE
         return subprocess.Popen(args, stdout=pipe, stderr=pipe, text=True, env=full)
     return Forked(args, full, os.getcwd(), None)
+
+
+def _command(
+    argv: Sequence[str], env: Mapping[str, str] | None
+) -> tuple[list[str], dict[str, str]]:
+    """The command line a fresh process would run, and its whole environment."""
+    return [sys.executable, "-m", "magneton", *map(str, argv)], dict(
+        os.environ if env is None else env
+    )
 
 
 def _warm_env(env: Mapping[str, str]) -> bool:
