@@ -68,6 +68,7 @@ from magneton.model import (
     PowerSeries,
     Profile,
     RunInfo,
+    gc_paused,
 )
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -217,7 +218,8 @@ def read_trace(path: str | Path, max_bytes: int | None = None) -> TraceFile:
             raw = _inflate(raw, path, max_bytes)
         elif max_bytes is not None and len(raw) > max_bytes:
             raise _too_big(path, max_bytes)
-        doc = json.loads(raw)
+        with gc_paused():  # a trace's events are a million small dicts and lists
+            doc = json.loads(raw)
     except (OSError, EOFError, ValueError, zlib.error) as e:
         raise MagnetonError(f"{path} is not a readable JSON trace ({e})") from None
     except RecursionError:
@@ -475,6 +477,7 @@ def _gpu_record(e: dict, launch: _Node | None) -> OpRecord:
     )
 
 
+@gc_paused()
 def profile_from_trace(tf: TraceFile, run: str) -> tuple[Profile, ImportStats]:
     """One trace file as a Profile with GPU activities linked to their launching ops.
 
