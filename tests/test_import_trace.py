@@ -103,10 +103,10 @@ def test_estimated_energy_is_labelled_and_priced_on_gpu_activities():
 
 @needs_hta
 def test_a_trace_is_read_without_collections_that_rescan_the_process():
-    """A trace's events are a million small dicts and lists, and the records built from
-    them hold no reference cycles: every full collection their allocations trip rescans
-    the whole process and frees nothing. With them, importing trace_diff_control took 1.5 s
-    of its 2.7 s of CPU in eight full collections."""
+    """A trace's events are hundreds of thousands of small dicts and lists, and the
+    records built from them hold no reference cycles: every full collection their
+    allocations trip rescans the whole process and frees nothing. With them, importing
+    trace_diff_control took 1.5 s of its 2.7 s of CPU in eight full collections."""
     collections: list[int] = []
 
     def seen(phase: str, info: dict) -> None:

@@ -218,7 +218,7 @@ def read_trace(path: str | Path, max_bytes: int | None = None) -> TraceFile:
             raw = _inflate(raw, path, max_bytes)
         elif max_bytes is not None and len(raw) > max_bytes:
             raise _too_big(path, max_bytes)
-        with gc_paused():  # a trace's events are a million small dicts and lists
+        with gc_paused():  # a trace is hundreds of thousands of small dicts and lists
             doc = json.loads(raw)
     except (OSError, EOFError, ValueError, zlib.error) as e:
         raise MagnetonError(f"{path} is not a readable JSON trace ({e})") from None
