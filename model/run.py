@@ -27,7 +27,8 @@ from .vocab import sha256_file
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while many small records are built or read (a
-    structure pass, a profile converted for the DB, two runs matched, a trace imported).
+    structure pass, a profile converted for the DB, two runs matched, a trace or a shard
+    read).
 
     Every stage here allocates records by the hundred thousand and no reference cycles,
     so each allocation-triggered collection only rescans every live object of the

@@ -39,6 +39,7 @@ from magneton.model import (
     Profile,
     RunInfo,
     TensorRecord,
+    gc_paused,
     split_stored_config,
     stored_config,
 )
@@ -137,6 +138,7 @@ def write_shard(path: str | Path, shard: Shard) -> Path:
     return path
 
 
+@gc_paused()  # hundreds of thousands of small dicts, then records: no cycles
 def read_shard(path: str | Path, max_bytes: int | None = None) -> Shard:
     """A shard file, every value checked before anything is merged; `max_bytes` bounds
     its JSON text (inflated), so a gzip bomb is refused before it fills the memory."""
