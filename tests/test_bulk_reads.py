@@ -29,6 +29,10 @@ def collections_during(read: Callable[[], Any]) -> tuple[Any, list[int]]:
         if phase == "start":
             seen.append(info["generation"])
 
+    # From empty generations: the few allocations around the read (this call, the
+    # decorator's context) must not find the young generation at its threshold and
+    # trip a collection that belongs to neither reader.
+    gc.collect()
     gc.callbacks.append(note)
     try:
         return read(), seen
