@@ -89,12 +89,6 @@ CRASH = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _env() -> dict:
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
     env.pop("MAGNETON_LAUNCHER", None)
@@ -123,7 +117,6 @@ def jobs(tmp_path_factory):
     db, crash_db, shards = base / "db", base / "crash_db", base / "shards"
     crash = base / "crash.py"
     crash.write_text(CRASH)
-    port = str(_free_port())
     join = _start(
         ["-m", "magneton", "record", str(C9 / "join.py"), "--db", str(db)]
         + "--nproc 2 --run join".split()
@@ -131,7 +124,9 @@ def jobs(tmp_path_factory):
     )
     manual = _start(
         ["-m", "torch.distributed.run"]
-        + f"--nproc-per-node 2 --master-addr 127.0.0.1 --master-port {port}".split()
+        # --standalone: torchrun's store binds a free port itself; a port picked here was
+        # taken by the other jobs' ranks before torchrun bound it (EADDRINUSE)
+        + "--standalone --nproc-per-node 2".split()
         + ["-m", "magneton.tracer.distributed.worker", str(C9 / "manual.py")]
         + ["--job", "manual", "--shards", str(shards)]
         + FAST

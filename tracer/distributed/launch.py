@@ -166,7 +166,10 @@ def _run_agent(nproc: int, argv: list[str], shutdown_timeout_s: int) -> tuple[di
         nproc_per_node=nproc,
         run_id=f"magneton-{uuid.uuid4().hex[:8]}",
         rdzv_backend="c10d",
-        rdzv_endpoint=f"127.0.0.1:{free_loopback_port()}",
+        # port 0: the agent's store binds a free port itself, as `torchrun --standalone`
+        # does; a port picked here first could be taken by another job's rank before
+        # the store bound it (EADDRINUSE: the launch failed)
+        rdzv_endpoint="127.0.0.1:0",
         rdzv_configs={"timeout": 120},
         max_restarts=0,
         monitor_interval=0.1,
@@ -252,12 +255,6 @@ def _worker_argv(job: JobSpec, opts: Any, shard_dir: Path) -> list[str]:
     if not opts.call_paths:
         argv.append("--no-call-paths")
     return argv
-
-
-def free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _loopback_ifname() -> str:
