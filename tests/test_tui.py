@@ -9,6 +9,7 @@ tests/test_tui_tmux.py reuses the same recording (see `gelu_db`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Callable
@@ -601,5 +602,41 @@ def test_finding_screen_shows_the_interval_and_whether_it_was_confirmed(gelu_db)
         assert text.endswith("unconfirmed")
         details = flat(text_of(app.screen.query_one("#rootcause")))
         assert "unconfirmed (re-measurement disabled (--no-rerun))" in details
+
+    run_app(app, scenario)
+
+
+def test_a_diff_that_ends_as_a_finding_opens_updates_it_once_it_is_shown(gelu_db) -> None:
+    """The diff's last event (the child's "done") re-shows the findings and updates an
+    open finding screen. When it came in the moment a finding was opened, before the
+    screen had built its widgets, the update failed to find them and the TUI crashed
+    (`NoMatches: #side-a-title`); the screen now shows the update when it is built."""
+    _, db = gelu_db
+    store = Store(db)
+    first = Finding(
+        1, "a", "waste", Region([1], energy_j=2.0, time_s=0.002),
+        Region([2], energy_j=1.0, time_s=0.001), 1.0, 0.1, 0.0,
+        ops_a=["aten::tanh"], ops_b=["aten::gelu"],
+    )  # fmt: skip
+    result = DiffResult(
+        RunSummary("a", 10, 1, "model:cpu-default", "estimated"),
+        RunSummary("b", 9, 1, "model:cpu-default", "estimated"),
+        [first],
+        5,
+    )  # fmt: skip
+    store.remember_diff("a", "b", result)
+    app = MagnetonApp(store, store.check(), "a", "b")
+
+    async def scenario(pilot) -> None:
+        findings = app.screen
+        assert isinstance(findings, FindingsScreen)
+        later = dataclasses.replace(first, ops_a=["aten::tanh", "aten::mul"])
+        findings.action_open()  # pushed, not yet built
+        findings.show_result(dataclasses.replace(result, findings=[later]))
+        await pilot.pause()
+        detail = app.screen
+        assert isinstance(detail, FindingScreen) and detail.finding is later
+        title = flat(text_of(detail.query_one("#side-a-title")))
+        assert title.startswith("A a ") and title.endswith("wasteful")
 
     run_app(app, scenario)

@@ -147,7 +147,10 @@ class FindingScreen(BaseScreen):
 
     def update_finding(self, result: DiffResult, f: Finding) -> None:
         self.result, self.finding = result, f
-        self.render_all()
+        # a screen pushed but not yet built has no widgets to update: `on_mount` renders
+        # what is set here (the diff's last event can come in just as a finding opens)
+        if self.is_mounted:
+            self.render_all()
 
     def render_all(self) -> None:
         f, r = self.finding, self.result
