@@ -557,6 +557,24 @@ def test_diagnosis_crash_keeps_the_findings(gelu_db) -> None:
     run_app(app, scenario)
 
 
+def _finding(fid: int, **kw) -> Finding:
+    """A finding of the GELU pair's runs `a` and `b`: A's tanh against B's gelu."""
+    return Finding(
+        fid, "a", "waste", Region([1], energy_j=2.0, time_s=0.002),
+        Region([2], energy_j=1.0, time_s=0.001), 1.0, 0.1, 0.0,
+        ops_a=["aten::tanh"], ops_b=["aten::gelu"], **kw,
+    )  # fmt: skip
+
+
+def _pair_diff(findings: list[Finding]) -> DiffResult:
+    return DiffResult(
+        RunSummary("a", 10, 1, "model:cpu-default", "estimated"),
+        RunSummary("b", 9, 1, "model:cpu-default", "estimated"),
+        findings,
+        5,
+    )  # fmt: skip
+
+
 def test_finding_screen_shows_the_interval_and_whether_it_was_confirmed(gelu_db) -> None:
     """The finding screen says how sure the finding is: the saving's 95% interval, and
     whether interleaved re-measurement confirmed it (or why not)."""
@@ -565,25 +583,13 @@ def test_finding_screen_shows_the_interval_and_whether_it_was_confirmed(gelu_db)
     _, db = gelu_db
     store = Store(db)
 
-    def finding(fid: int, iv: SavingInterval) -> Finding:
-        return Finding(
-            fid, "a", "waste", Region([1], energy_j=2.0, time_s=0.002),
-            Region([2], energy_j=1.0, time_s=0.001), 1.0, 0.1, 0.0,
-            ops_a=["aten::tanh"], ops_b=["aten::gelu"], interval=iv,
-        )  # fmt: skip
-
     sure = SavingInterval(
         2.0, 1.6, 2.4, 0.75, 1.1, 0.95, 7, 7, test="paired t", confirmed=True, rounds=7
     )
     unsure = SavingInterval(
         1.5, 1.2, 1.9, 0.4, 0.9, 0.95, 30, 30, unconfirmed="re-measurement disabled (--no-rerun)"
     )
-    result = DiffResult(
-        RunSummary("a", 10, 1, "model:cpu-default", "estimated"),
-        RunSummary("b", 9, 1, "model:cpu-default", "estimated"),
-        [finding(1, sure), finding(2, unsure)],
-        5,
-    )  # fmt: skip
+    result = _pair_diff([_finding(1, interval=sure), _finding(2, interval=unsure)])
     store.remember_diff("a", "b", result)
     app = MagnetonApp(store, store.check(), "a", "b")
 
@@ -613,17 +619,8 @@ def test_a_diff_that_ends_as_a_finding_opens_updates_it_once_it_is_shown(gelu_db
     (`NoMatches: #side-a-title`); the screen now shows the update when it is built."""
     _, db = gelu_db
     store = Store(db)
-    first = Finding(
-        1, "a", "waste", Region([1], energy_j=2.0, time_s=0.002),
-        Region([2], energy_j=1.0, time_s=0.001), 1.0, 0.1, 0.0,
-        ops_a=["aten::tanh"], ops_b=["aten::gelu"],
-    )  # fmt: skip
-    result = DiffResult(
-        RunSummary("a", 10, 1, "model:cpu-default", "estimated"),
-        RunSummary("b", 9, 1, "model:cpu-default", "estimated"),
-        [first],
-        5,
-    )  # fmt: skip
+    first = _finding(1)
+    result = _pair_diff([first])
     store.remember_diff("a", "b", result)
     app = MagnetonApp(store, store.check(), "a", "b")
 
