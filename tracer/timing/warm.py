@@ -69,6 +69,12 @@ What the zygote imports, and why the children are as good as fresh processes:
   `magneton record` does in a fresh process, so forks and fresh recordings allocate
   alike; confirmation still only compares forks of the same zygote (or of zygotes that
   imported alike).
+* The zygote's imports are not frozen out of the cyclic collector (`gc.freeze()`), though
+  each confirmation round's timing pass then starts with a full collection that walks
+  them (0.1-0.2 s): that walk is the busy time before the round's timed call, and without
+  it the rounds of short calls scattered (a 2.7 ms against a 0.6 ms GELU pair went
+  unconfirmed); only a busy wait as long steadied them again (docs/benchmarks.md,
+  `diagnosis_time.py`).
 * The zygote has no Python threads: it waits on its command pipe and the children's
   pidfds with `select`, so nothing holds a lock when it forks.
 
