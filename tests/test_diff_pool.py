@@ -119,9 +119,18 @@ def test_a_diff_starts_one_warm_worker_per_environment(pool_db, monkeypatch, b, 
 
     monkeypatch.setattr(subprocess, "Popen", CountingPopen)
     before = _pool_dirs()
-    with open_db(pool_db, read_only=True) as db:
-        out = run_diff(db, "slow", b)
-    assert _pool_dirs() == before  # the pool's directories are removed
+    # A second diff only when the first confirmed nothing. What this test checks is how
+    # many interpreters a diff starts, which needs a confirmed finding to reach the
+    # re-run; whether rounds of 2.7 against 0.6 ms calls confirm is test_confirm.py's
+    # subject. In one fresh-clone CI run a diff's 14 rounds measured 1.27x (lower bound
+    # 0.74x) where this pair's diffs measure 2.4-5.6x; the file alone passed 8 of 8 runs.
+    for _ in range(2):
+        launches.clear()  # each diff's launches are counted on their own
+        with open_db(pool_db, read_only=True) as db:
+            out = run_diff(db, "slow", b)
+        assert _pool_dirs() == before  # the pool's directories are removed
+        if out.result.findings:
+            break
     result = out.result
     assert result.findings, result.confirm_note
     # one interpreter per environment for the whole diff: confirmation and diagnosis
