@@ -18,6 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .advice import propose, ranked, try_change
     from .breakdown import flatten_tree, module_tree, operator_table, top_rows
     from .cause.grouping import CauseGroup, cause_key, kernel_family
     from .cause.rootcause import describe_finding, side_facts, store_diagnosis
@@ -54,17 +55,21 @@ __all__ = [
     "module_tree",
     "operator_table",
     "operators_only",
+    "propose",
     "rank_ranges",
     "rank_report",
+    "ranked",
     "run_diff",
     "side_facts",
     "store_diagnosis",
     "store_outcome",
     "top_rows",
+    "try_change",
     "verify_fix",
 ]
 
 _LAZY = {
+    **dict.fromkeys(("propose", "ranked", "try_change"), ".advice"),
     **dict.fromkeys(("flatten_tree", "module_tree", "operator_table", "top_rows"), ".breakdown"),
     **dict.fromkeys(("CauseGroup", "cause_key", "kernel_family"), ".cause.grouping"),
     **dict.fromkeys(("describe_finding", "side_facts", "store_diagnosis"), ".cause.rootcause"),

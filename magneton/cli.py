@@ -44,6 +44,7 @@ _ORDER = [
     "query",
     "report",
     "diff",
+    "advise",
     "export_patch",
     "export_trace",
     "import_trace",

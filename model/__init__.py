@@ -17,6 +17,7 @@ the workload. One module per concept:
 
 from __future__ import annotations
 
+from .advice import Change, Tried
 from .diagnosis import (
     Divergence,
     Fix,
@@ -71,6 +72,8 @@ from .run import (
 )
 
 __all__ = [
+    "Change",
+    "Tried",
     "CollectiveInfo",
     "CollectiveTimes",
     "DIST_CONFIG_PREFIX",

@@ -49,7 +49,8 @@ def _ignore(folder: str, names: list[str]) -> set[str]:
     return out
 
 
-def _copy(root: str, dest: Path) -> Path:
+def copy_folder(root: str, dest: Path) -> Path:
+    """A scratch copy of a program folder, without what it need not hold to run."""
     shutil.copytree(root, dest, ignore=_ignore, symlinks=False)
     return dest
 
@@ -67,7 +68,7 @@ def _power(p: Profile) -> list[str]:
     return ["--power", source if source.startswith(("model", "meter")) else source.split(":")[0]]
 
 
-def _record_argv(p: Profile, root: str, copy: Path, args: list[str] | None) -> tuple[list, str]:
+def record_argv(p: Profile, root: str, copy: Path, args: list[str] | None) -> tuple[list, str]:
     """The `magneton record` command line recording run `p`'s program from `copy` (a copy
     of `root`), with `args` in place of its arguments when given; and where to run it."""
     from magneton.tracer.programs.program import ProgramSpec
@@ -93,13 +94,23 @@ def _record_argv(p: Profile, root: str, copy: Path, args: list[str] | None) -> t
     return [*window, *_power(p), *steady, *program], cwd
 
 
-def _record(argv: list[str], cwd: str, db: Path, run: str) -> Profile:
+def record_copy(
+    argv: list[str], cwd: str, db: Path, run: str, env: dict[str, str] | None = None
+) -> Profile:
+    """Record `argv` (`record_argv`'s) from `cwd` into `db` as run `run`, in a
+    `magneton record` process of its own, with `env` on top of this environment."""
     from magneton.graphdb import load_profile
 
     cmd = [sys.executable, "-m", "magneton", "record", "--db", str(db), "--run", run, "-q", *argv]
     try:
         res = subprocess.run(
-            cmd, cwd=cwd, capture_output=True, text=True, timeout=RECORD_TIMEOUT_S, check=False
+            cmd,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=RECORD_TIMEOUT_S,
+            check=False,
+            env={**os.environ, **env} if env else None,
         )
     except subprocess.TimeoutExpired:
         raise WorkerError(f"recording {run} took over {RECORD_TIMEOUT_S} s") from None
@@ -124,17 +135,17 @@ def verify_fix(pw: Profile, finding: Finding, threshold: float = 0.10) -> Verifi
         return Verification(False, note="the finding has no patch or command line to try")
     if not pw.run.script or not os.path.isfile(pw.run.script):
         return Verification(False, note=f"the wasteful run's script is gone ({pw.run.script})")
-    root = _root(pw, fix.base_dir)
+    root = program_root(pw, fix.base_dir)
     with tempfile.TemporaryDirectory(prefix="magneton-verify-") as tmp:
         work = Path(tmp)
         try:
-            before = _copy(root, work / "before")
-            after = _copy(root, work / "after")
+            before = copy_folder(root, work / "before")
+            after = copy_folder(root, work / "after")
             if fix.patch:  # its paths are relative to the fix's folder
                 _apply(fix.patch, after / _within(fix.base_dir or root, root), work)
             args = _fixed_args(fix.command) if fix.command and not fix.patch else None
-            pb = _record(*_record_argv(pw, root, before, None), work / "db", "before")
-            pa = _record(*_record_argv(pw, root, after, args), work / "db", "after")
+            pb = record_copy(*record_argv(pw, root, before, None), work / "db", "before")
+            pa = record_copy(*record_argv(pw, root, after, args), work / "db", "after")
             iv, rm = whole_run_saving(pb, pa, threshold)
         except (WorkerError, MagnetonError, OSError) as e:
             return Verification(False, note=str(e))
@@ -148,7 +159,7 @@ def verify_fix(pw: Profile, finding: Finding, threshold: float = 0.10) -> Verifi
     return Verification(verified, share, lo, hi, rm.rounds.n, note)
 
 
-def _root(p: Profile, base_dir: str | None) -> str:
+def program_root(p: Profile, base_dir: str | None = None) -> str:
     """The folder copied: the program's working directory when it holds the script (its
     command line names paths from there), else the fix's folder, else the script's."""
     from magneton.tracer.programs.program import ProgramSpec

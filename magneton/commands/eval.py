@@ -43,15 +43,15 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from magneton.model import Finding, MagnetonError, RootCause, WorkerError
+
+from ._cases import PATCHED_RUN_TIMEOUT_S, command_refusal, load_expect, record
 
 if TYPE_CHECKING:
     from magneton.graphdb import ProfileDB
@@ -80,6 +80,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(compares two versions of the diagnosis on the same measurements)",
     )
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument(
+        "--advise",
+        action="store_true",
+        help="CASES_DIR is a one-program corpus (examples/advise): run `magneton advise` on "
+        "each and print found / among the first three / false suggestions",
+    )
+    p.add_argument(
+        "--max-variants", type=int, default=8, help="with --advise: variants per case (default 8)"
+    )
     p.add_argument(
         "--no-aa",
         action="store_true",
@@ -149,16 +158,6 @@ def is_case(d: Path) -> bool:
     return (d / "expect.toml").is_file() and "program" in load_expect(d)
 
 
-def load_expect(case: Path) -> dict:
-    f = case / "expect.toml"
-    if not f.is_file():
-        return {"finding": True}
-    try:
-        return tomllib.loads(f.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise MagnetonError(f"{f}: invalid TOML: {e}") from None
-
-
 def record_args(expect: dict, repeat: int) -> list[str]:
     """The `magneton record` options of a script case's recordings: `--repeat` (at least
     the case's `min_repeat`: a difference that is a small share of the run on a CPU asks
@@ -186,41 +185,6 @@ def record_side(
     command = ["--", "python", argv[0], *map(str, argv[1:])]
     env = {k: str(v) for k, v in (prog.get("env") or {}).get(side, {}).items()}
     record([], db, run or side, [*steps, *power, *mode, *command], cwd=case, env=env)
-
-
-def record(
-    target: list[str],
-    db: str,
-    run: str,
-    args: list[str],
-    cwd: Path | None = None,
-    env: dict[str, str] | None = None,
-) -> None:
-    """Record one script (`target` its path) or program (`target` empty, the command after
-    `--` in `args`) in its own process, as a user runs `magneton record`: global flags
-    a script sets must not leak into the next recording. Recordings forked from one warm
-    interpreter per case (imports paid once) were tried and measured differently: in six
-    alternating evaluations of attn_impl each, on an idle machine, the forked ones
-    diagnosed 3 and the fresh ones 5 (the forked ones' run energy gap 2-8% against 4-8%)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "magneton",
-        "record",
-        *target,
-        "--db",
-        db,
-        "--run",
-        run,
-        "--replace",
-        *args,
-    ]
-    full = {**os.environ, **(env or {})}
-    full.setdefault("KINETO_LOG_LEVEL", "5")
-    res = subprocess.run(cmd, capture_output=True, text=True, env=full, cwd=cwd, check=False)
-    if res.returncode != 0:
-        msg = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise MagnetonError(f"recording {run} failed: {msg}")
 
 
 def relevant_finding(result, db: ProfileDB, region_ops: list[str]):
@@ -410,31 +374,12 @@ def _eval_case(
 def command_problem(case: Path, findings: list[Finding]) -> str:
     """'' when every command line the findings suggest parses with the program's own
     parser (the program run up to its parse, tracer/programs/cmdline.py `parses`)."""
-    import shlex
-
     for f in findings:
         if f.fix is None or not f.fix.command:
             continue
-        words = shlex.split(f.fix.command)
-        while words and "=" in words[0] and words[0].split("=", 1)[0].isidentifier():
-            words = words[1:]  # `NAME=value python ...`: the environment the shell sets
-        if words[:2] == ["python", "-m"]:
-            continue  # a module's parser: its package is the user's to import
-        # absolute: the parse runs in the case's directory (`cwd=case`), where a path
-        # relative to the caller's directory names nothing
-        script, args = str(case.resolve() / words[1]), words[2:]
-        if not args:
-            continue  # no arguments: nothing for a parser to refuse (env_config's fix)
-        ran = subprocess.run(
-            [sys.executable, "-m", "magneton.tracer.programs.cmdline", script, *args],
-            cwd=case,
-            capture_output=True,
-            text=True,
-            timeout=PATCHED_RUN_TIMEOUT_S,
-        )
-        if ran.returncode != 0:
-            last = (ran.stderr.strip().splitlines() or [f"status {ran.returncode}"])[-1]
-            return f"finding {f.id}'s command does not parse: {f.fix.command}: {last[:200]}"
+        why = command_refusal(case, f.fix.command)
+        if why:
+            return f"finding {f.id}'s command does not parse: {f.fix.command}: {why}"
     return ""
 
 
@@ -456,10 +401,6 @@ def aa_problem(
         f"#{f.id} {f.saving_share:.1%} ({describe(f.root_cause) or f.verdict})"
         for f in result.findings[:3]
     )
-
-
-# a patched script gets this long to run setup() and main() once
-PATCHED_RUN_TIMEOUT_S = 300
 
 
 def patch_problem(
@@ -551,6 +492,8 @@ def run(args: argparse.Namespace) -> int:
         raise MagnetonError("--repeat must be >= 1")
     if args.reuse and not args.db:
         raise MagnetonError("--reuse needs --db DIR (the recordings of an earlier eval)")
+    if args.advise:
+        return _run_advise(args)
     cases = case_dirs(args.cases, args.case)
     tmp = None
     db_dir = args.db
@@ -582,3 +525,19 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_table(results)
     return 0 if all(r.diagnosed for r in results) else 1
+
+
+def _run_advise(args: argparse.Namespace) -> int:
+    from ._advise_suite import advise_cases, eval_advise_case, print_advise_table
+
+    cases = advise_cases(args.cases, args.case)
+    with contextlib.ExitStack() as stack:
+        db_dir = args.db or stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="magneton-eval-")
+        )
+        results = [eval_advise_case(c, db_dir, args.max_variants) for c in cases]
+    if args.json:
+        print(json.dumps({"cases": [r.to_json() for r in results]}, indent=2))
+    else:
+        print_advise_table(results)
+    return 0 if all(r.ok for r in results) else 1

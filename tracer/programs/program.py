@@ -984,8 +984,24 @@ def time_window(spec: dict) -> dict:
 
 
 def env_of(config: dict[str, str]) -> dict[str, str]:
-    """The recorded environment variables (non-empty `env.*` snapshot entries)."""
-    return {k[4:]: v for k, v in config.items() if k.startswith("env.") and v}
+    """The recorded environment variables: non-empty `env.*` snapshot entries, and the
+    values a program read of its own variables (envreads.py), so that a re-run reads
+    what its recording read even when the process that re-runs it has another value
+    (`magneton advise` re-runs a variant that differs from its base by one variable)."""
+    from magneton.tracer.programs.envreads import CONFIG_KEY
+
+    out = {k[4:]: v for k, v in config.items() if k.startswith("env.") and v}
+    try:
+        reads = json.loads(config.get(CONFIG_KEY) or "{}")
+    except ValueError:
+        reads = {}
+    if isinstance(reads, dict):
+        out.update(
+            (k, v)
+            for k, v in reads.items()
+            if isinstance(v, str) and v and not k.startswith("MAGNETON")
+        )
+    return out
 
 
 def program_config(config: dict[str, str]) -> dict[str, str]:

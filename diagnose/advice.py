@@ -1,0 +1,613 @@
+"""One program is enough: the second side of a diff, built from what Magneton knows
+(`magneton advise`).
+
+A user with one training script has no second program to diff against, and the variant
+they would have to write is the answer itself. This module proposes that variant from
+the base run alone, tries it, and keeps it only when it does the same job for less.
+
+1. **Where a setting matters.** The base run's operators are grouped by the user-line
+   chain that launched them (diagnose/source/diffslice.py `chains_of`), and each chain of
+   a material share of the run's energy gets its backward slice (`side_slice`): the
+   statements, module constants, options (`args.NAME`), environment reads and config
+   keys that decide what those operators do. A setting is tried only where the slices
+   that read it hold at least `MATERIAL_SHARE` of the run's energy: a flag that only
+   names the checkpoint folder, or a constant that picks a log format, is never tried.
+2. **Which values, and why each.** No grid search. A value comes from the program
+   itself (a bool's other value, an option's other `choices`, the string literals the
+   source compares a constant or a variable with) or from the rule base: a rule whose
+   knob is the setting's name (an `attn_implementation` keyword, option, constant or
+   config key) and whose wasteful evidence holds on the base run's operators proposes
+   its efficient value. Each change says which of these it came from (`Change.source`).
+3. **Applied as the user would.** An option is rewritten on the recorded command line
+   and checked with the program's recorded parser (tracer/programs/cmdline.py: a
+   `store_true` flag is dropped or added, never given a value); an environment variable
+   is set on the command line; a constant, a literal argument or a config file's key is
+   rewritten with libcst (or at the key's own place in the file) in a scratch copy of
+   the program's folder, and the suggestion's patch is that edit as `git apply` takes it.
+4. **Same job, or no suggestion** (`same_outputs`): the base's final outputs (the
+   values its recorded work leaves behind: a loss, returned values, updated state) must
+   each have an equivalent in the variant under matching's tolerance
+   (diagnose/matching/match.py). A variant that changes them is listed as "changes
+   results" with the first output that differs, and is never re-measured.
+5. **A saving is a claim** (`try_change`): the variant and the base are re-measured in
+   interleaved rounds, every operator of each (confirm.py `whole_run_saving`); the
+   saving is suggested only when its interval lies above zero and its point reaches
+   `MIN_SAVING_SHARE` (identical runs on a loaded machine differ by a few percent).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import libcst as cst
+
+from magneton.knowledge.base import KnowledgeBase, Rule
+from magneton.model import Change, MagnetonError, Profile, Tried, WorkerError
+
+from .source.diffslice import _attributes_read, _passed_whole, chains_of, side_slice
+from .source.index import SourceIndex, literal_value, source_index, user_files
+
+# the least share of the base run's energy the operators a setting decides must hold
+MATERIAL_SHARE = 0.05
+# the least whole-run saving (point estimate) a confirmed variant must reach
+MIN_SAVING_SHARE = 0.03
+# chains sliced, largest energy first (each slice is a libcst walk of the script)
+MAX_CHAINS = 12
+_BOOL_WORDS = {"1": "0", "0": "1", "true": "false", "false": "true", "yes": "no", "no": "yes"}
+
+
+# --------------------------------------------------------------------------------------
+# 1. Where a setting matters: the slices of the base run's costly chains
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Reads:
+    """What the slice of one chain of operators reads, and the chain's energy share."""
+
+    share: float
+    names: set[str]
+    attrs: set[str]
+    strings: set[str]
+    env: set[str]
+    whole: bool  # a parse's result is handed on whole (every option may matter)
+    nodes: list[cst.CSTNode]
+
+
+def _chain_shares(p: Profile) -> list[tuple[tuple[int, ...], float]]:
+    total = sum(op.energy_j for op in p.ops)
+    if total <= 0:
+        return []
+    energy: dict[tuple[int, ...], float] = defaultdict(float)
+    for op in p.ops:
+        for chain in chains_of(p, [op.idx]) or {()}:
+            energy[chain] += op.energy_j
+    energy.pop((), None)
+    ranked = sorted(energy.items(), key=lambda kv: -kv[1])[:MAX_CHAINS]
+    return [(c, e / total) for c, e in ranked if e / total >= MATERIAL_SHARE]
+
+
+def _reads(p: Profile, idx: SourceIndex) -> list[_Reads]:
+    from .source.dataflow import _env_read
+
+    out = []
+    for chain, share in _chain_shares(p):
+        s = side_slice(p, idx, {chain})
+        nodes = [u.node for _, u in s.units.values()]
+        strings, env = set(), set()
+        for node in nodes:
+            for n in idx.walk(node):
+                if isinstance(n, cst.SimpleString) and isinstance(n.evaluated_value, str):
+                    strings.add(n.evaluated_value)
+                var = _env_read(idx, n) if isinstance(n, (cst.Call, cst.Subscript)) else None
+                if var:
+                    env.add(var)
+        out.append(
+            _Reads(
+                share,
+                set(s.wanted),
+                _attributes_read(s),
+                strings,
+                env,
+                bool(_passed_whole(s)),
+                nodes,
+            )
+        )
+    return out
+
+
+def _share(reads: list[_Reads], test: Callable[[_Reads], bool]) -> float:
+    return min(1.0, sum(r.share for r in reads if test(r)))
+
+
+def _reads_option(dest: str, r: _Reads) -> bool:
+    return dest in r.attrs or r.whole
+
+
+def _reads_env(var: str, r: _Reads) -> bool:
+    return var in r.env
+
+
+def _reads_key(key: str, r: _Reads) -> bool:
+    return key in r.strings or key in r.attrs
+
+
+def _reads_name(name: str, r: _Reads) -> bool:
+    return name in r.names or name in r.attrs
+
+
+def _is_env_read(var: str, idx: SourceIndex, node: cst.CSTNode) -> bool:
+    from .source.dataflow import _env_read
+
+    return _env_read(idx, node) == var
+
+
+def _is_name(name: str, idx: SourceIndex, node: cst.CSTNode) -> bool:
+    """`NAME` or `module.NAME`."""
+    if isinstance(node, cst.Name):
+        return node.value == name
+    return isinstance(node, cst.Attribute) and node.attr.value == name
+
+
+# --------------------------------------------------------------------------------------
+# 2. Values: the program's own alternatives and the rule base's
+# --------------------------------------------------------------------------------------
+
+
+def _norm(name: str) -> str:
+    return name.strip("-").replace("-", "_").lower()
+
+
+def _rule_values(kb: KnowledgeBase, name: str, base_facts: Any) -> list[Rule]:
+    """Rules whose knob is `name` (an attribute-named knob) and whose wasteful evidence
+    holds on the base run."""
+    from magneton.knowledge.match import evidence_holds
+
+    knob = kb.knob_for_attribute(_norm(name))
+    if knob is None:
+        return []
+    return [
+        r
+        for r in kb.rules
+        if r.knob == knob.key and r.efficient_value and evidence_holds(r.wasteful, base_facts)
+    ]
+
+
+def _compared_literals(
+    files: list[str], is_subject: Callable[[SourceIndex, cst.CSTNode], bool]
+) -> set[str]:
+    """String literals the program compares a subject with (`MODE == "fast"`,
+    `os.environ.get("X") in ("1", "on")`, `MODE != "loop"`)."""
+    out: set[str] = set()
+    for f in files:
+        idx = source_index(f)
+        if idx is None:
+            continue
+        for cmp in idx.nodes_of(cst.Comparison):
+            sides = [cmp.left, *(c.comparator for c in cmp.comparisons)]
+            if not any(_mentions(idx, s, is_subject) for s in sides):
+                continue
+            for s in sides:
+                elems = (
+                    [e.value for e in s.elements]
+                    if isinstance(s, (cst.Tuple, cst.List, cst.Set))
+                    else [s]
+                )
+                out |= {v for e in elems if isinstance(v := literal_value(e), str)}
+    return out
+
+
+def _mentions(idx: SourceIndex, node: cst.CSTNode, is_subject) -> bool:
+    return any(is_subject(idx, n) for n in idx.walk(node))
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else repr(value)
+
+
+# --------------------------------------------------------------------------------------
+# Proposals, by kind of setting
+# --------------------------------------------------------------------------------------
+
+
+def propose(p: Profile, kb: KnowledgeBase | None = None) -> list[Change]:
+    """The changes worth trying on run `p`, most energy decided first (module docstring)."""
+    from magneton.knowledge.base import default_knowledge
+
+    from .cause.rootcause import side_facts
+
+    script = p.run.script or ""
+    idx = source_index(script) if script and os.path.isfile(script) else None
+    if idx is None:
+        raise MagnetonError(f"the base run's script cannot be read ({script or 'none recorded'})")
+    kb = kb or default_knowledge()
+    reads = _reads(p, idx)
+    facts = side_facts(p, [op.idx for op in p.ops])
+    files = user_files(script)
+    found: dict[tuple[str, str, str], Change] = {}
+    for make in (
+        _option_changes,
+        _env_changes,
+        _config_changes,
+        _constant_changes,
+        _argument_changes,
+    ):
+        for c in make(p, reads, kb, facts, files):
+            if c.value == c.from_value:
+                continue
+            known = found.setdefault(c.key, c)
+            if known is not c and c.rule and not known.rule:  # the program's and a rule's
+                known.rule, known.source = c.rule, f"{known.source}; {c.source}"
+    return sorted(found.values(), key=lambda c: (-round(c.share, 2), not c.rule, c.setting))
+
+
+def _option_changes(p, reads, kb, facts, files) -> Iterator[Change]:
+    from magneton.tracer.programs import cmdline
+
+    args = json.loads(p.config.get("program.args", "[]") or "[]")
+    seen: set[str] = set()
+    for spec in reversed(cmdline.parsers_of(p.config)):
+        for a in spec.actions:
+            if not a.option_strings or a.dest in seen or a.kind in ("help", "version"):
+                continue
+            seen.add(a.dest)
+            share = _share(reads, partial(_reads_option, a.dest))
+            if share < MATERIAL_SHARE:
+                continue
+            now = cmdline._literal(spec.values.get(a.dest))
+            opt = max(a.option_strings, key=len)
+            for words, value, source in _option_values(a, opt, now, kb, facts):
+                fixed = cmdline.rewrite(spec, args, words, a.dest)
+                if cmdline.check(spec, fixed, args, words, a.dest):
+                    continue  # the program's parser would not give the dest that value
+                yield Change(
+                    "option", opt, _text(now), value, source[0], share, rule=source[1], args=fixed
+                )
+
+
+def _option_values(
+    a, opt: str, now: Any, kb, facts
+) -> Iterator[tuple[list[str], str, tuple[str, str]]]:
+    """(the efficient words for the option, the dest's value as text, (source, rule))."""
+    flag = (f"option {opt} (a flag)", "")
+    if a.kind == "store_true":
+        yield ([] if now else [opt]), str(not now), flag
+    elif a.kind == "store_false":
+        yield ([opt] if now else []), str(not now), flag
+    elif a.kind == "boolean_optional":
+        neg = next((o for o in a.option_strings if o.startswith("--no-")), None)
+        if neg:
+            yield (
+                ([neg] if now else [max((o for o in a.option_strings if o != neg), key=len)]),
+                str(not now),
+                flag,
+            )
+    elif a.kind == "store" and a.bool_type and isinstance(now, bool):
+        yield [opt, str(not now)], str(not now), flag
+    elif a.kind == "store" and a.choices:
+        for c in a.choices:
+            if c != _text(now):
+                yield [opt, c], c, (f"option {opt} (choices)", "")
+    if a.kind == "store":
+        for r in _rule_values(kb, a.dest, facts):
+            yield [opt, r.efficient_value or ""], r.efficient_value or "", (f"rule {r.id}", r.id)
+
+
+def _env_changes(p, reads, kb, facts, files) -> Iterator[Change]:
+    from magneton.tracer.programs.envreads import CONFIG_KEY
+
+    try:
+        seen = json.loads(p.config.get(CONFIG_KEY) or "{}")
+    except ValueError:
+        seen = {}
+
+    for var in sorted({v for r in reads for v in r.env}):
+        share = _share(reads, partial(_reads_env, var))
+        if share < MATERIAL_SHARE or var not in seen:
+            continue
+        now = seen[var]
+        values: list[tuple[str, str, str]] = []
+        if now is not None and now.lower() in _BOOL_WORDS:
+            flip = _BOOL_WORDS[now.lower()]
+            values.append(
+                (flip.upper() if now.isupper() else flip, f"variable {var} (a switch)", "")
+            )
+        compared = _compared_literals(files, partial(_is_env_read, var))
+        values += [(c, f"variable {var} (compared in the source)", "") for c in sorted(compared)]
+        values += [
+            (r.efficient_value or "", f"rule {r.id}", r.id) for r in _rule_values(kb, var, facts)
+        ]
+        for value, source, rule in values:
+            if value != now:
+                yield Change(
+                    "env",
+                    var,
+                    "(unset)" if now is None else now,
+                    value,
+                    source,
+                    share,
+                    rule=rule,
+                    env={var: value},
+                )
+
+
+def _config_changes(p, reads, kb, facts, files) -> Iterator[Change]:
+    from magneton.tracer.programs.configfiles import config_files, key_line, set_key
+
+    for cf in config_files(p.config):
+        for keys, now in _leaves(cf.doc):
+            last = str(keys[-1])
+            share = _share(reads, partial(_reads_key, last))
+            if share < MATERIAL_SHARE:
+                continue
+            values: list[tuple[Any, str, str]] = []
+            where = key_line(cf.path, keys)
+            at = f"{os.path.basename(cf.path)}:{where[0]}" if where else os.path.basename(cf.path)
+            if isinstance(now, bool):
+                values.append((not now, f"key {'.'.join(map(str, keys))} of {at} (a switch)", ""))
+            elif isinstance(now, str):
+                values += [
+                    (r.efficient_value, f"rule {r.id}", r.id) for r in _rule_values(kb, last, facts)
+                ]
+            for value, source, rule in values:
+                text = set_key(cf.path, keys, value, cf.format)
+                if text is not None and value != now:
+                    yield Change(
+                        "config-key",
+                        ".".join(map(str, keys)),
+                        _yaml_text(now),
+                        _yaml_text(value),
+                        source,
+                        share,
+                        where=at,
+                        rule=rule,
+                        file=cf.path,
+                        text=text,
+                    )
+
+
+def _leaves(doc: Any, prefix: tuple = ()) -> Iterator[tuple[tuple, Any]]:
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _leaves(v, (*prefix, k))
+    elif prefix and isinstance(doc, (bool, str)):
+        yield prefix, doc
+
+
+def _yaml_text(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, bool) else str(value)
+
+
+def _constant_changes(p, reads, kb, facts, files) -> Iterator[Change]:
+    """Module-level `NAME = literal` (bool or str) of the program's files that the slices
+    read, by name or as `module.NAME`."""
+    for f in files:
+        idx = source_index(f)
+        if idx is None:
+            continue
+        for name, node in _module_literals(idx):
+            share = _share(reads, partial(_reads_name, name))
+            if share < MATERIAL_SHARE:
+                continue
+            now = literal_value(node)
+            where = f"{os.path.basename(f)}:{idx.line_of(node)}"
+            for value, source, rule in _literal_values(name, now, files, kb, facts, where):
+                text = _replaced(f, idx, node, value)
+                if text is not None:
+                    yield Change(
+                        "constant",
+                        name,
+                        _text(now),
+                        _text(value),
+                        source,
+                        share,
+                        where,
+                        rule,
+                        file=f,
+                        text=text,
+                    )
+
+
+def _module_literals(idx: SourceIndex) -> Iterator[tuple[str, cst.BaseExpression]]:
+    for stmt in idx.module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+            continue
+        s = stmt.body[0]
+        if isinstance(s, cst.Assign) and len(s.targets) == 1:
+            target, value = s.targets[0].target, s.value
+        elif isinstance(s, cst.AnnAssign) and s.value is not None:
+            target, value = s.target, s.value
+        else:
+            continue
+        if isinstance(target, cst.Name) and isinstance(literal_value(value), (bool, str)):
+            yield target.value, value
+
+
+def _literal_values(name, now, files, kb, facts, where) -> Iterator[tuple[Any, str, str]]:
+    if isinstance(now, bool):
+        yield not now, f"{where} (a switch)", ""
+        return
+    compared = _compared_literals(files, partial(_is_name, name))
+    for c in sorted(compared - {now}):
+        yield c, f"{where} (compared in the source)", ""
+    for r in _rule_values(kb, name, facts):
+        yield r.efficient_value, f"rule {r.id}", r.id
+
+
+def _argument_changes(p, reads, kb, facts, files) -> Iterator[Change]:
+    """Literal keyword arguments in the slices' statements whose keyword is a knob that a
+    rule, holding on the base run, gives an efficient value (`attn_implementation="eager"`)."""
+    idx = source_index(p.run.script or "")
+    if idx is None:
+        return
+    for r in reads:
+        for node in r.nodes:
+            for call in idx.nodes_of(cst.Call, node):
+                for arg in call.args:
+                    if arg.keyword is None or not isinstance(literal_value(arg.value), (bool, str)):
+                        continue
+                    now = literal_value(arg.value)
+                    where = f"{os.path.basename(idx.path)}:{idx.line_of(arg)}"
+                    for rule in _rule_values(kb, arg.keyword.value, facts):
+                        value = _parse_like(rule.efficient_value or "", now)
+                        text = _replaced(idx.path, idx, arg.value, value)
+                        if text is not None and value != now:
+                            yield Change(
+                                "argument",
+                                arg.keyword.value,
+                                _text(now),
+                                _text(value),
+                                f"rule {rule.id}",
+                                r.share,
+                                where,
+                                rule.id,
+                                file=idx.path,
+                                text=text,
+                            )
+
+
+def _parse_like(text: str, like: Any) -> Any:
+    if isinstance(like, bool):
+        return text.strip().lower() == "true"
+    return text
+
+
+def _replaced(file: str, idx: SourceIndex, node: cst.BaseExpression, value: Any) -> str | None:
+    """The file with the literal at `node` replaced by `value`, quoted as it was."""
+    from .fix.edits import replace_value
+
+    if isinstance(value, str):
+        old = idx.code(node)
+        code = json.dumps(value) if old.startswith('"') else repr(value)
+    else:
+        code = repr(value)
+    return replace_value(file, idx.span(node), code)
+
+
+# --------------------------------------------------------------------------------------
+# 4. Same job: the base's outputs in the variant
+# --------------------------------------------------------------------------------------
+
+
+def same_outputs(base: Profile, variant: Profile) -> tuple[bool, str]:
+    """Whether every final output of `base` has an equivalent in `variant` (matching's
+    tolerance); else the first one that has none, in words."""
+    from .matching.match import build_graph, match_runs
+
+    m = match_runs(base, variant)
+    found = {a for a, _ in m.anchors} | {t for side, t, _ in m.identity if side == "a"}
+    finals = sorted(build_graph(base).final_set)
+    for t in finals:
+        if t not in found:
+            rec = base.tensors[t]
+            op = base.ops[rec.producer].name if rec.producer >= 0 else "an input"
+            return (
+                False,
+                f"the output of {op} {list(rec.shape)} ({rec.dtype}) has no equal in the variant",
+            )
+    return True, ""
+
+
+# --------------------------------------------------------------------------------------
+# 5. Trying one change
+# --------------------------------------------------------------------------------------
+
+
+def command_of(p: Profile, change: Change) -> str:
+    """The program's command line with the change (`NAME=value python train.py ARGS`)."""
+    import shlex
+
+    from magneton.tracer.programs.program import ProgramSpec
+
+    spec = ProgramSpec.from_config(p.config)
+    if spec is None:
+        return ""
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in change.env.items())
+    return (env + " " if env else "") + spec.python_command(change.args)
+
+
+def patch_of(change: Change, root: str) -> str:
+    from .fix.edits import unified_diff
+
+    if not change.file:
+        return ""
+    rel = os.path.relpath(change.file, root).replace(os.sep, "/")
+    with open(change.file, encoding="utf-8") as f:
+        return unified_diff(rel, f.read(), change.text)
+
+
+def try_change(
+    db_path: str,
+    base: Profile,
+    change: Change,
+    run: str,
+    work: Path,
+    threshold: float = MIN_SAVING_SHARE,
+) -> Tried:
+    """Record the variant that `change` makes of `base`'s program into the DB at
+    `db_path` as `run` (from a scratch copy under `work`, left for the caller to remove
+    once done with the run's re-runs), store its diff against the base, check that it
+    does the same job and re-measure the two in interleaved rounds."""
+    from magneton.graphdb import open_db
+
+    from .fix.verify import copy_folder, program_root, record_argv, record_copy
+    from .matching.confirm import whole_run_saving
+    from .pipeline import run_diff, store_outcome
+
+    t0 = time.perf_counter()
+    tried = Tried(change)
+    root = program_root(base)
+    tried.command = command_of(base, change) if change.args is not None or change.env else ""
+    try:
+        tried.patch = patch_of(change, root)
+        copy = copy_folder(root, work / run.replace(os.sep, "_"))
+        if change.file:
+            target = copy / os.path.relpath(change.file, root)
+            if os.path.relpath(change.file, root).startswith(".."):
+                raise MagnetonError(f"{change.file} lies outside the program's folder {root}")
+            target.write_text(change.text, encoding="utf-8")
+        argv, cwd = record_argv(base, root, copy, change.args)
+        variant = record_copy(["--replace", *argv], cwd, Path(db_path), run, env=change.env)
+        tried.run = run
+        with open_db(db_path) as db:
+            out = run_diff(db, base.run.name, run, diagnose=False, rerun=False)
+            store_outcome(db, out)
+        tried.findings = len(out.result.findings)
+        tried.same_outputs, tried.first_difference = same_outputs(base, variant)
+        if not tried.same_outputs:
+            tried.status = "changes results"
+            return tried
+        iv, rm = whole_run_saving(base, variant, threshold)
+        tried.rounds = rm.rounds.n
+        if iv is not None:
+            ratio, lo, hi = iv  # E_base / E_variant
+            tried.saving_share = 1.0 - 1.0 / ratio
+            tried.interval = (1.0 - 1.0 / lo, 1.0 - 1.0 / hi)
+        good = tried.confirmed and (tried.saving_share or 0.0) >= threshold
+        tried.status = "suggested" if good else "no saving"
+    except (WorkerError, MagnetonError, OSError) as e:
+        tried.status, tried.error = "failed", _one_line(str(e))
+    finally:
+        tried.seconds = time.perf_counter() - t0
+    return tried
+
+
+def _one_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "failed"
+
+
+def ranked(tried: list[Tried]) -> list[Tried]:
+    """The suggestions, largest saving first."""
+    return sorted(
+        (t for t in tried if t.status == "suggested"),
+        key=lambda t: -(t.interval[0] if t.interval else 0.0),
+    )
