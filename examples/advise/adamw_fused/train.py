@@ -7,7 +7,7 @@ loss and accuracy are printed every few steps, a held-out accuracy at the end.
 `--fused/--no-fused` is passed to `torch.optim.AdamW(fused=...)`. The fused CPU kernel
 updates each parameter, its two moment buffers and weight decay in one pass over memory;
 with `--no-fused` the default for-loop implementation (what CPU training gets when no
-implementation is chosen) makes a separate pass over the 6.4M-entry embedding table for
+implementation is chosen) makes a separate pass over the 12.8M-entry embedding table for
 every term of the update.
 """
 
@@ -25,7 +25,7 @@ def parse_args():
     p.add_argument("--doc-len", type=int, default=48)
     p.add_argument("--vocab-size", type=int, default=60000)
     p.add_argument("--buckets", type=int, default=40000, help="hashed bigram buckets")
-    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--dim", type=int, default=128)
     p.add_argument("--classes", type=int, default=8)
     p.add_argument("--lr", type=float, default=2e-2)
     p.add_argument(

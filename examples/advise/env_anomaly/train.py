@@ -16,9 +16,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 STEPS = int(os.environ.get("MLP_STEPS", "12"))
-BATCH = int(os.environ.get("MLP_BATCH", "64"))
+BATCH = int(os.environ.get("MLP_BATCH", "128"))
 DEPTH = int(os.environ.get("MLP_DEPTH", "24"))
-WIDTH = int(os.environ.get("MLP_WIDTH", "128"))
+WIDTH = int(os.environ.get("MLP_WIDTH", "256"))
 LR = float(os.environ.get("MLP_LR", "1e-3"))
 DETECT_ANOMALY = os.environ.get("MLP_DETECT_ANOMALY", "0") == "1"
 SIGNAL = 96

@@ -21,6 +21,9 @@ def parse_args():
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--n-embd", type=int, default=64)
+    p.add_argument("--n-inner", type=int, default=1024)
+    p.add_argument("--layers", type=int, default=4)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--log-every", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
@@ -41,10 +44,10 @@ def main():
     config = GPT2Config(
         vocab_size=256,
         n_positions=args.seq_len,
-        n_embd=64,
-        n_layer=4,
+        n_embd=args.n_embd,
+        n_layer=args.layers,
         n_head=4,
-        n_inner=1024,
+        n_inner=args.n_inner,
         activation_function="gelu_new",
         resid_pdrop=0.0,
         embd_pdrop=0.0,

@@ -1,7 +1,7 @@
 """GPT-2 greedy continuation of a batch of prompts with `generate()`.
 
 A batch-completion job: a small GPT-2 (built from a config, random weights, nothing
-downloaded) continues four 64-token prompts by 48 greedy tokens. The call passes
+downloaded) continues four 64-token prompts by 32 greedy tokens. The call passes
 `use_cache=False`, a setting copied from a training script (where the cache is of no
 use): each new token then re-runs the whole prefix through the model, where with the KV
 cache each step only processes the new token against the cached keys and values. The
@@ -11,7 +11,7 @@ generated tokens are the same.
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-BATCH, PROMPT, NEW_TOKENS = 4, 64, 48
+BATCH, PROMPT, NEW_TOKENS = 4, 64, 32
 
 
 def setup():
@@ -20,7 +20,7 @@ def setup():
         vocab_size=1024,
         n_positions=256,
         n_embd=128,
-        n_layer=4,
+        n_layer=3,
         n_head=4,
         bos_token_id=0,
         eos_token_id=0,

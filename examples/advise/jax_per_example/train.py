@@ -22,7 +22,7 @@ import optax
 def parse_args():
     p = argparse.ArgumentParser(description="JAX/optax MLP training")
     p.add_argument("--steps", type=int, default=12)
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--features", type=int, default=256)
     p.add_argument("--width", type=int, default=512)
     p.add_argument("--depth", type=int, default=6)
