@@ -17,14 +17,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from magneton.diagnose.api import ranked
 from magneton.model import Change, Profile, Tried
-
-
-def _ranked(tried: list[Tried]) -> list[Tried]:
-    return sorted(
-        (t for t in tried if t.status == "suggested"),
-        key=lambda t: -(t.interval[0] if t.interval else 0.0),
-    )
 
 
 def _base_json(base: Profile) -> dict[str, Any]:
@@ -35,20 +29,21 @@ def _base_json(base: Profile) -> dict[str, Any]:
         "time_s": base.run.time_s,
         "energy_method": base.run.energy_method,
         "power_source": base.run.power_source,
-        "command": base.config.get("program.args") and _base_command(base),
+        "command": _base_command(base),
     }
 
 
-def _base_command(base: Profile) -> str:
-    import json
+def _base_command(base: Profile) -> str | None:
+    """`python train.py ARGS` as the base was run; None for a script's setup()/main()."""
+    from magneton.tracer.api import ProgramSpec
 
-    args = json.loads(base.config.get("program.args") or "[]")
-    return shlex.join(["python", base.run.script or "", *args])
+    spec = ProgramSpec.from_config(base.config)
+    return spec.python_command() if spec is not None else None
 
 
 def advice_json(base: Profile, tried: list[Tried], untried: list[Change], db: str) -> dict:
     suggestions = []
-    for rank, t in enumerate(_ranked(tried), 1):
+    for rank, t in enumerate(ranked(tried), 1):
         suggestions.append({"rank": rank, **t.to_json(), "explore": _explore(db, base, t)})
     return {
         "base": _base_json(base),
@@ -101,7 +96,7 @@ def print_advice(base: Profile, tried: list[Tried], untried: list[Change], db: s
             "or rule-known API argument decides the operators holding the run's energy"
         )
         return
-    rows = _ranked(tried)
+    rows = ranked(tried)
     if rows:
         t = Table(title="suggestions (saving: share of the base run's energy, 95% interval)")
         for col in ("#", "setting", "from → to", "saving", "confirmed", "same outputs", "fix"):
