@@ -150,6 +150,14 @@ def _is_env_read(var: str, idx: SourceIndex, node: cst.CSTNode) -> bool:
     return _env_read(idx, node) == var
 
 
+def _is_key(key: str, idx: SourceIndex, node: cst.CSTNode) -> bool:
+    """What holds a config key's value: `cfg["key"]`, `cfg.key`, or a variable `key`."""
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1:
+        index = node.slice[0].slice
+        return isinstance(index, cst.Index) and literal_value(index.value) == key
+    return _is_name(key, idx, node)
+
+
 def _is_name(name: str, idx: SourceIndex, node: cst.CSTNode) -> bool:
     """`NAME` or `module.NAME`."""
     if isinstance(node, cst.Name):
@@ -246,7 +254,14 @@ def propose(p: Profile, kb: KnowledgeBase | None = None) -> list[Change]:
             known = found.setdefault(c.key, c)
             if known is not c and c.rule and not known.rule:  # the program's and a rule's
                 known.rule, known.source = c.rule, f"{known.source}; {c.source}"
-    return sorted(found.values(), key=lambda c: (-round(c.share, 2), not c.rule, c.setting))
+    return sorted(found.values(), key=_order)
+
+
+def _order(c: Change) -> tuple:
+    """A rule's change first (its waste is evidenced on the run), then the program's
+    own settings, then a literal argument's other value, each by the share it decides."""
+    tier = 0 if c.rule else 2 if c.kind == "argument" else 1
+    return tier, -round(c.share, 2), c.setting
 
 
 def _option_changes(p, reads, kb, facts, files) -> Iterator[Change]:
@@ -357,6 +372,11 @@ def _config_changes(p, reads, kb, facts, files) -> Iterator[Change]:
                 values += [
                     (r.efficient_value, f"rule {r.id}", r.id) for r in _rule_values(kb, last, facts)
                 ]
+                compared = _compared_literals(files, partial(_is_key, last))
+                values += [
+                    (c, f"key {'.'.join(map(str, keys))} of {at} (compared in the source)", "")
+                    for c in sorted(compared - {now})
+                ]
             for value, source, rule in values:
                 text = set_key(cf.path, keys, value, cf.format)
                 if text is not None and value != now:
@@ -443,11 +463,15 @@ def _literal_values(name, now, files, kb, facts, where) -> Iterator[tuple[Any, s
 
 
 def _argument_changes(p, reads, kb, facts, files) -> Iterator[Change]:
-    """Literal keyword arguments in the slices' statements whose keyword is a knob that a
-    rule, holding on the base run, gives an efficient value (`attn_implementation="eager"`)."""
+    """Literal keyword arguments in the slices' statements (`use_cache=False`,
+    `method="direct"`): a rule's efficient value where the keyword is a knob of the
+    rule base (by name, or as the argument of the call a knob lists) and the rule's
+    wasteful evidence holds on the base run; a bool's other value; the string literals
+    the program compares a variable of that name with."""
     idx = source_index(p.run.script or "")
     if idx is None:
         return
+    seen: set[tuple[int, Any]] = set()
     for r in reads:
         for node in r.nodes:
             for call in idx.nodes_of(cst.Call, node):
@@ -456,22 +480,60 @@ def _argument_changes(p, reads, kb, facts, files) -> Iterator[Change]:
                         continue
                     now = literal_value(arg.value)
                     where = f"{os.path.basename(idx.path)}:{idx.line_of(arg)}"
-                    for rule in _rule_values(kb, arg.keyword.value, facts):
-                        value = _parse_like(rule.efficient_value or "", now)
+                    key = arg.keyword.value
+                    for value, source, rule in _argument_values(
+                        idx, call, key, now, files, kb, facts, where
+                    ):
                         text = _replaced(idx.path, idx, arg.value, value)
-                        if text is not None and value != now:
-                            yield Change(
-                                "argument",
-                                arg.keyword.value,
-                                _text(now),
-                                _text(value),
-                                f"rule {rule.id}",
-                                r.share,
-                                where,
-                                rule.id,
-                                file=idx.path,
-                                text=text,
-                            )
+                        if text is None or value == now or (id(arg), value) in seen:
+                            continue
+                        seen.add((id(arg), value))
+                        yield Change(
+                            "argument",
+                            key,
+                            _text(now),
+                            _text(value),
+                            source,
+                            r.share,
+                            where,
+                            rule,
+                            file=idx.path,
+                            text=text,
+                        )
+
+
+def _argument_values(
+    idx, call, key, now, files, kb, facts, where
+) -> Iterator[tuple[Any, str, str]]:
+    rules = _rule_values(kb, key, facts) + _call_rules(
+        kb, idx.qualified_names(call.func), key, facts
+    )
+    for rule in rules:
+        yield _parse_like(rule.efficient_value or "", now), f"rule {rule.id}", rule.id
+    if isinstance(now, bool):
+        yield not now, f"{where} (a switch)", ""
+    else:
+        for c in sorted(_compared_literals(files, partial(_is_name, key)) - {now}):
+            yield c, f"{where} (compared in the source)", ""
+
+
+def _call_rules(
+    kb: KnowledgeBase, qualnames: set[str], keyword: str, base_facts: Any
+) -> list[Rule]:
+    """Rules whose knob is set by this call's `keyword` argument (the knob's `calls`)
+    and whose wasteful evidence holds on the base run."""
+    from magneton.knowledge.match import evidence_holds
+
+    knobs = {
+        k.key
+        for k in kb.knobs.values()
+        if any(c.qualname in qualnames and c.arg == keyword for c in k.calls)
+    }
+    return [
+        r
+        for r in kb.rules
+        if r.knob in knobs and r.efficient_value and evidence_holds(r.wasteful, base_facts)
+    ]
 
 
 def _parse_like(text: str, like: Any) -> Any:
@@ -498,26 +560,90 @@ def _replaced(file: str, idx: SourceIndex, node: cst.BaseExpression, value: Any)
 
 
 def same_outputs(base: Profile, variant: Profile) -> tuple[bool, str]:
-    """Whether every floating-point final output of `base` has an equivalent in
-    `variant` (matching's tolerance); else the first one that has none, in words."""
-    from .matching.match import build_graph, match_runs
+    """Whether every result of `base` (`results_of`) has an equivalent in `variant`
+    (matching's tolerance); else the first one that has none, in words."""
+    from .matching.match import match_runs
 
+    results, what = results_of(base)
     m = match_runs(base, variant)
     found = {a for a, _ in m.anchors} | {t for side, t, _ in m.identity if side == "a"}
-    # results are floating-point values (a loss, logits, updated weights); an unconsumed
-    # integer or bool tensor is one implementation's scaffolding (eager attention's causal
-    # mask built from `arange(...).unsqueeze`), which the other way of computing the same
-    # results need not build: counting it called sdpa-for-eager "changes results"
-    finals = [t for t in sorted(build_graph(base).final_set) if _is_float(base.tensors[t].dtype)]
-    for t in finals:
+    for t in results:
         if t not in found:
-            rec = base.tensors[t]
-            op = base.ops[rec.producer].name if rec.producer >= 0 else "an input"
-            return (
-                False,
-                f"the output of {op} {list(rec.shape)} ({rec.dtype}) has no equal in the variant",
-            )
+            return False, f"{_described(base, t)} ({what}) has no equal in the variant"
+    if what == READ_BACK:
+        missing = _work_left_out(base, variant)
+        if missing:
+            return False, f"the variant leaves {missing} out (an update the base makes)"
     return True, ""
+
+
+RETURNED, READ_BACK, FINAL = "returned", "read back", "a final output"
+# operators through which a program reads a value back into Python (`loss.item()`,
+# `float(loss)`, a printed loss) and through which a backward pass is seeded
+_READ_OPS = {"aten::_local_scalar_dense", "aten::item"}
+_SEED_OPS = {"aten::ones_like"}
+
+
+def results_of(p: Profile) -> tuple[list[int], str]:
+    """The values run `p`'s job is judged by, and which kind they are.
+
+    A script's entry is judged by what it returned (recorded as `RETURNED_KEY`). A
+    training program returns nothing; it is judged by the loss: the one-element values
+    it reads back (`loss.item()` in a log line) and those its backward passes start
+    from. Its updated weights are not compared by value: the optimizer's normalised
+    step (Adam divides by the root of the second moment) turns last-bit differences
+    in a gradient into visible ones, so two implementations of the same attention
+    would "change results" (`_work_left_out` checks instead that the same updates are
+    made). Failing both, the floating-point final outputs: an unconsumed integer or
+    bool tensor is one implementation's scaffolding (eager attention's causal mask),
+    which another way of computing the same results need not build."""
+    from magneton.tracer.programs.record import RETURNED_KEY
+
+    n = len(p.tensors)
+    try:
+        returned = [t for t in json.loads(p.config.get(RETURNED_KEY) or "[]") if 0 <= t < n]
+    except (ValueError, TypeError):
+        returned = []
+    if returned:
+        return returned, RETURNED
+    read = [
+        t
+        for op in p.ops
+        if op.name in _READ_OPS or op.name in _SEED_OPS
+        for t in op.inputs[:1]
+        if p.tensors[t].numel == 1 and _is_float(p.tensors[t].dtype)
+    ]
+    if read:
+        return list(dict.fromkeys(read)), READ_BACK
+    return _float_finals(p), FINAL
+
+
+def _float_finals(p: Profile) -> list[int]:
+    from .matching.match import build_graph
+
+    return [t for t in sorted(build_graph(p).final_set) if _is_float(p.tensors[t].dtype)]
+
+
+def _work_left_out(base: Profile, variant: Profile) -> str:
+    """A floating-point final output of `base` (an updated weight, by shape and dtype)
+    with no final output of that shape and dtype in `variant`, in words; "" if none."""
+    from collections import Counter
+
+    have = Counter(
+        (tuple(variant.tensors[t].shape), variant.tensors[t].dtype) for t in _float_finals(variant)
+    )
+    for t in _float_finals(base):
+        key = (tuple(base.tensors[t].shape), base.tensors[t].dtype)
+        if have[key] <= 0:
+            return _described(base, t)
+        have[key] -= 1
+    return ""
+
+
+def _described(p: Profile, t: int) -> str:
+    rec = p.tensors[t]
+    op = p.ops[rec.producer].name if rec.producer >= 0 else "an input"
+    return f"the output of {op} {list(rec.shape)} ({rec.dtype})"
 
 
 def _is_float(dtype: str) -> bool:

@@ -25,6 +25,7 @@ from magneton.graphdb import load_profile, open_db
 WORKLOADS = Path(__file__).parent / "workloads"
 PROGRAM = WORKLOADS / "advise"
 SCRIPT = WORKLOADS / "advise_script"
+ARGS_SCRIPT = WORKLOADS / "advise_args" / "pool.py"
 
 
 def magneton(*args: str, cwd: Path | None = None, env: dict | None = None, check: bool = True):
@@ -70,6 +71,8 @@ def program_db(tmp_path_factory) -> Path:
     magneton(
         *common, "--run", "cfg", "--", "python", "train.py", "--config", "eager.yaml", cwd=folder
     )
+    magneton(*common, "--run", "sdpa", "--", "python", "train.py", "--attn-implementation", "sdpa",
+             cwd=folder)  # fmt: skip
     return db
 
 
@@ -141,6 +144,67 @@ def test_same_outputs_tells_a_reformulation_from_a_change_of_results(tmp_path):
     assert same_outputs(hand, fused_p) == (True, "")
     same, first = same_outputs(hand, other_p)
     assert not same and "has no equal in the variant" in first
+
+
+def test_a_training_step_is_judged_by_its_loss_not_by_the_weights_adam_moved(program_db):
+    from magneton.diagnose.advice import READ_BACK, results_of
+
+    eager, sdpa = (load_profile(str(program_db), r) for r in ("cfg", "sdpa"))
+    results, what = results_of(eager)
+    assert what == READ_BACK and results
+    assert all(eager.tensors[t].numel == 1 for t in results)
+    # the same attention computed two ways: the losses agree, and the optimizer made
+    # the same updates (AdamW's normalised step magnifies last-bit gradient differences,
+    # so the updated weights themselves are not compared by value)
+    assert same_outputs(eager, sdpa) == (True, "")
+
+
+def test_a_script_is_judged_by_what_it_returned(tmp_path):
+    import torch
+
+    import magneton as mg
+    from magneton.diagnose.advice import RETURNED, results_of
+
+    torch.manual_seed(0)
+    x, w = torch.randn(64, 32), torch.randn(32, 16)
+
+    def tokens(x, w):
+        return (x @ w).argmax(-1)
+
+    def by_sum(x, w):
+        return (x[:, :, None] * w).sum(1).argmax(-1)
+
+    def shifted(x, w):
+        return (x @ w + torch.linspace(0, 3, 16)).argmax(-1)
+
+    db = str(tmp_path / "db")
+    for name, fn in (("mm", tokens), ("sum", by_sum), ("shifted", shifted)):
+        mg.record(fn, (x, w), run=name, db=db)
+    with open_db(db, read_only=True) as handle:
+        mm, by_sum_p, shifted_p = (handle.load_profile(n) for n in ("mm", "sum", "shifted"))
+    results, what = results_of(mm)
+    assert what == RETURNED and mm.tensors[results[0]].dtype == "int64"
+    assert same_outputs(mm, by_sum_p) == (True, "")
+    # integer results are results: other tokens are another job, whatever the floats did
+    same, first = same_outputs(mm, shifted_p)
+    assert not same and "argmax" in first and "returned" in first
+
+
+def test_a_literal_argument_gets_the_values_the_program_compares_it_with(tmp_path):
+    folder = tmp_path / "proj"
+    folder.mkdir()
+    shutil.copy(ARGS_SCRIPT, folder / "pool.py")
+    db = tmp_path / "db"
+    magneton("record", "pool.py", "--db", str(db), "--run", "base", "-q", cwd=folder)
+    got = _by_setting(propose(load_profile(str(db), "base")))
+    pad = got[("padding", "longest")]
+    assert pad.kind == "argument" and pad.from_value == "max_length"
+    assert pad.where == "pool.py:36" and "compared in the source" in pad.source
+    assert 'collate(seqs, padding="longest")' in pad.text
+    flip = got[("is_causal", "True")]
+    assert flip.from_value == "False" and "a switch" in flip.source
+    # the program's own alternatives only: no value it never names
+    assert {v for s, v in got if s == "padding"} == {"longest"}
 
 
 @pytest.mark.slow

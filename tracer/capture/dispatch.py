@@ -402,6 +402,19 @@ class StructureCapture(RecorderMode):
             finish_modules(self.result, self.modules)
         return self.result
 
+    def recorded(self, value: Any) -> list[int]:
+        """The records of the tensors in `value` (the entry's returned value, any nesting
+        of tuples, lists and dicts), as they stand now: a result written in place is its
+        last version. Tensors the pass never saw are left out."""
+        from torch.utils._pytree import tree_leaves
+
+        out: list[int] = []
+        for leaf in tree_leaves(value):
+            live = self._live.get(id(leaf)) if isinstance(leaf, torch.Tensor) else None
+            if live is not None and live.ref() is leaf and live.tidx not in out:
+                out.append(live.tidx)
+        return out
+
     def _close_pool(self, failed: bool) -> None:
         """Wait for the pending summaries and fill them into their records."""
         pool, self._pool = self._pool, None

@@ -26,6 +26,7 @@ import datetime as _dt
 import gc
 import importlib.util
 import inspect
+import json
 import os
 import socket
 import sys
@@ -63,6 +64,9 @@ from magneton.tracer.timing.passes import (
 if TYPE_CHECKING:
     from magneton.graphdb.db import ProfileDB
     from magneton.tracer.energy.session import EnergySession
+
+# the run's config row: the records of the tensors the entry returned (JSON list)
+RETURNED_KEY = "entry.returned"
 
 
 @dataclass
@@ -451,6 +455,9 @@ def _structure_profile(
         kernels=structure.kernels,
         config=snapshot(script),
     )
+    returned = capture.recorded(out)
+    if returned:  # what the entry hands back is what advise judges a variant by
+        profile.config[RETURNED_KEY] = json.dumps(returned)
     if structure.kernel_s:
         profile.energy.kernel_s = [structure.kernel_s.get(op.idx, 0.0) for op in structure.ops]
     note_unrecorded_threads(profile, unrecorded)
