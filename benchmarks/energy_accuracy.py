@@ -21,8 +21,9 @@ the same experiment from parts whose truth is known:
 Then, in one run, every method measures the same operator executions:
 
   point      power read at each op's begin and end, times its duration (the naive way)
-  trapezoid  Magneton's side-thread sampler on nvmlDeviceGetPowerUsage, trapezoid over
-             each op window
+  trapezoid  Magneton's side-thread sampler on the sensor's power readings (the
+             instantaneous field, which the fake answers with the simulated sensor's
+             value, as it does nvmlDeviceGetPowerUsage), trapezoid over each op window
   counter    the same on the total-energy counter (exact between counter updates)
   lsq        least squares per op type over sensor windows with lag search
   zeus       ZeusMonitor.begin_window / end_window around every op (paper's baseline)

@@ -486,7 +486,17 @@ def write_report_csv(rows, out: TextIO) -> None:
 
 
 def method_line(profile: Profile) -> str:
-    """One line saying how the run's energy numbers were obtained."""
+    """One line saying how the run's energy numbers were obtained, and which power reading
+    a sensor's power channels carried (`energy.power_signal`) where it had a choice."""
+    r = profile.run
+    line = _method_words(profile)
+    signal = profile.config.get("energy.power_signal", "")
+    if signal and r.energy_method != "estimated":
+        line += f"; power readings: {signal}"
+    return line
+
+
+def _method_words(profile: Profile) -> str:
     r = profile.run
     src = r.power_source or "unknown source"
     note = profile.energy.note

@@ -543,6 +543,12 @@ class EnergySession:
         return "estimated" if self.kind == "model" else "measured"
 
     @property
+    def power_signal(self) -> str:
+        """Which reading the source's power channels carry (NVML: instantaneous or the
+        1 s average), "" where the source has no choice."""
+        return self.source.power_signal if self.source is not None else ""
+
+    @property
     def settle_s(self) -> float:
         return self.source.settle_s if self.source is not None else 0.0
 
@@ -877,6 +883,8 @@ class EnergySession:
         cfg = profile.config
         cfg["energy.source"] = self.source_name
         cfg["energy.method"] = profile.run.energy_method
+        if self.power_signal:
+            cfg["energy.power_signal"] = self.power_signal
         cpu = self.kind == "model" and self._cpu_windows(profile) is not None
         cfg["energy.gap_rule"] = (
             "interpreter time before an op charged to it (shown as python rows)"

@@ -8,8 +8,10 @@ exports the names its users need.
 Every way Magneton learns about power is a `PowerSource`:
 
 * `NvmlSource`  - NVIDIA GPUs through `pynvml` (nvidia-ml-py). Uses the board's total-energy
-  counter (`nvmlDeviceGetTotalEnergyConsumption`, mJ) where the GPU has one, else the power
-  reading (`nvmlDeviceGetPowerUsage`, mW). Visible CUDA indices are mapped to physical NVML
+  counter (`nvmlDeviceGetTotalEnergyConsumption`, mJ) where the GPU has one, else power
+  readings: the instantaneous field `NVML_FI_DEV_POWER_INSTANT` where the GPU answers it,
+  else `nvmlDeviceGetPowerUsage` (a 1 s average on Ampere and newer), mW; which one is
+  `NvmlSource.power_signal`. Visible CUDA indices are mapped to physical NVML
   devices (CUDA_VISIBLE_DEVICES with indices or UUIDs), because NVML numbers GPUs by PCI bus
   and would otherwise silently measure a GPU the program never used.
 * `RaplSource`  - Intel/AMD RAPL through the powercap sysfs tree (package and DRAM domains;

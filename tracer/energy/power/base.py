@@ -41,6 +41,10 @@ class PowerSource:
     # The most power the measured devices can draw (their power limits), 0 when unknown:
     # a run priced above it was priced wrong (EnergySession.power_bound_error)
     max_power_w: float = 0.0
+    # Which reading the power (non-counter) channels carry where a source has a choice
+    # (NVML: the instantaneous field or the 1 s average), "" where it has none; the run
+    # stores it as `energy.power_signal`
+    power_signal: str = ""
 
     def read(self) -> list[float]:
         raise NotImplementedError

@@ -1,5 +1,14 @@
 """NVIDIA GPUs through `pynvml` (nvidia-ml-py): the board's total-energy counter where the
 GPU has one, else its power reading; visible CUDA indices mapped to physical NVML devices.
+
+Power readings (the timeline where there is no counter, `nvml:power`, and the auxiliary
+channel replay averages) are the instantaneous field `NVML_FI_DEV_POWER_INSTANT`, read
+through `nvmlDeviceGetFieldValues`, wherever a GPU answers it: on Ampere (except GA100),
+Hopper and newer, `nvmlDeviceGetPowerUsage` is a 1 s average, which smears a 50 ms burst
+over a second and lags a load change by as much. Each GPU is probed once at start (the
+field call succeeds and its `nvmlReturn` is NVML_SUCCESS); a GPU that does not answer it,
+or a pynvml too old to name the field, is read through `nvmlDeviceGetPowerUsage`.
+`NvmlSource.power_signal` says which, and the run stores it (`energy.power_signal`).
 """
 
 from __future__ import annotations
@@ -98,10 +107,58 @@ def _power_limit_w(nvml, handles: list) -> float:
     return total
 
 
+def _no_power_error(nvml, vis: int, e: Exception) -> MagnetonError:
+    if getattr(e, "value", None) == getattr(nvml, "NVML_ERROR_NO_PERMISSION", -1):
+        return MagnetonError(
+            f"NVML denies power readings of GPU {vis} ({e}): run as a user "
+            "allowed to query the GPU (e.g. root) or use --power model"
+        )
+    return MagnetonError(
+        f"GPU {vis} reports neither energy nor power through NVML ({e}); use --power model"
+    )
+
+
+INSTANT_SIGNAL = "instantaneous (NVML_FI_DEV_POWER_INSTANT)"
+AVERAGE_SIGNAL = "1 s average (nvmlDeviceGetPowerUsage; the GPU has no instantaneous field)"
+
+# c_nvmlValue_t member by nvmlValueType_t (nvml.h: NVML_VALUE_TYPE_DOUBLE = 0, ...)
+_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
+def _instant_field_id(nvml) -> int | None:
+    """The instantaneous power field's id, None where this pynvml cannot read it."""
+    fid = getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", None)
+    if fid is None or not hasattr(nvml, "nvmlDeviceGetFieldValues"):
+        return None
+    return int(fid)
+
+
+def _field_mw(nvml, handle, field_id: int) -> float:
+    """One field value of `handle` (mW for power fields); NVMLError when the GPU refuses."""
+    fv = nvml.nvmlDeviceGetFieldValues(handle, [field_id])[0]
+    ret = int(fv.nvmlReturn)
+    if ret != getattr(nvml, "NVML_SUCCESS", 0):
+        raise nvml.NVMLError(ret)
+    vtype = int(getattr(fv, "valueType", 1))  # NVML_VALUE_TYPE_UNSIGNED_INT
+    member = _VALUE_MEMBERS[vtype] if 0 <= vtype < len(_VALUE_MEMBERS) else "uiVal"
+    return float(getattr(fv.value, member))
+
+
+def _offers_instant(nvml, handle, field_id: int | None) -> bool:
+    """Whether `handle` answers the instantaneous power field (probed once, at start)."""
+    if field_id is None:
+        return False
+    try:
+        _field_mw(nvml, handle, field_id)
+    except (nvml.NVMLError, AttributeError, IndexError, TypeError, ValueError):
+        return False
+    return True
+
+
 class NvmlSource(PowerSource):
     kind = "nvml"
-    # NVML power is averaged over a window and refreshed every ~20-100 ms, and can lag by
-    # hundreds of ms (Magneton paper §5.2; Yang et al., SC24).
+    # NVML readings are refreshed every ~20-100 ms and can lag by hundreds of ms (Magneton
+    # paper §5.2; Yang et al., SC24); the energy counter updates about every 100 ms.
     settle_s = 0.3
     update_period_s = 0.1
 
@@ -123,61 +180,78 @@ class NvmlSource(PowerSource):
             raise MagnetonError(
                 f"NVML sees no GPU for device {device!r} (check CUDA_VISIBLE_DEVICES)"
             )
+        field_id = _instant_field_id(nvml)
         self._handles = []
+        # per channel: the instantaneous field's id where that GPU answers it, None where
+        # its power is read through nvmlDeviceGetPowerUsage (and for counter channels)
+        self._fields: list[int | None] = []
         self.channels = []
+        signals: list[tuple[str, str]] = []  # (device, signal) of each GPU read for power
         for vis, h, _uuid in gpus:
             counter = True
             try:
                 nvml.nvmlDeviceGetTotalEnergyConsumption(h)
             except nvml.NVMLError:
                 counter = False  # pre-Volta or vGPU: fall back to power readings
-            if not counter:
+            field = field_id if _offers_instant(nvml, h, field_id) else None
+            power = field is not None
+            if not power:
                 try:
                     nvml.nvmlDeviceGetPowerUsage(h)
+                    power = True
                 except nvml.NVMLError as e:
-                    if getattr(e, "value", None) == getattr(nvml, "NVML_ERROR_NO_PERMISSION", -1):
-                        raise MagnetonError(
-                            f"NVML denies power readings of GPU {vis} ({e}): run as a user "
-                            "allowed to query the GPU (e.g. root) or use --power model"
-                        ) from None
-                    raise MagnetonError(
-                        f"GPU {vis} reports neither energy nor power through NVML ({e}); "
-                        "use --power model"
-                    ) from None
+                    if not counter:  # neither energy nor power: this GPU cannot be measured
+                        raise _no_power_error(nvml, vis, e) from None
+            device = f"gpu:{vis}"
             self._handles.append(h)
-            self.channels.append(Channel(f"gpu:{vis}", counter))
-            if counter:
+            self._fields.append(None if counter else field)
+            self.channels.append(Channel(device, counter))
+            if counter and power:
                 # the power reading too: replay averages fresh readings of a steady loop,
                 # which needs no update timing (counter interpolation does)
-                try:
-                    nvml.nvmlDeviceGetPowerUsage(h)
-                    self._handles.append(h)
-                    self.channels.append(Channel(f"gpu:{vis}", False, aux=True))
-                except nvml.NVMLError:
-                    pass
+                self._handles.append(h)
+                self._fields.append(field)
+                self.channels.append(Channel(device, False, aux=True))
+            if power:
+                signals.append((device, INSTANT_SIGNAL if field is not None else AVERAGE_SIGNAL))
         self.name = "nvml:" + "+".join(
             c.device.replace(":", "") for c in self.channels if not c.aux
         )
         self.max_power_w = _power_limit_w(nvml, [h for _, h, _ in gpus])
+        kinds = {sig for _, sig in signals}
+        if len(kinds) == 1:
+            self.power_signal = kinds.pop()
+        else:
+            self.power_signal = ", ".join(f"{dev} {sig}" for dev, sig in signals)
 
     def force_power(self) -> None:
         """Use power readings only (`nvml:power`): energy by the trapezoid rule over them."""
+        pairs = zip(self.channels, self._fields, strict=True)
+        field_of = {c.device: f for c, f in pairs if not c.counter}
         keep = [i for i, c in enumerate(self.channels) if not c.aux]
         self._handles = [self._handles[i] for i in keep]
+        self._fields = [field_of.get(self.channels[i].device) for i in keep]
         self.channels = [Channel(self.channels[i].device, False) for i in keep]
 
     def read(self) -> list[float]:
         nvml = self._nvml
         out = []
         try:
-            for h, ch in zip(self._handles, self.channels, strict=True):
+            for h, field, ch in zip(self._handles, self._fields, self.channels, strict=True):
                 if ch.counter:
                     out.append(nvml.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0)  # mJ -> J
                 else:
-                    out.append(nvml.nvmlDeviceGetPowerUsage(h) / 1000.0)  # mW -> W
+                    out.append(self.power_w(h, field))
         except nvml.NVMLError as e:
             raise SensorError(str(e)) from None
         return out
+
+    def power_w(self, handle, field: int | None) -> float:
+        """A GPU's power now (W): its instantaneous field where it answered the probe
+        (`field`), else nvmlDeviceGetPowerUsage. Every power channel is read here."""
+        if field is not None:
+            return _field_mw(self._nvml, handle, field) / 1000.0  # mW -> W
+        return self._nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
 
     def close(self) -> None:
         try:
