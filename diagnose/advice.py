@@ -274,7 +274,8 @@ def _option_changes(p, reads, kb, facts, files) -> Iterator[Change]:
             if not a.option_strings or a.dest in seen or a.kind in ("help", "version"):
                 continue
             seen.add(a.dest)
-            share = _share(reads, partial(_reads_option, a.dest))
+            reads_it = _reads_name if spec.library == "click" else _reads_option
+            share = _share(reads, partial(reads_it, a.dest))
             if share < MATERIAL_SHARE:
                 continue
             now = cmdline._literal(spec.values.get(a.dest))

@@ -216,3 +216,115 @@ def test_eval_checks_commands_of_keyword_parsers_env_prefixes_and_no_arguments(
     (tmp_path / "env").mkdir()
     (tmp_path / "env" / "train.py").write_text("raise SystemExit(5)  # no parser at all\n")
     assert command_problem(Path("env"), [finding("MLP_DEBUG=0 python train.py")]) == ""
+
+
+TYPER_PROGRAM = """
+from enum import Enum
+
+import typer
+
+
+class Attn(str, Enum):
+    eager = "eager"
+    sdpa = "sdpa"
+
+
+def main(
+    steps: int = 3,
+    flash: bool = typer.Option(False, "--flash/--no-flash"),
+    attn: Attn = Attn.eager,
+    eager_mode: bool = typer.Option(True, "--eager-mode/--compiled"),
+):
+    print("ran", steps, flash, attn.value, eager_mode)
+
+
+if __name__ == "__main__":
+    typer.run(main)
+"""
+
+CLICK_PROGRAM = """
+import click
+
+
+@click.command()
+@click.option("--steps", default=3, type=int)
+@click.option("--fused-adam", is_flag=True)
+@click.option("--precision", type=click.Choice(["fp32", "bf16"]), default="fp32")
+@click.option("--tag", multiple=True)
+def main(steps, fused_adam, precision, tag):
+    print("ran", steps, fused_adam, precision, tag)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _click_recorded(tmp_path, source: str, argv: list[str], monkeypatch):
+    import runpy
+
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    monkeypatch.setattr(sys, "argv", [str(script), *argv])
+    with cmdline.observed_parsers() as seen:
+        with pytest.raises(SystemExit) as done:  # click's standalone mode ends in exit(0)
+            runpy.run_path(str(script), run_name="__main__")
+    assert done.value.code in (0, None)
+    (spec,) = seen
+    return str(script), cmdline.ParserSpec.from_json(json.loads(json.dumps(spec.to_json())))
+
+
+@pytest.mark.parametrize(
+    "program, wasteful, efficient, dest, fixed",
+    [
+        # typer's --x/--no-x bool: the other form, never `--flash True`
+        (TYPER_PROGRAM, ["--no-flash"], ["--flash"], "flash", ["--flash"]),
+        (TYPER_PROGRAM, [], ["--flash"], "flash", ["--flash"]),
+        # a flag pair that is not --x/--no-x: each form sets the one dest
+        (
+            TYPER_PROGRAM,
+            ["--steps", "5"],
+            ["--compiled"],
+            "eager_mode",
+            ["--steps", "5", "--compiled"],
+        ),
+        # an Enum option: its values are the choices
+        (TYPER_PROGRAM, ["--attn", "eager"], ["--attn", "sdpa"], "attn", ["--attn", "sdpa"]),
+        # click is_flag: added or dropped
+        (
+            CLICK_PROGRAM,
+            ["--steps", "5"],
+            ["--fused-adam"],
+            "fused_adam",
+            ["--steps", "5", "--fused-adam"],
+        ),
+        (CLICK_PROGRAM, ["--fused-adam"], [], "fused_adam", []),
+        (CLICK_PROGRAM, [], ["--precision", "bf16"], "precision", ["--precision", "bf16"]),
+    ],
+)
+def test_click_and_typer_options_get_command_lines_their_own_parser_accepts(
+    program, wasteful, efficient, dest, fixed, tmp_path, monkeypatch
+):
+    script, spec = _click_recorded(tmp_path, program, wasteful, monkeypatch)
+    assert spec.library == "click"
+    got = cmdline.rewrite(spec, wasteful, efficient, dest)
+    assert got == fixed
+    assert cmdline.check(spec, got, wasteful, efficient, dest) == ""
+    assert cmdline.parses(script, got) == 0  # the program's own parser accepts it
+
+
+def test_click_values_are_recorded_as_the_program_received_them(tmp_path, monkeypatch):
+    _, spec = _click_recorded(tmp_path, TYPER_PROGRAM, ["--attn", "sdpa", "--flash"], monkeypatch)
+    assert spec.values["attn"] == "'sdpa'"  # the enum member as the word that selects it
+    assert spec.values["flash"] == "True" and spec.values["steps"] == "3"
+    kinds = {a.dest: a.kind for a in spec.actions}
+    assert kinds["flash"] == "boolean_optional" and kinds["help"] == "help"
+    assert [a.choices for a in spec.actions if a.dest == "attn"] == [["eager", "sdpa"]]
+    _, spec = _click_recorded(tmp_path, CLICK_PROGRAM, ["--tag", "a"], monkeypatch)
+    assert {a.dest: a.kind for a in spec.actions}["tag"] == "append"
+
+
+def test_a_click_line_the_program_refuses_is_refused(tmp_path, monkeypatch):
+    script, spec = _click_recorded(tmp_path, CLICK_PROGRAM, [], monkeypatch)
+    assert cmdline.parses(script, ["--fused-adam", "True"]) == 2
+    assert cmdline.check(spec, ["--precision", "fp16"], [], ["--precision", "bf16"], "precision")

@@ -583,6 +583,17 @@ def _differing_dests(configs: dict[str, dict]) -> list[str]:
     return sorted(d for d in values[0].keys() & values[1].keys() if values[0][d] != values[1][d])
 
 
+def _parameter_dests(configs: dict[str, dict]) -> set[str]:
+    """The dests both runs' recorded parsers pass as function parameters (click)."""
+    from magneton.tracer.programs import cmdline
+
+    dests = [
+        {a.dest for p in cmdline.parsers_of(configs[x]) if p.library == "click" for a in p.actions}
+        for x in "ab"
+    ]
+    return dests[0] & dests[1]
+
+
 def _option_candidates(
     slices: dict[str, _Slice], configs: dict[str, dict]
 ) -> tuple[list[str], dict[str, set[int]]]:
@@ -591,6 +602,12 @@ def _option_candidates(
     parse's result to a call whole, the one option whose value differs between the runs
     (several differing: which one decides is not known, and none is named)."""
     read = sorted(_attributes_read(slices["a"]) & _attributes_read(slices["b"]))
+    # a click or typer command hands its options to the command function as parameters
+    read += sorted(
+        d
+        for d in _parameter_dests(configs)
+        if d in slices["a"].wanted and d in slices["b"].wanted and d not in read
+    )
     whole = {x: _passed_whole(slices[x]) for x in "ab"}
     if not (whole["a"] and whole["b"]):
         return read, whole

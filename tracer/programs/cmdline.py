@@ -7,7 +7,13 @@ parses the program's own arguments (`sys.argv[1:]`, what `parse_args()` and
 `HfArgumentParser.parse_args_into_dataclasses()` both end in) is observed: its actions
 (option strings, dest, kind, nargs, choices, type), whether it tolerated unknown
 arguments, and the values it produced are stored in the run's config
-(`program.parsers`, JSON). Nothing of the parser runs later: diagnosis runs on a saved DB,
+(`program.parsers`, JSON). A click command's (and so a typer app's) parse of the
+program's arguments is recorded in the same terms (`_click_spec`: a `--x/--no-x` flag is
+a `BooleanOptionalAction`, another flag pair a `store_true` and a `store_false` of one
+dest, a `Choice` its choices); its dests are the command function's parameters, which the
+program reads by name rather than as `args.NAME` (`ParserSpec.library`). A subcommand
+of a click group parses what the group left, not the program's arguments, and is not
+recorded. Nothing of the parser runs later: diagnosis runs on a saved DB,
 maybe on another machine.
 
 From that record:
@@ -86,6 +92,8 @@ class ParserSpec:
     known: bool = False  # the program tolerated unknown arguments (parse_known_args)
     values: dict[str, str] = field(default_factory=dict)  # dest -> repr of what it parsed
     argv: list[str] = field(default_factory=list)  # the words it parsed
+    # "argparse": dests are read as `args.DEST`; "click": as the command's parameters
+    library: str = "argparse"
 
     def to_json(self) -> dict:
         return {
@@ -95,6 +103,7 @@ class ParserSpec:
             "known": self.known,
             "values": self.values,
             "argv": self.argv,
+            "library": self.library,
         }
 
     @classmethod
@@ -106,6 +115,7 @@ class ParserSpec:
             known=bool(d.get("known")),
             values=dict(d.get("values", {})),
             argv=list(d.get("argv", [])),
+            library=str(d.get("library", "argparse")),
         )
 
     def actions_of(self, dest: str) -> list[ActionSpec]:
@@ -147,10 +157,141 @@ def _spec_of(parser: argparse.ArgumentParser, args: list[str], ns: Any, extras: 
     )
 
 
+def _click_spec(command: Any, ctx: Any, args: list[str]) -> ParserSpec:
+    """A click command's parameters as argparse actions, and the values it parsed. Read
+    by duck typing: typer carries its own copy of click, whose parameters describe
+    their type by annotation (`type_descriptor`) rather than by a click `ParamType`."""
+    actions: list[ActionSpec] = []
+    for p in command.get_params(ctx):
+        kind = getattr(p, "param_type_name", "")
+        if kind == "argument" and p.name:
+            nargs = "*" if p.nargs == -1 else (None if p.nargs == 1 else p.nargs)
+            actions.append(ActionSpec([], p.name, "store", nargs=nargs))
+        elif kind == "option" and p.name and not getattr(p, "expose_value", True):
+            actions.append(ActionSpec(list(p.opts), p.name, "help"))  # --help, --version
+        elif kind == "option" and p.name:
+            actions += _click_option(p)
+    values = {k: repr(_plain(v)) for k, v in ctx.params.items()}
+    return ParserSpec(
+        actions=actions,
+        allow_abbrev=False,  # click matches option names whole
+        known=bool(ctx.allow_extra_args or ctx.ignore_unknown_options),
+        values=values,
+        argv=list(args),
+        library="click",
+    )
+
+
+def _plain(value: Any) -> Any:
+    """An enum choice as the word that selects it (typer's `Attn.sdpa` is `"sdpa"`)."""
+    import enum
+
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def _click_choices(p: Any) -> list[str] | None:
+    import enum
+
+    choices = getattr(getattr(p, "type", None), "choices", None)
+    if choices is None:
+        hint = getattr(getattr(p, "type_descriptor", None), "annotation", None)
+        if isinstance(hint, type) and issubclass(hint, enum.Enum):
+            choices = [m.value for m in hint]
+    return None if choices is None else [str(_plain(c)) for c in choices]
+
+
+def _click_bool(p: Any) -> bool:
+    click_type = getattr(p, "type", None)
+    if click_type is not None:
+        return getattr(click_type, "name", "") == "boolean"
+    return getattr(getattr(p, "type_descriptor", None), "annotation", None) is bool
+
+
+def _click_option(p: Any) -> list[ActionSpec]:
+    opts, neg = list(p.opts), list(getattr(p, "secondary_opts", []))
+    default = getattr(p, "default", None)
+    shown = None if default is None or callable(default) else repr(_plain(default))
+    if type(default).__name__ == "Sentinel":
+        shown = None
+    if getattr(p, "count", False):
+        return [ActionSpec(opts, p.name, "count", default=shown)]
+    if p.is_flag and neg:
+        if all(n.startswith("--no-") and "--" + n[5:] in opts for n in neg):
+            return [ActionSpec([*opts, *neg], p.name, "boolean_optional", default=shown)]
+        return [
+            ActionSpec(opts, p.name, "store_true", default=shown),
+            ActionSpec(neg, p.name, "store_false", default=shown),
+        ]
+    if p.is_flag:
+        value = getattr(p, "flag_value", True)
+        if not isinstance(value, bool) and type(value).__name__ == "Sentinel":
+            value = True
+        if isinstance(value, bool):
+            return [ActionSpec(opts, p.name, f"store_{str(value).lower()}", default=shown)]
+        return [ActionSpec(opts, p.name, "store_const", const=repr(value), default=shown)]
+    return [
+        ActionSpec(
+            opts,
+            p.name,
+            "append" if getattr(p, "multiple", False) else "store",
+            nargs=None if p.nargs == 1 else p.nargs,
+            choices=_click_choices(p),
+            default=shown,
+            bool_type=_click_bool(p),
+        )
+    ]
+
+
+def _click_commands() -> list[Any]:
+    """The `Command` classes of the click copies the program can import: click's own and
+    typer's (which carries its own). Importing them here costs what the program's own
+    import of them would."""
+    import importlib
+    import importlib.util
+
+    out = []
+    for package, module in (("click", "click.core"), ("typer", "typer._click.core")):
+        if importlib.util.find_spec(package) is None:
+            continue
+        with contextlib.suppress(ImportError, AttributeError):
+            out.append(importlib.import_module(module).Command)
+    return out
+
+
 @contextlib.contextmanager
 def observed_parsers() -> Iterator[list[ParserSpec]]:
     """Record the parsers that parse the program's own arguments while the block runs."""
     seen: list[ParserSpec] = []
+    with _observed_click(seen):
+        with _observed_argparse(seen):
+            yield seen
+
+
+@contextlib.contextmanager
+def _observed_click(seen: list[ParserSpec]) -> Iterator[None]:
+    undo = []
+    for command in _click_commands():
+        original = command.parse_args
+
+        def parse_args(self, ctx, args, _original=original):
+            words = list(args)
+            rest = _original(self, ctx, args)
+            if words == sys.argv[1:]:
+                with contextlib.suppress(Exception):  # recording must never break the program
+                    seen.append(_click_spec(self, ctx, words))
+            return rest
+
+        command.parse_args = parse_args
+        undo.append((command, original))
+    try:
+        yield
+    finally:
+        for command, original in undo:
+            command.parse_args = original
+
+
+@contextlib.contextmanager
+def _observed_argparse(seen: list[ParserSpec]) -> Iterator[None]:
     original = argparse.ArgumentParser.parse_known_args
 
     def parse_known_args(self, args=None, namespace=None):
@@ -165,7 +306,7 @@ def observed_parsers() -> Iterator[list[ParserSpec]]:
 
     argparse.ArgumentParser.parse_known_args = parse_known_args  # type: ignore[method-assign]
     try:
-        yield seen
+        yield
     finally:
         argparse.ArgumentParser.parse_known_args = original  # type: ignore[method-assign]
 
@@ -436,9 +577,9 @@ class _Parsed(BaseException):
 
 
 def parses(script: str, args: list[str]) -> int:
-    """Run `script` as `__main__` with `args` until its parser has parsed them: 0 when it
-    accepts them (the program stops there), argparse's own exit status and message when
-    it does not, 3 when the program parsed no arguments of its own. Slow (it imports
+    """Run `script` as `__main__` with `args` until its parser (argparse's or click's)
+    has parsed them: 0 when it accepts them (the program stops there), the parser's own
+    exit status and message when it does not, 3 when the program parsed no arguments of its own. Slow (it imports
     what the program imports): for checking a suggested command line, not for
     diagnosis."""
     import runpy
@@ -467,8 +608,22 @@ def parses(script: str, args: list[str]) -> int:
             raise _Parsed
         return out
 
+    commands = [(c, c.parse_args) for c in _click_commands()]
+
+    def stopping(original):
+        def click_parse_args(self, ctx, words):
+            mine = own(words)  # before parsing: click's parser consumes the list it is given
+            rest = original(self, ctx, words)
+            if mine:
+                raise _Parsed
+            return rest
+
+        return click_parse_args
+
     sys.argv = [script, *args]
     cls.parse_args, cls.parse_known_args = parse_args, parse_known_args  # type: ignore[method-assign]
+    for command, original in commands:
+        command.parse_args = stopping(original)
     try:
         runpy.run_path(script, run_name="__main__")
     except _Parsed:
@@ -477,6 +632,8 @@ def parses(script: str, args: list[str]) -> int:
         return e.code if isinstance(e.code, int) else 2
     finally:
         cls.parse_args, cls.parse_known_args = full, known  # type: ignore[method-assign]
+        for command, original in commands:
+            command.parse_args = original
     return 3
 
 
