@@ -1,12 +1,11 @@
-"""Measured on a real GPU (issue 43): what Magneton claims about NVIDIA GPUs, checked on one.
+"""Measured on a real GPU: what Magneton claims about NVIDIA GPUs, checked on one.
 
 Everything Magneton says about GPUs is otherwise tested against fakes (a fake `pynvml`,
 fake kernel paths, a simulated slow sensor). This script records on CUDA with the NVML
 source (`magneton record ... --power nvml`, each recording its own `python -m magneton`
-process) the cases gelu_backend and attn_impl of examples/cases, the cuDNN conv pair
-examples/gpu/cudnn_conv and the real-size pair examples/scale/bert_12l_attn (BERT-base
-12 layers, eager vs sdpa); diffs each pair and an A/A (gelu_backend's b.py recorded
-twice) with `magneton diff --json`; and prints seven numbered checks:
+process) the cases gelu_backend and attn_impl of examples/cases and the cuDNN conv pair
+examples/gpu/cudnn_conv; diffs each pair and an A/A (gelu_backend's b.py recorded twice)
+with `magneton diff --json`; and prints nine numbered checks:
 
 1. every energy figure is labelled measured by NVML, not estimated (`energy_method` and
    `power_source` of `magneton runs --json`, and each stored operator's `energy_method`);
@@ -16,32 +15,48 @@ twice) with `magneton diff --json`; and prints seven numbered checks:
 4. A/A: no finding, run energies within 3%;
 5. the attention pair diverges in the CUDA kernel path (flash / memory-efficient vs the
    math path) and its root cause is `attn_implementation`;
-6. the timing pass's overhead on a GPU forward (the paper: 4.4%);
-7. the power timeline's sampling interval against NVML's update period, said in words.
+6. the timing pass's overhead on a GPU forward (the paper: 4.4%): one iteration of
+   `timed_iterations`, as record runs it, against the untraced forward;
+7. the power timeline's sampling interval against NVML's update period, said in words;
+8. the cuDNN pair (`torch.backends.cudnn.enabled` False vs True) gives a finding whose
+   root cause is `torch.backends.cudnn.enabled`, its saving reported;
+9. the runs' power readings (`energy.power_signal`) are the instantaneous field
+   `NVML_FI_DEV_POWER_INSTANT` on a board that answers it.
 
-    python benchmarks/gpu_check.py --json gpu.json [--timeout 480] [--skip-real-size]
-                                   [--only PART ...] [--work DIR]
+    python benchmarks/gpu_check.py --json gpu.json [--plan] [--timeout S] [--real-size]
+                                   [--only STEP ...] [--work DIR]
 
-It took 331 s on an H100 (docs/energy.md, "On a real GPU", has the figures). `--work DIR`
-keeps the case copies, the DBs and steps.log (each step's command line, status and time,
-a failed step's stderr); `--only PART` runs one part again.
+The check is a plan of named steps (`PLAN`), each with a time allowance; the allowances
+sum to the budget, at most `BUDGET_S` (6 minutes on an H100/H200, so two tries fit a
+task's 15 device minutes). `--plan` prints each step, its allowance and "total N s", and
+runs nothing (no GPU, no torch). A step is stopped at its allowance (its child processes
+killed, recorded "timed out") and the next one runs; every step's status, wall seconds
+and figures are in the JSON. `--real-size` adds the BERT-base 12L pair
+examples/scale/bert_12l_attn (eager vs sdpa; no check needs it) beyond the budget.
+`--work DIR` keeps the case copies, the DBs and steps.log (each child's command line,
+status and time, a failed child's stderr); `--only STEP` runs one GPU step again.
 
-Without CUDA or NVML every GPU part prints one line saying it is skipped and why, the JSON
-is still written (`"device": null`, every check `"skipped"` with its reason) and the exit
-status is 0. With a GPU the exit status is 1 when a check failed or could not be computed.
+Without CUDA or NVML every GPU step prints one line saying it is skipped and why, the
+JSON is still written (`"device": null`, every check `"skipped"` with its reason) and the
+exit status is 0. With a GPU the exit status is 1 when a check failed or could not be
+computed.
 
 Choices, and the failure each one prevents:
 
 * It installs nothing: it runs with whatever Python runs it (`sys.executable`), so a
   device machine without a package registry runs it as it is.
-* Each step is a child process with a timeout, in its own session, its output in files:
-  `magneton diff` starts re-run workers, and `subprocess.run(timeout=...)` kills only the
-  child and then waits for pipes the grandchildren still hold, a hang instead of a
-  timeout. Here the whole process group is killed and nothing waits on a pipe.
-* The JSON is rewritten after every part, so a run cut short by the device's time limit
-  still leaves every figure measured so far; the parts run cheapest-and-most-telling
-  first (the counter checks), the real-size pair last, and a part that would start with
-  less than `MIN_STEP_S` of `--timeout` left is skipped, saying so.
+* What records or measures runs in child processes, each in its own session, its output
+  in files, until its step's deadline: `magneton diff` starts re-run workers, and
+  `subprocess.run(timeout=...)` kills only the child and then waits for pipes the
+  grandchildren still hold, a hang instead of a timeout. Here the whole process group
+  is killed and nothing waits on a pipe. A step runs on a thread of its own, so the
+  in-process steps (the probe, the power readings, the checks) are bounded as well: at
+  its allowance the step's children are killed, it may start no more, and the plan goes
+  on without it.
+* The JSON is rewritten after every step, so a run cut short by the device's time limit
+  still leaves every figure measured so far; the counter step runs first, and a step
+  that would start with less than `MIN_STEP_S` (or its allowance) of the budget left is
+  skipped, saying so.
 * Checks 2, 3 and 7 read the counter themselves, polling it every millisecond on a thread
   of their own around an in-process `magneton.record(...)`: the DB cannot answer them.
   It keeps each operator's window for the first timed iteration only (`windows_ns` is
@@ -61,6 +76,10 @@ Choices, and the failure each one prevents:
   same on both sides). `torch.set_default_device` would put a `TorchFunctionMode` under
   every torch call of the timed pass, measured as the program's own cost; the diagnosis
   follows `x = x.to(...)` back to the line that built `x` (diagnose/source/setupflow.py).
+* Check 9 asks the board whether it answers `NVML_FI_DEV_POWER_INSTANT` with nvml.py's
+  own probe (one field reading and one `nvmlDeviceGetPowerUsage` kept beside it), and
+  reads every run's stored `energy.power_signal` with one query per DB: loading each
+  profile would cost seconds a run.
 * The cuDNN pair lives in examples/gpu/, not examples/cases: `magneton eval
   examples/cases` and benchmarks/diagnosis_time.py run every case there on CPU machines.
 * Checks 3 and 6 have a paper figure and no bound in the issue: they pass at most at the
@@ -74,6 +93,7 @@ import argparse
 import ast
 import contextlib
 import datetime as _dt
+import gc
 import json
 import math
 import os
@@ -86,7 +106,7 @@ import tempfile
 import threading
 import time
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,6 +123,8 @@ CHECKS: tuple[tuple[int, str, str], ...] = (
     (5, "attention_kernel_path", "attention: fused vs math CUDA kernels, attn_implementation"),
     (6, "timing_overhead", "timing-pass overhead on the GPU forward (paper 4.4%)"),
     (7, "sampling_rate", "power timeline sampling interval vs NVML's update period"),
+    (8, "cudnn_pair", "cuDNN disabled vs enabled: a finding, torch.backends.cudnn.enabled"),
+    (9, "instant_power", "power readings from NVML_FI_DEV_POWER_INSTANT where the board has it"),
 )
 CHECK_KEYS = tuple(key for _, key, _ in CHECKS)
 
@@ -111,19 +133,68 @@ REPLAY_BOUND = 0.041  # check 3: the top of the paper's 0.9-4.1%
 AA_TOL = 0.03  # check 4 (the issue)
 OVERHEAD_BOUND = 0.044  # check 6: the paper's figure
 RATE_SLACK = 1.5  # check 7: the timeline may be this much coarser than its sensor allows
+CUDNN_VARIABLE = "torch.backends.cudnn.enabled"  # check 8
 SAMPLER_INTERVAL_S = 0.005  # `magneton record --interval-ms` default
-MIN_STEP_S = 20.0  # a step is not started with less of --timeout left
+MIN_STEP_S = 20.0  # a step is not started with less than this (or its allowance) left
+KILL_GRACE_S = 0.5  # a stopped step's thread is waited for this long after its children die
 TIMED_S = 2.5  # checks 2-3: timed calls last at least this long (many counter updates)
 POLL_S = 0.001  # checks 2-3, 7: this script's own counter polls
 LABELS = ("measured", "replayed")  # sensor-derived methods (docs/energy.md)
 FUSED = ("flash", "mem-efficient", "cudnn")  # SDPA's fused attention kernels
+BUDGET_S = 360.0  # the whole check on an H100/H200: two tries fit a task's 15 device minutes
 
-# caps per step, seconds (each also bounded by what is left of --timeout)
-RECORD_CAP_S = 150.0
-DIFF_CAP_S = 200.0
-COUNTER_CAP_S = 240.0
-OVERHEAD_CAP_S = 120.0
-QUERY_CAP_S = 60.0
+
+@dataclass(frozen=True)
+class PlanStep:
+    """One step of the check: what it runs, and the seconds it is allowed (it is stopped
+    there). `needs`: "" runs on any machine, "cuda" needs a CUDA device, "counter" also
+    NVML's energy counter."""
+
+    name: str
+    allowance_s: float
+    what: str
+    needs: str = "counter"
+
+
+# every step, in the order it runs; the allowances sum to at most BUDGET_S
+PLAN: tuple[PlanStep, ...] = (
+    PlanStep("probe", 15, "CUDA through torch, NVML's energy counter on CUDA device 0", ""),
+    PlanStep(
+        "counter",
+        60,
+        "NVML's counter polled around in-process recordings: a GPU-bound MLP, "
+        "gelu_backend's GPT-2, the MLP replayed (checks 2, 3, 7)",
+    ),
+    PlanStep(
+        "overhead",
+        30,
+        "GPT-2 12L forward on CUDA, untraced vs one timing-pass iteration, 30 interleaved "
+        "rounds (check 6)",
+        "cuda",
+    ),
+    PlanStep(
+        "cudnn",
+        50,
+        "examples/gpu/cudnn_conv: record cudnn.enabled False and True, diff (check 8)",
+    ),
+    PlanStep("pair:gelu_backend", 65, "record a and b moved to CUDA, diff (checks 1, 7)"),
+    PlanStep("aa:gelu_backend", 45, "record gelu_backend's b.py again, diff b b2 (check 4)"),
+    PlanStep("pair:attn_impl", 65, "record a and b moved to CUDA, diff (check 5)"),
+    PlanStep(
+        "power",
+        10,
+        "NVML_FI_DEV_POWER_INSTANT on the board; each recorded run's power signal (check 9)",
+    ),
+    PlanStep(
+        "checks", 15, "the checks from what the steps left (`magneton runs`, stored runs)", ""
+    ),
+)
+# BERT-base 12 layers feeds no check: only with --real-size, beyond the budget
+REAL_SIZE = "bert_12l_attn"
+REAL_SIZE_STEP = PlanStep(
+    f"pair:{REAL_SIZE}", 90, "BERT-base 12L eager vs sdpa: record, diff (--real-size)"
+)
+GPU_STEPS = tuple(s.name for s in PLAN if s.needs) + (REAL_SIZE_STEP.name,)
 
 
 # --------------------------------------------------------------------------------------
@@ -219,7 +290,7 @@ def within(error: float, tol: float) -> bool:
     return not math.isnan(error) and abs(error) <= tol
 
 
-def label_problems(runs: Sequence[dict], op_methods: dict[str, Sequence[str]]) -> list[str]:
+def label_problems(runs: Sequence[dict], op_methods: Mapping[str, Sequence[str]]) -> list[str]:
     """What is not labelled as measured by NVML: runs (rows of `magneton runs --json`)
     whose method or source is not, and runs with operators whose method is not."""
     out = []
@@ -342,17 +413,18 @@ def rate_verdict(timeline_s: float, update_s: float, poll_s: float) -> bool:
 
 
 # --------------------------------------------------------------------------------------
-# The report: every check and part, and the JSON
+# The report: every check and step, and the JSON
 # --------------------------------------------------------------------------------------
 
 
 @dataclass
 class Report:
     path: Path | None
-    timeout_s: float
+    budget_s: float
+    plan: Sequence[PlanStep] = ()
     device: dict | None = None
     checks: dict[str, dict] = field(default_factory=dict)
-    parts: dict[str, dict] = field(default_factory=dict)
+    steps: dict[str, dict] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
     started_at: str = field(
@@ -371,10 +443,12 @@ class Report:
             "script": "benchmarks/gpu_check.py",
             "started_at": self.started_at,
             "device": self.device,
-            "timeout_s": self.timeout_s,
+            "budget_s": self.budget_s,
+            "plan": {s.name: s.allowance_s for s in self.plan},
+            "plan_total_s": plan_total(self.plan),
             "elapsed_s": round(time.perf_counter() - self.started, 1),
             "checks": self.checks,
-            "parts": self.parts,
+            "steps": self.steps,
             **self.data,
         }
 
@@ -470,43 +544,85 @@ def nvml_handle(nvml: Any, torch: Any) -> Any:
 # --------------------------------------------------------------------------------------
 
 
+class StepTimeout(Exception):
+    """The step's allowance is spent: it is recorded as timed out."""
+
+
+class Deadline:
+    """A step's allowance: what is left of it, the children it started (killed when it is
+    stopped), and whether it was stopped."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.end = time.perf_counter() + seconds
+        self.stopped = threading.Event()
+        self.children: set[subprocess.Popen] = set()
+
+    def left(self) -> float:
+        return self.end - time.perf_counter()
+
+    def cap(self) -> float:
+        """A child's timeout: what is left; StepTimeout when nothing is or it was stopped."""
+        left = self.left()
+        if self.stopped.is_set() or left <= 0:
+            raise StepTimeout(f"timed out: its allowance of {self.seconds:g} s is spent")
+        return left
+
+    def stop(self) -> None:
+        """Stop the step: every child it started killed (its whole process group), and
+        none started from now on."""
+        self.stopped.set()
+        for proc in list(self.children):
+            kill_group(proc)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 @dataclass
-class Step:
+class Child:
     rc: int
     seconds: float
     stdout: str
     stderr: str
-    timed_out: bool = False
 
     @property
     def error(self) -> str:
-        if self.timed_out:
-            return f"timed out after {self.seconds:.0f} s"
         last = (self.stderr.strip().splitlines() or [f"exit status {self.rc}"])[-1]
         return last[:300]
 
 
-def run_step(argv: list[str], timeout_s: float, cwd: Path | None = None) -> Step:
-    """Run `argv` in its own session with output in files; on timeout kill its group."""
+def run_step(argv: list[str], deadline: Deadline, cwd: Path | None = None) -> Child:
+    """Run `argv` in its own session with output in files, until the step's deadline:
+    then its whole group is killed and StepTimeout raised."""
     env = {**os.environ, "KINETO_LOG_LEVEL": "5", "PYTHONUNBUFFERED": "1"}
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        timeout = deadline.cap()
         proc = subprocess.Popen(
             argv, cwd=cwd, stdout=out, stderr=err, text=True, env=env, start_new_session=True
         )
-        timed_out = False
+        deadline.children.add(proc)
+        killed = False
         try:
-            proc.wait(timeout=max(1.0, timeout_s))
+            if deadline.stopped.is_set():  # stopped while it was starting
+                kill_group(proc)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            timed_out = True
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            killed = True
+            kill_group(proc)
             proc.wait()
+        finally:
+            deadline.children.discard(proc)
         out.seek(0)
         err.seek(0)
-        step = Step(proc.returncode, time.perf_counter() - t0, out.read(), err.read(), timed_out)
-    log_step(argv, step)
-    return step
+        child = Child(proc.returncode, time.perf_counter() - t0, out.read(), err.read())
+    log_step(argv, child)
+    if killed or deadline.stopped.is_set():
+        raise StepTimeout(f"timed out: its allowance of {deadline.seconds:g} s is spent")
+    return child
 
 
 # every step's command line, status and time, and a failed step's stderr (its last
@@ -514,7 +630,7 @@ def run_step(argv: list[str], timeout_s: float, cwd: Path | None = None) -> Step
 STEP_LOG: list[Path] = []
 
 
-def log_step(argv: list[str], step: Step) -> None:
+def log_step(argv: list[str], step: Child) -> None:
     if not STEP_LOG:
         return
     words = " ".join(Path(a).name if a.startswith("/") else a for a in argv[1:])
@@ -538,19 +654,8 @@ def parse_json(text: str) -> Any:
 
 
 # --------------------------------------------------------------------------------------
-# Parts
+# The GPU steps: pairs recorded and diffed, the A/A, the counter and overhead children, power
 # --------------------------------------------------------------------------------------
-
-
-class Deadline:
-    def __init__(self, seconds: float):
-        self.end = time.perf_counter() + seconds
-
-    def left(self) -> float:
-        return self.end - time.perf_counter()
-
-    def cap(self, seconds: float) -> float:
-        return max(1.0, min(seconds, self.left()))
 
 
 @dataclass(frozen=True)
@@ -566,18 +671,7 @@ PAIRS = (
     Pair("cudnn_conv", ROOT / "examples" / "gpu" / "cudnn_conv", False),
     Pair("bert_12l_attn", ROOT / "examples" / "scale" / "bert_12l_attn", False),
 )
-REAL_SIZE = "bert_12l_attn"
-
-# every GPU part, in the order it runs: (name, needs the NVML counter, checks it feeds)
-PARTS: tuple[tuple[str, bool, tuple[str, ...]], ...] = (
-    ("counter", True, ("op_sum_vs_counter", "replay_vs_counter", "sampling_rate")),
-    ("overhead", False, ("timing_overhead",)),
-    ("pair:gelu_backend", True, ("energy_labelled_measured", "sampling_rate")),
-    ("aa:gelu_backend", True, ("aa_silent",)),
-    ("pair:attn_impl", True, ("attention_kernel_path",)),
-    ("pair:cudnn_conv", True, ()),
-    (f"pair:{REAL_SIZE}", True, ()),
-)
+PAIR = {p.name: p for p in PAIRS}
 
 
 def prepare(pair: Pair, work: Path) -> Path:
@@ -592,19 +686,17 @@ def prepare(pair: Pair, work: Path) -> Path:
     return dest
 
 
-def record(case: Path, side: str, run: str, db: Path, deadline: Deadline) -> Step:
+def record(case: Path, side: str, run: str, db: Path, deadline: Deadline) -> Child:
     expect = tomllib.loads((case / "expect.toml").read_text())
     repeat = max(3, int(expect.get("min_repeat", 0)))
     argv = magneton(
         "record", str(case / f"{side}.py"), "--db", str(db), "--run", run, "--replace"
     ) + ["--power", "nvml", "--repeat", str(repeat), "-q"]
-    return run_step(argv, deadline.cap(RECORD_CAP_S), cwd=case)
+    return run_step(argv, deadline, cwd=case)
 
 
 def diff(db: Path, a: str, b: str, deadline: Deadline, cwd: Path) -> dict:
-    step = run_step(
-        magneton("diff", "--db", str(db), a, b, "--json"), deadline.cap(DIFF_CAP_S), cwd
-    )
+    step = run_step(magneton("diff", "--db", str(db), a, b, "--json"), deadline, cwd)
     if step.rc != 0:
         raise RuntimeError(f"magneton diff {a} {b}: {step.error}")
     return {"seconds": round(step.seconds, 1), **parse_json(step.stdout)}
@@ -616,6 +708,8 @@ def pair_summary(result: dict, expect: dict) -> dict:
     findings = result.get("findings") or []
     causes = [(f.get("root_cause") or {}).get("variable") or "" for f in findings]
     top = findings[0] if findings else {}
+    want = expect.get("variable", "")
+    named = findings[causes.index(want)] if want in causes else {}
     return {
         "energy_j": {s: result[s]["energy_j"] for s in ("a", "b")},
         "time_s": {s: result[s]["time_s"] for s in ("a", "b")},
@@ -627,14 +721,34 @@ def pair_summary(result: dict, expect: dict) -> dict:
         "top": {
             "wasteful": top.get("wasteful"),
             "verdict": top.get("verdict"),
+            "saving_j": top.get("saving_j"),
             "saving_share": top.get("saving_share"),
             "variable": causes[0] if causes else "",
             "divergence_level": (top.get("divergence") or {}).get("level"),
         },
-        "expected_variable": expect.get("variable", ""),
-        "cause_found": expect.get("variable", "") in causes,
+        "causes": causes,
+        "expected_variable": want,
+        "cause_found": want in causes,
+        # the finding whose root cause is the expected variable
+        "expected": {
+            "wasteful": named.get("wasteful"),
+            "saving_j": named.get("saving_j"),
+            "saving_share": named.get("saving_share"),
+        },
         "diff_seconds": result.get("seconds"),
     }
+
+
+def cudnn_verdict(summary: dict) -> tuple[bool, str]:
+    """Check 8 from the cuDNN pair's summary (`pair_summary`): a finding, and a root
+    cause naming torch.backends.cudnn.enabled; (passed, why not)."""
+    if not summary["findings"]:
+        why = f"no finding ({summary['matched_pairs']} matched region pairs)"
+        return False, why + (f": {summary['message']}" if summary.get("message") else "")
+    if CUDNN_VARIABLE not in summary["causes"]:
+        said = ", ".join(c or "none" for c in summary["causes"])
+        return False, f"root cause {said}, expected {CUDNN_VARIABLE}"
+    return True, ""
 
 
 def run_pair(pair: Pair, work: Path, deadline: Deadline, state: dict) -> dict:
@@ -667,13 +781,62 @@ def run_aa(work: Path, deadline: Deadline, state: dict) -> dict:
     return state["aa"]
 
 
-def run_child_part(name: str, cap_s: float, work: Path, deadline: Deadline) -> dict:
+def run_child_step(name: str, work: Path, deadline: Deadline) -> dict:
     out = work / f"{name}.json"
     argv = [sys.executable, str(Path(__file__).resolve()), "--child", name, "--work", str(work)]
-    step = run_step(argv + ["--child-out", str(out)], deadline.cap(cap_s), cwd=work)
+    step = run_step(argv + ["--child-out", str(out)], deadline, cwd=work)
     if step.rc != 0 or not out.exists():
         raise RuntimeError(f"{name}: {step.error}")
     return {"seconds": round(step.seconds, 1), **json.loads(out.read_text())}
+
+
+def run_power(state: dict) -> dict:
+    """Check 9's figures: whether CUDA device 0's board answers NVML_FI_DEV_POWER_INSTANT
+    (probed and read by nvml.py's own helpers, beside one nvmlDeviceGetPowerUsage), and
+    the power signal each run recorded so far stored (`energy.power_signal`)."""
+    import torch
+
+    from magneton.graphdb import open_db
+    from magneton.tracer.energy.power.nvml import _field_mw, _instant_field_id, _offers_instant
+
+    nvml = _pynvml()
+    handle = nvml_handle(nvml, torch)
+    fid = _instant_field_id(nvml)
+    offers = _offers_instant(nvml, handle, fid)
+    signals: dict[str, str] = {}
+    for name, db in state.get("dbs", {}).items():
+        with open_db(str(db), read_only=True) as h:
+            stored = h.query(
+                "MATCH (c:ConfigEntry {key: 'energy.power_signal'}) RETURN c.run, c.value"
+            )
+            said = dict(stored.rows)
+            for r in h.list_runs():
+                signals[f"{name}/{r.name}"] = said.get(r.name, "")
+    return {
+        "board_offers_instant": offers,
+        "field_id": fid,
+        "instant_w": _field_mw(nvml, handle, fid) / 1000 if offers and fid is not None else None,
+        "average_w": nvml.nvmlDeviceGetPowerUsage(handle) / 1000,
+        "signals": signals,
+    }
+
+
+def power_verdict(offers_instant: bool, signals: dict[str, str]) -> tuple[str, str]:
+    """Check 9: every run read the instantaneous field on a board that answers it;
+    (status, why). A board without it is skipped when the runs say the labelled 1 s
+    average, and fails when they say anything else."""
+    from magneton.tracer.energy.power.nvml import AVERAGE_SIGNAL, INSTANT_SIGNAL
+
+    if not signals:
+        return "error", "no recorded run to read (the steps that record did not run)"
+    want = INSTANT_SIGNAL if offers_instant else AVERAGE_SIGNAL
+    other = sorted({sig or "no power signal stored" for sig in signals.values() if sig != want})
+    if not other:
+        if offers_instant:
+            return "pass", ""
+        return "skipped", "the board does not answer NVML_FI_DEV_POWER_INSTANT"
+    board = "answers" if offers_instant else "does not answer"
+    return "fail", f"the board {board} NVML_FI_DEV_POWER_INSTANT; runs read: {'; '.join(other)}"
 
 
 # --------------------------------------------------------------------------------------
@@ -812,7 +975,9 @@ def child_counter(work: Path) -> dict:
 
 def child_overhead(rounds: int = 30) -> dict:
     """Check 6: GPT-2 12L (tracing_overhead.py's model, batch 8 x 128) forward on CUDA,
-    untraced vs under the timing pass's capture, interleaved, each to synchronize."""
+    untraced vs one iteration of the timing pass (`timed_iterations`, as record and the
+    diff's re-measurement run it: its capture, its collector handling, synchronized),
+    interleaved, each to synchronize."""
     import magneton  # noqa: F401  (before torch)
 
     # isort: split
@@ -821,24 +986,30 @@ def child_overhead(rounds: int = 30) -> dict:
     sys.path.insert(0, str(BENCH))
     from tracing_overhead import build
 
-    from magneton.tracer.capture.dispatch import TimingCapture
+    from magneton.tracer.timing.passes import timed_iterations
 
     model, ids = build(12, 128, 8)
     model, ids = model.to("cuda"), ids.to("cuda")
     ops = [0]
 
-    def forward(traced: bool) -> float:
-        tc = TimingCapture()
-        t0 = time.perf_counter()
+    def call() -> None:
         with torch.no_grad():
-            if traced:
-                with tc:
-                    model(ids)
-                ops[0] = len(tc.raw)
-            else:
-                model(ids)
-        torch.cuda.synchronize()
-        return time.perf_counter() - t0
+            model(ids)
+
+    def forward(traced: bool) -> float:
+        if traced:
+            tp = timed_iterations(call, 1, sync=True, cpu_clock=False, max_iterations=1)
+            ops[0] = len(tp.iterations[0])
+            return tp.walls_s[0]
+        gc.collect()  # as the timing pass does, outside its timed window
+        gc.disable()
+        try:
+            t0 = time.perf_counter()
+            call()
+            torch.cuda.synchronize()
+            return time.perf_counter() - t0
+        finally:
+            gc.enable()
 
     interleaved(forward, 5)  # warm-up
     untraced, traced = interleaved(forward, rounds)
@@ -854,7 +1025,7 @@ def run_child(name: str, work: Path, out: Path) -> int:
 
 
 # --------------------------------------------------------------------------------------
-# Checks from what the parts left
+# Checks from what the steps left
 # --------------------------------------------------------------------------------------
 
 
@@ -866,7 +1037,7 @@ def check_labels(report: Report, state: dict, deadline: Deadline) -> None:
     op_methods: dict[str, list[str]] = {}
     timed: dict[str, dict] = {}  # how long each run's timing pass was, against the sensor
     for name, db in state.get("dbs", {}).items():
-        step = run_step(magneton("runs", "--db", str(db), "--json"), deadline.cap(QUERY_CAP_S))
+        step = run_step(magneton("runs", "--db", str(db), "--json"), deadline)
         rows = parse_json(step.stdout) if step.rc == 0 else []
         runs += [{**r, "name": f"{name}/{r['name']}"} for r in rows]
         with open_db(str(db), read_only=True) as handle:
@@ -1004,96 +1175,224 @@ def check_rate(report: Report, state: dict) -> None:
     )
 
 
+def check_cudnn(report: Report, summary: dict) -> None:
+    """8: the cuDNN pair's diff: a finding, its saving, its root cause."""
+    ok, why = cudnn_verdict(summary)
+    chosen = summary["expected"] if summary["cause_found"] else summary["top"]
+    report.check(
+        "cudnn_pair",
+        "pass" if ok else "fail",
+        why,
+        found=summary["findings"] > 0,
+        named=CUDNN_VARIABLE in summary["causes"],
+        saving_j=chosen["saving_j"],
+        saving_share=chosen["saving_share"],
+        wasteful=chosen["wasteful"],
+        causes=summary["causes"],
+        energy_j=summary["energy_j"],
+        time_s=summary["time_s"],
+        matched_pairs=summary["matched_pairs"],
+    )
+
+
+def check_power(report: Report, power: dict) -> None:
+    """9: the power signal the runs used, against what the board offers."""
+    status, why = power_verdict(power["board_offers_instant"], power["signals"])
+    report.check(
+        "instant_power",
+        status,
+        why,
+        board_offers_instant=power["board_offers_instant"],
+        signals=sorted(set(power["signals"].values())),
+        runs=len(power["signals"]),
+        instant_w=power["instant_w"],
+        average_w=power["average_w"],
+    )
+
+
 # --------------------------------------------------------------------------------------
-# Orchestration
+# The plan, and running it: each step bounded by its allowance
 # --------------------------------------------------------------------------------------
 
 
-def run_part(name: str, work: Path, deadline: Deadline, state: dict) -> dict:
+def plan(args: argparse.Namespace) -> list[PlanStep]:
+    """Every step of this invocation, in order (the real-size pair with --real-size, or
+    when --only names it)."""
+    steps = list(PLAN)
+    if args.real_size or REAL_SIZE_STEP.name in (args.only or ()):
+        steps.insert(len(steps) - 1, REAL_SIZE_STEP)  # before the checks
+    return steps
+
+
+def only_reason(step: PlanStep, args: argparse.Namespace) -> str:
+    """Why --only leaves `step` out ("" when it runs: probe and checks always do)."""
+    return "not named by --only" if args.only and step.needs and step.name not in args.only else ""
+
+
+def plan_total(steps: Sequence[PlanStep]) -> float:
+    return sum(s.allowance_s for s in steps)
+
+
+def plan_lines(steps: Sequence[PlanStep], budget_s: float) -> list[str]:
+    """`--plan`: one line per step it will run (name, allowance, what), then the total."""
+    width = max(len(s.name) for s in steps)
+    lines = [f"{s.name:<{width}}  {s.allowance_s:>3.0f} s  {s.what}" for s in steps]
+    if budget_s < plan_total(steps):
+        lines.append(
+            f"(--timeout {budget_s:.0f} s: the steps it does not leave time for are skipped)"
+        )
+    lines.append(f"total {plan_total(steps):.0f} s")
+    return lines
+
+
+@dataclass
+class Outcome:
+    status: str  # "ok", "failed", "timed out", "skipped"
+    seconds: float
+    value: Any = None
+    reason: str = ""
+
+
+def bounded(fn: Callable[[Deadline], Any], seconds: float) -> Outcome:
+    """`fn(deadline)` on a thread of its own, stopped at `seconds`: the children it
+    started are killed (their whole process groups) and it may start none after; the
+    step is then timed out, and what follows runs. A thread cannot be killed: a stopped
+    one's Python code is left to end on its own (a daemon), its result discarded."""
+    deadline = Deadline(seconds)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn(deadline)
+        except BaseException as e:  # reported as the step's failure
+            box["error"] = e
+
+    t0 = time.perf_counter()
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        deadline.stop()
+        thread.join(KILL_GRACE_S)
+        why = f"timed out: stopped at its allowance of {seconds:g} s"
+        return Outcome("timed out", time.perf_counter() - t0, reason=why)
+    elapsed = time.perf_counter() - t0
+    err = box.get("error")
+    if isinstance(err, StepTimeout):
+        return Outcome("timed out", elapsed, reason=str(err))
+    if err is not None:
+        return Outcome("failed", elapsed, reason=f"{type(err).__name__}: {err}")
+    return Outcome("ok", elapsed, box.get("value"))
+
+
+class Runner:
+    """The plan's steps one after another, each bounded by its allowance and by what is
+    left of the budget; each step's entry in the report (allowance, status, seconds,
+    figures or reason), the JSON rewritten after each (a run cut short keeps them)."""
+
+    def __init__(self, report: Report, budget_s: float):
+        self.report = report
+        self.budget_s = budget_s
+        self.end = time.perf_counter() + budget_s
+
+    def run(self, step: PlanStep, fn: Callable[[Deadline], Any], skip: str = "") -> Outcome:
+        entry: dict[str, Any] = {"allowance_s": step.allowance_s}
+        self.report.steps[step.name] = entry
+        bound = min(step.allowance_s, self.end - time.perf_counter())
+        if not skip and bound < min(step.allowance_s, MIN_STEP_S):
+            skip = f"out of time (the {self.budget_s:.0f} s budget is spent)"
+        if skip:
+            entry.update(status="skipped", seconds=0.0, reason=skip)
+            say(f"step {step.name}: skipped: {skip}")
+            self.report.write()
+            return Outcome("skipped", 0.0, reason=skip)
+        say(f"step {step.name}: running ({bound:.0f} s allowed)")
+        out = bounded(fn, bound)
+        entry.update(status=out.status, seconds=round(out.seconds, 1))
+        if out.reason:
+            entry["reason"] = out.reason
+        if out.status == "ok":
+            entry["figures"] = out.value
+        say(f"step {step.name}: {out.status}, {out.seconds:.1f} s {out.reason}".rstrip())
+        self.report.write()
+        return out
+
+
+def run_gpu_step(name: str, work: Path, deadline: Deadline, state: dict) -> dict:
     if name == "counter":
-        state["counter"] = run_child_part("counter", COUNTER_CAP_S, work, deadline)
+        state["counter"] = run_child_step("counter", work, deadline)
         state.setdefault("dbs", {})["counter"] = work / "db" / "counter"
         return state["counter"]
     if name == "overhead":
-        state["overhead"] = run_child_part("overhead", OVERHEAD_CAP_S, work, deadline)
+        state["overhead"] = run_child_step("overhead", work, deadline)
         return state["overhead"]
+    if name == "power":
+        state["power"] = run_power(state)
+        return state["power"]
+    if name == "cudnn":
+        return run_pair(PAIR["cudnn_conv"], work, deadline, state)
     if name.startswith("aa:"):
         return run_aa(work, deadline, state)
-    pair = next(p for p in PAIRS if f"pair:{p.name}" == name)
-    return run_pair(pair, work, deadline, state)
+    return run_pair(PAIR[name.removeprefix("pair:")], work, deadline, state)
 
 
-def skip_reason(name: str, needs_counter: bool, probe_: Probe, args: argparse.Namespace) -> str:
-    if args.skip_real_size and name == f"pair:{REAL_SIZE}":
-        return "skipped: --skip-real-size"
-    if args.only and name not in args.only:
-        return "skipped: not named by --only"
-    why = probe_.reason(needs_counter)
-    return f"skipped: {why}" if why else ""
+def run_probe(runner: Runner, step: PlanStep, state: dict) -> Probe:
+    def fn(_: Deadline) -> dict:
+        state["probe"] = found = probe()
+        return {"device": found.device, "cuda": found.cuda_reason, "nvml": found.nvml_reason}
+
+    out = runner.run(step, fn)
+    if out.status != "ok":
+        return Probe(None, cuda_reason=f"the probe step {out.status} ({out.reason})")
+    return state["probe"]
 
 
-def run_parts(report: Report, probe_: Probe, args: argparse.Namespace, work: Path) -> dict:
-    deadline = Deadline(args.timeout)
-    state: dict[str, Any] = {}
-    for name, needs_counter, _ in PARTS:
-        why = skip_reason(name, needs_counter, probe_, args)
-        if not why and deadline.left() < MIN_STEP_S:
-            why = f"skipped: out of time (--timeout {args.timeout:.0f} s)"
-        if why:
-            report.parts[name] = {"status": "skipped", "reason": why.removeprefix("skipped: ")}
-            say(f"part {name}: {why}")
-            continue
-        say(f"part {name}: running ({deadline.left():.0f} s left)")
-        t0 = time.perf_counter()
-        try:
-            figures = run_part(name, work, deadline, state)
-            report.parts[name] = {"status": "ok", "figures": figures}
-        except Exception as e:  # one failed part must not lose the others' figures
-            report.parts[name] = {"status": "failed", "reason": f"{type(e).__name__}: {e}"}
-        report.parts[name]["seconds"] = round(time.perf_counter() - t0, 1)
-        say(f"part {name}: {report.parts[name]['status']} {report.parts[name].get('reason', '')}")
-        report.write()
-    state["deadline"] = deadline
-    return state
-
-
-def evaluate(report: Report, state: dict) -> None:
-    """Each check from the parts it needs; a check whose parts did not all run is
-    skipped (or an error) with their reasons."""
+def evaluate(report: Report, state: dict, deadline: Deadline, found: Probe) -> dict:
+    """Each check from the steps it needs, into a copy of the report's checks that
+    replaces them when all are done (a stopped checks step leaves them as they were); a
+    check whose steps did not all run is skipped (or an error) with their reasons."""
+    scratch = Report(None, report.budget_s)
+    if found.cuda_reason:
+        for key in CHECK_KEYS:
+            scratch.check(key, "skipped", found.cuda_reason)
+        report.checks = scratch.checks
+        return {"skipped": len(CHECK_KEYS)}
     steps: dict[str, tuple[Callable[[], None], tuple[str, ...]]] = {
         "energy_labelled_measured": (
-            lambda: check_labels(report, state, state["deadline"]),
+            lambda: check_labels(scratch, state, deadline),
             ("pair:gelu_backend",),
         ),
-        "op_sum_vs_counter": (lambda: check_op_sum(report, state["counter"]), ("counter",)),
-        "replay_vs_counter": (lambda: check_replay(report, state["counter"]), ("counter",)),
-        "aa_silent": (lambda: check_aa(report, state["aa"]), ("aa:gelu_backend",)),
-        "attention_kernel_path": (lambda: check_attention(report, state), ("pair:attn_impl",)),
-        "timing_overhead": (lambda: check_overhead(report, state["overhead"]), ("overhead",)),
-        "sampling_rate": (lambda: check_rate(report, state), ("pair:gelu_backend",)),
+        "op_sum_vs_counter": (lambda: check_op_sum(scratch, state["counter"]), ("counter",)),
+        "replay_vs_counter": (lambda: check_replay(scratch, state["counter"]), ("counter",)),
+        "aa_silent": (lambda: check_aa(scratch, state["aa"]), ("aa:gelu_backend",)),
+        "attention_kernel_path": (lambda: check_attention(scratch, state), ("pair:attn_impl",)),
+        "timing_overhead": (lambda: check_overhead(scratch, state["overhead"]), ("overhead",)),
+        "sampling_rate": (lambda: check_rate(scratch, state), ("pair:gelu_backend",)),
+        "cudnn_pair": (
+            lambda: check_cudnn(scratch, report.steps["cudnn"]["figures"]),
+            ("cudnn",),
+        ),
+        "instant_power": (lambda: check_power(scratch, state["power"]), ("power",)),
     }
     for key, (fn, needs) in steps.items():
-        missing = [n for n in needs if report.parts.get(n, {}).get("status") != "ok"]
+        missing = [n for n in needs if report.steps.get(n, {}).get("status") != "ok"]
         if missing:
-            part = report.parts.get(missing[0], {})
-            status = "skipped" if part.get("status", "skipped") == "skipped" else "error"
-            reason = part.get("reason") or "its part did not run"
-            report.check(key, status, f"{missing[0]}: {reason}")
+            step = report.steps.get(missing[0], {})
+            status = "skipped" if step.get("status", "skipped") == "skipped" else "error"
+            reason = step.get("reason") or "its step did not run"
+            scratch.check(key, status, f"{missing[0]}: {reason}")
             continue
         try:
             fn()
+        except StepTimeout:
+            raise
         except Exception as e:
-            report.check(key, "error", f"{type(e).__name__}: {e}")
+            scratch.check(key, "error", f"{type(e).__name__}: {e}")
+    report.checks = scratch.checks
+    return {s: sum(c["status"] == s for c in scratch.checks.values()) for s in STATUSES}
 
 
-def skip_all(report: Report, reason: str, args: argparse.Namespace) -> None:
-    """No GPU: every part and check skipped, each with its reason."""
-    for name, _, _ in PARTS:
-        why = "--skip-real-size" if args.skip_real_size and name == f"pair:{REAL_SIZE}" else reason
-        report.parts[name] = {"status": "skipped", "reason": why}
-        say(f"part {name}: skipped: {why}")
-    for key in CHECK_KEYS:
-        report.check(key, "skipped", reason)
+STATUSES = ("pass", "fail", "error", "skipped")
 
 
 def print_checks(report: Report) -> None:
@@ -1107,20 +1406,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", metavar="OUT", help="write every figure here")
     ap.add_argument(
-        "--timeout", type=float, default=480.0, help="seconds for all GPU parts (default 480)"
+        "--plan",
+        action="store_true",
+        help="print the steps it will run, each one's allowance and the total; run nothing",
     )
-    ap.add_argument("--skip-real-size", action="store_true", help="skip the BERT 12L pair")
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        help="seconds for the whole check (default: the plan's total)",
+    )
+    ap.add_argument(
+        "--real-size", action="store_true", help="also the BERT 12L pair (beyond the budget)"
+    )
     ap.add_argument("--work", help="directory for the case copies and DBs (default: a temp dir)")
     ap.add_argument(
         "--only",
         action="append",
-        choices=[name for name, _, _ in PARTS],
-        help="run only this part (repeatable; the checks that need another are skipped)",
+        choices=GPU_STEPS,
+        help="run only this GPU step (repeatable; the checks that need another are skipped)",
     )
     ap.add_argument("--child", choices=("counter", "overhead"), help=argparse.SUPPRESS)
     ap.add_argument("--child-out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.timeout <= 0:
+    if args.timeout is not None and args.timeout <= 0:
         ap.error("--timeout must be positive")
     return args
 
@@ -1129,24 +1437,39 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
         return run_child(args.child, Path(args.work), Path(args.child_out))
-    report = Report(Path(args.json) if args.json else None, args.timeout)
-    found = probe()
+    steps = plan(args)
+    runs = [s for s in steps if not only_reason(s, args)]
+    budget = args.timeout or plan_total(runs)
+    if args.plan:
+        for line in plan_lines(runs, budget):
+            say(line)
+        return 0
+    report = Report(Path(args.json) if args.json else None, budget, plan=runs)
+    runner = Runner(report, budget)
+    state: dict[str, Any] = {}
+    by_name = {s.name: s for s in steps}
+    found = run_probe(runner, by_name["probe"], state)
     report.device = found.device
     say(f"device: {json.dumps(found.device) if found.device else 'none'}")
-    if found.cuda_reason:
-        skip_all(report, found.cuda_reason, args)
-    else:
+    work = Path(args.work or ".")
+    if not found.cuda_reason:  # the GPU steps run: a work directory for them
         work = Path(args.work or tempfile.mkdtemp(prefix="gpu-check-"))
         work.mkdir(parents=True, exist_ok=True)
         STEP_LOG.append(work / "steps.log")
         say(f"work directory (case copies, DBs, steps.log): {work}")
-        state = run_parts(report, found, args, work)
-        report.data["pairs"] = {
-            n: p["figures"]
-            for n, p in report.parts.items()
-            if n.startswith("pair:") and p["status"] == "ok"
-        }
-        evaluate(report, state)
+    for step in steps:
+        if step.needs:
+            why = only_reason(step, args) or found.reason(step.needs == "counter")
+
+            def fn(deadline: Deadline, name: str = step.name) -> dict:
+                return run_gpu_step(name, work, deadline, state)
+
+            runner.run(step, fn, skip=why)
+    out = runner.run(by_name["checks"], lambda d: evaluate(report, state, d, found))
+    if out.status != "ok":
+        for c in report.checks.values():
+            if c["status"] == "pending":
+                c.update(status="error", reason=f"the checks step {out.status}: {out.reason}")
     print_checks(report)
     report.write()
     bad = [c for c in report.checks.values() if c["status"] in ("fail", "error")]
