@@ -1059,7 +1059,33 @@ def command_line_origin(config: dict[str, str], dest: str) -> CommandLineOrigin 
     option = longs[0] if longs else dest
     value = _shown(rec.values.get(dest, "None"))
     file, line = (static.file, static.line) if static else (spec.script, 0)
+    if static is None and rec.library == "click":
+        line = _click_option_line(spec.script, strings, dest)
     return CommandLineOrigin(dest, option, value, bool(spans), file, line)
+
+
+def _click_option_line(script: str, strings: list[str], dest: str) -> int:
+    """Where a click or typer option is declared: the call naming one of its option
+    strings (`click.option("--fused-adam")`, `typer.Option(True, "--flash/--no-flash")`),
+    else the command function's parameter `dest`; 0 when neither is found."""
+    import ast
+
+    try:
+        with open(script, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), script)
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return 0
+    wanted = set(strings)
+    params = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            for a in node.args:
+                if isinstance(a, ast.Constant) and isinstance(a.value, str):
+                    if wanted & {w.strip() for w in a.value.split("/")}:
+                        return node.lineno
+        elif isinstance(node, ast.arg) and node.arg == dest and not params:
+            params = node.lineno
+    return params
 
 
 def _shown(text: str) -> str:
