@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import libcst as cst
+import numpy as np
 
 from magneton.knowledge.base import KnowledgeBase, Rule
 from magneton.model import Change, MagnetonError, Profile, Tried, WorkerError
@@ -189,28 +190,112 @@ def _rule_values(kb: KnowledgeBase, name: str, base_facts: Any) -> list[Rule]:
     ]
 
 
-def _compared_literals(
+COMPARED, TABLE_KEY, LISTED = (
+    "compared in the source",
+    "a key of the table the source looks it up in",
+    "listed in its comment",
+)
+
+
+def _alternatives(
     files: list[str], is_subject: Callable[[SourceIndex, cst.CSTNode], bool]
-) -> set[str]:
-    """String literals the program compares a subject with (`MODE == "fast"`,
-    `os.environ.get("X") in ("1", "on")`, `MODE != "loop"`)."""
-    out: set[str] = set()
+) -> dict[str, str]:
+    """The string values the program itself names for a subject, each with how: the
+    literals it compares the subject with (`MODE == "fast"`, `os.environ.get("X") in
+    ("1", "on")`), and the keys of a dict literal it looks the subject up in
+    (`BACKENDS[backend]`, `TABLE.get(mode)`). A variable assigned from the subject
+    (`BACKEND = os.environ.get("ATTN_BACKEND", "flash")`) stands for it."""
+    out: dict[str, str] = {}
     for f in files:
         idx = source_index(f)
         if idx is None:
             continue
-        for cmp in idx.nodes_of(cst.Comparison):
-            sides = [cmp.left, *(c.comparator for c in cmp.comparisons)]
-            if not any(_mentions(idx, s, is_subject) for s in sides):
-                continue
-            for s in sides:
-                elems = (
-                    [e.value for e in s.elements]
-                    if isinstance(s, (cst.Tuple, cst.List, cst.Set))
-                    else [s]
-                )
-                out |= {v for e in elems if isinstance(v := literal_value(e), str)}
+        subject = partial(_subject_or_holder, is_subject, _holders(idx, is_subject))
+        for value in _compared(idx, subject):
+            out.setdefault(value, COMPARED)
+        for value in _table_keys(idx, subject):
+            out.setdefault(value, TABLE_KEY)
     return out
+
+
+def _subject_or_holder(is_subject, held: set[str], idx: SourceIndex, n: cst.CSTNode) -> bool:
+    return is_subject(idx, n) or (isinstance(n, cst.Name) and n.value in held)
+
+
+def _holders(idx: SourceIndex, is_subject) -> set[str]:
+    """Names a statement of the file assigns from an expression mentioning the subject."""
+    names: set[str] = set()
+    for a in idx.nodes_of(cst.Assign):
+        if _mentions(idx, a.value, is_subject):
+            names |= {t.target.value for t in a.targets if isinstance(t.target, cst.Name)}
+    return names
+
+
+def _compared(idx: SourceIndex, is_subject) -> Iterator[str]:
+    for cmp in idx.nodes_of(cst.Comparison):
+        sides = [cmp.left, *(c.comparator for c in cmp.comparisons)]
+        if not any(_mentions(idx, s, is_subject) for s in sides):
+            continue
+        for s in sides:
+            elems = (
+                [e.value for e in s.elements]
+                if isinstance(s, (cst.Tuple, cst.List, cst.Set))
+                else [s]
+            )
+            yield from (v for e in elems if isinstance(v := literal_value(e), str))
+
+
+def _table_keys(idx: SourceIndex, is_subject) -> Iterator[str]:
+    """Keys of the dict literals (inline or bound to a module-level name) that the file
+    subscripts with the subject or calls `.get` on with it."""
+    tables = {
+        t.target.value: a.value
+        for stmt in idx.module.body
+        if isinstance(stmt, cst.SimpleStatementLine)
+        for a in stmt.body
+        if isinstance(a, cst.Assign) and isinstance(a.value, cst.Dict)
+        for t in a.targets
+        if isinstance(t.target, cst.Name)
+    }
+    looked_up: list[cst.BaseExpression] = []
+    for sub in idx.nodes_of(cst.Subscript):
+        if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index):
+            if _mentions(idx, sub.slice[0].slice.value, is_subject):
+                looked_up.append(sub.value)
+    for call in idx.nodes_of(cst.Call):
+        f = call.func
+        if isinstance(f, cst.Attribute) and f.attr.value == "get" and call.args:
+            if _mentions(idx, call.args[0].value, is_subject):
+                looked_up.append(f.value)
+    for table in looked_up:
+        d = tables.get(table.value) if isinstance(table, cst.Name) else table
+        if isinstance(d, cst.Dict):
+            for el in d.elements:
+                if isinstance(el, cst.DictElement) and isinstance(k := literal_value(el.key), str):
+                    yield k
+
+
+def _listed(stmt: cst.SimpleStatementLine, now: str) -> list[str]:
+    """The string literals the assignment's own comment lists, where it lists the
+    current value among them (`MODE = "loop"  # "loop" | "batched"`): documented
+    choices, read with Python's tokenizer."""
+    import ast
+    import io
+    import tokenize
+
+    comment = stmt.trailing_whitespace.comment
+    if comment is None:
+        return []
+    found: list[str] = []
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(comment.value[1:]).readline):
+            if tok.type == tokenize.STRING:
+                v = ast.literal_eval(tok.string)
+                if isinstance(v, str):
+                    found.append(v)
+    except (tokenize.TokenError, SyntaxError, ValueError, IndentationError):
+        return []
+    return [v for v in found if v != now] if now in found else []
 
 
 def _mentions(idx: SourceIndex, node: cst.CSTNode, is_subject) -> bool:
@@ -279,7 +364,9 @@ def _option_changes(p, reads, kb, facts, files) -> Iterator[Change]:
             if share < MATERIAL_SHARE:
                 continue
             now = cmdline._literal(spec.values.get(a.dest))
-            opt = max(a.option_strings, key=len)
+            # named as diff names an option: its first long form (`--fused`, not the
+            # `--no-fused` that BooleanOptionalAction adds)
+            opt = next((o for o in a.option_strings if o.startswith("--")), a.option_strings[0])
             for words, value, source in _option_values(a, opt, now, kb, facts):
                 fixed = cmdline.rewrite(spec, args, words, a.dest)
                 if cmdline.check(spec, fixed, args, words, a.dest):
@@ -336,8 +423,8 @@ def _env_changes(p, reads, kb, facts, files) -> Iterator[Change]:
             values.append(
                 (flip.upper() if now.isupper() else flip, f"variable {var} (a switch)", "")
             )
-        compared = _compared_literals(files, partial(_is_env_read, var))
-        values += [(c, f"variable {var} (compared in the source)", "") for c in sorted(compared)]
+        named = _alternatives(files, partial(_is_env_read, var))
+        values += [(c, f"variable {var} ({how})", "") for c, how in sorted(named.items())]
         values += [
             (r.efficient_value or "", f"rule {r.id}", r.id) for r in _rule_values(kb, var, facts)
         ]
@@ -373,10 +460,10 @@ def _config_changes(p, reads, kb, facts, files) -> Iterator[Change]:
                 values += [
                     (r.efficient_value, f"rule {r.id}", r.id) for r in _rule_values(kb, last, facts)
                 ]
-                compared = _compared_literals(files, partial(_is_key, last))
+                named = _alternatives(files, partial(_is_key, last))
+                where_key = f"key {'.'.join(map(str, keys))} of {at}"
                 values += [
-                    (c, f"key {'.'.join(map(str, keys))} of {at} (compared in the source)", "")
-                    for c in sorted(compared - {now})
+                    (c, f"{where_key} ({how})", "") for c, how in sorted(named.items()) if c != now
                 ]
             for value, source, rule in values:
                 text = set_key(cf.path, keys, value, cf.format)
@@ -414,13 +501,13 @@ def _constant_changes(p, reads, kb, facts, files) -> Iterator[Change]:
         idx = source_index(f)
         if idx is None:
             continue
-        for name, node in _module_literals(idx):
+        for name, node, stmt in _module_literals(idx):
             share = _share(reads, partial(_reads_name, name))
             if share < MATERIAL_SHARE:
                 continue
             now = literal_value(node)
             where = f"{os.path.basename(f)}:{idx.line_of(node)}"
-            for value, source, rule in _literal_values(name, now, files, kb, facts, where):
+            for value, source, rule in _literal_values(name, now, stmt, files, kb, facts, where):
                 text = _replaced(f, idx, node, value)
                 if text is not None:
                     yield Change(
@@ -437,7 +524,9 @@ def _constant_changes(p, reads, kb, facts, files) -> Iterator[Change]:
                     )
 
 
-def _module_literals(idx: SourceIndex) -> Iterator[tuple[str, cst.BaseExpression]]:
+def _module_literals(
+    idx: SourceIndex,
+) -> Iterator[tuple[str, cst.BaseExpression, cst.SimpleStatementLine]]:
     for stmt in idx.module.body:
         if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
             continue
@@ -449,16 +538,18 @@ def _module_literals(idx: SourceIndex) -> Iterator[tuple[str, cst.BaseExpression
         else:
             continue
         if isinstance(target, cst.Name) and isinstance(literal_value(value), (bool, str)):
-            yield target.value, value
+            yield target.value, value, stmt
 
 
-def _literal_values(name, now, files, kb, facts, where) -> Iterator[tuple[Any, str, str]]:
+def _literal_values(name, now, stmt, files, kb, facts, where) -> Iterator[tuple[Any, str, str]]:
     if isinstance(now, bool):
         yield not now, f"{where} (a switch)", ""
         return
-    compared = _compared_literals(files, partial(_is_name, name))
-    for c in sorted(compared - {now}):
-        yield c, f"{where} (compared in the source)", ""
+    named = _alternatives(files, partial(_is_name, name))
+    named.update((v, LISTED) for v in _listed(stmt, now) if v not in named)
+    for c, how in sorted(named.items()):
+        if c != now:
+            yield c, f"{where} ({how})", ""
     for r in _rule_values(kb, name, facts):
         yield r.efficient_value, f"rule {r.id}", r.id
 
@@ -514,8 +605,9 @@ def _argument_values(
     if isinstance(now, bool):
         yield not now, f"{where} (a switch)", ""
     else:
-        for c in sorted(_compared_literals(files, partial(_is_name, key)) - {now}):
-            yield c, f"{where} (compared in the source)", ""
+        for c, how in sorted(_alternatives(files, partial(_is_name, key)).items()):
+            if c != now:
+                yield c, f"{where} ({how})", ""
 
 
 def _call_rules(
@@ -694,7 +786,7 @@ def try_change(
     from magneton.graphdb import open_db
 
     from .fix.verify import copy_folder, program_root, record_argv, record_copy
-    from .matching.confirm import whole_run_saving
+    from .matching.confirm import compiled_program_step, whole_run_saving
     from .pipeline import run_diff, store_outcome
 
     t0 = time.perf_counter()
@@ -720,8 +812,13 @@ def try_change(
         if not tried.same_outputs:
             tried.status = "changes results"
             return tried
-        iv, rm = whole_run_saving(base, variant, threshold)
-        tried.rounds = rm.rounds.n
+        if compiled_program_step(base):
+            iv, tried.rounds = rerecorded_saving(
+                base, variant, root, change, work / f"{run}-rounds"
+            )
+        else:
+            iv, rm = whole_run_saving(base, variant, threshold)
+            tried.rounds = rm.rounds.n
         if iv is not None:
             ratio, lo, hi = iv  # E_base / E_variant
             tried.saving_share = 1.0 - 1.0 / ratio
@@ -733,6 +830,44 @@ def try_change(
     finally:
         tried.seconds = time.perf_counter() - t0
     return tried
+
+
+# rounds of a program whose step runs compiled: each round records base and variant
+RERECORDED_ROUNDS = 4
+
+
+def rerecorded_saving(
+    base: Profile, variant: Profile, root: str, change: Change, work: Path
+) -> tuple[tuple[float, float, float] | None, int]:
+    """E_base / E_variant with its interval, from rounds that each record both programs
+    anew (base and variant alternating which goes first, so a drift of the machine's
+    load falls on both): for a JAX or TensorFlow program, whose compiled step no warm
+    worker can re-time operator by operator (confirm.py `unconfirmable`), a recording is
+    the measurement a round can repeat. The recordings go to a scratch DB under `work`,
+    each program from its own scratch copy of the folder. WorkerError when one fails."""
+    from magneton.tracer.programs.program import env_of
+
+    from .fix.verify import copy_folder, record_argv, record_copy
+    from .matching.confirm import paired_interval
+
+    db = work / "db"
+    sides = []
+    for name, p, args, text in (
+        ("base", base, None, None),
+        ("variant", variant, change.args, change.text),
+    ):
+        copy = copy_folder(root, work / name)
+        if change.file and text is not None:
+            (copy / os.path.relpath(change.file, root)).write_text(text, encoding="utf-8")
+        argv, cwd = record_argv(base, root, copy, args)
+        sides.append((name, argv, cwd, env_of(p.config)))
+    energy: dict[str, list[float]] = {"base": [], "variant": []}
+    for i in range(RERECORDED_ROUNDS):
+        for name, argv, cwd, env in sides if i % 2 == 0 else sides[::-1]:
+            p = record_copy(["--replace", *argv], cwd, db, f"{name}-{i}", env=env)
+            energy[name].append(p.run.energy_j)
+    iv = paired_interval(np.asarray(energy["base"]), np.asarray(energy["variant"]))
+    return iv, RERECORDED_ROUNDS
 
 
 def _one_line(text: str) -> str:

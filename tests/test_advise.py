@@ -26,6 +26,7 @@ WORKLOADS = Path(__file__).parent / "workloads"
 PROGRAM = WORKLOADS / "advise"
 SCRIPT = WORKLOADS / "advise_script"
 ARGS_SCRIPT = WORKLOADS / "advise_args" / "pool.py"
+TABLE_SCRIPT = WORKLOADS / "advise_args" / "table.py"
 
 
 def magneton(*args: str, cwd: Path | None = None, env: dict | None = None, check: bool = True):
@@ -205,6 +206,23 @@ def test_a_literal_argument_gets_the_values_the_program_compares_it_with(tmp_pat
     assert flip.from_value == "False" and "a switch" in flip.source
     # the program's own alternatives only: no value it never names
     assert {v for s, v in got if s == "padding"} == {"longest"}
+
+
+def test_a_setting_gets_the_keys_of_the_table_it_selects_from_and_its_commented_choices(
+    tmp_path,
+):
+    folder = tmp_path / "proj"
+    folder.mkdir()
+    shutil.copy(TABLE_SCRIPT, folder / "table.py")
+    db = tmp_path / "db"
+    magneton("record", "table.py", "--db", str(db), "--run", "base", "-q", cwd=folder)
+    got = _by_setting(propose(load_profile(str(db), "base")))
+    table = got[("REDUCE", "vector")]
+    assert table.kind == "constant" and "a key of the table" in table.source
+    listed = got[("NORM", "fused")]
+    assert listed.from_value == "manual" and "listed in its comment" in listed.source
+    assert 'NORM = "fused"  # "manual" | "fused"' in listed.text
+    assert {v for s, v in got if s in ("REDUCE", "NORM")} == {"vector", "fused"}
 
 
 @pytest.mark.slow

@@ -168,7 +168,6 @@ def wasteful_bounds_j(w: np.ndarray, confidence: float = CONFIDENCE) -> tuple[fl
 def unconfirmable(p: Profile) -> str:
     """Why run `p` cannot be re-measured in a warm worker ('' when it can)."""
     from magneton.model import script_unchanged
-    from magneton.tracer.programs.program import program_config
 
     name = p.run.name
     if not p.run.script:
@@ -181,12 +180,20 @@ def unconfirmable(p: Profile) -> str:
         return f"'{name}' was measured by {p.run.power_source or 'a sensor'} (re-measurement prices the energy model only)"
     if p.run.timing != "separate":
         return f"the timing pass of '{name}' did not align with its operators"
-    if program_config(p.config) and p.config.get("framework", "torch") != "torch":
+    if compiled_program_step(p):
         return (
             f"'{name}' is a step of a {p.config['framework']} program, whose rounds would re-run "
             "the program's compiled step: not re-measured yet"
         )
     return ""
+
+
+def compiled_program_step(p: Profile) -> bool:
+    """Run `p` is a step of a JAX or TensorFlow program: its operators ran inside one
+    compiled call, so no warm worker can re-time them one by one."""
+    from magneton.tracer.programs.program import program_config
+
+    return bool(program_config(p.config)) and p.config.get("framework", "torch") != "torch"
 
 
 def work_only(p: Profile) -> bool:

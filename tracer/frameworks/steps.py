@@ -32,12 +32,14 @@ import contextlib
 import functools
 import importlib.abc
 import importlib.util
+import json
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from magneton.model import MagnetonError, Profile
+from magneton.tracer.programs.program import ENTERED_KEY, caller_frames
 
 
 class _Counted:
@@ -199,6 +201,10 @@ class StepRecorder:
 
     def _record(self, w: _Counted, args: tuple, kwargs: dict) -> Any:
         self._busy = True
+        # the program's lines that entered this step (`model.fit(...)`): where a step
+        # runs inside library code its operators carry no line of the script, and the
+        # program's slice starts from these (diagnose/source/diffslice.py `chains_of`)
+        entered = caller_frames(sys._getframe())
         try:
             if isinstance(w, _KerasStep):
                 return self._record_keras(w.model, args[0])
@@ -206,6 +212,8 @@ class StepRecorder:
                 self.profile = self._traced(w._compiled, args, kwargs, w._name)
             return w._compiled(*args, **kwargs)
         finally:
+            if self.profile is not None:
+                self.profile.config[ENTERED_KEY] = json.dumps(entered)
             self._busy = False
             self.done = True
             self.uninstall()

@@ -299,11 +299,12 @@ def _user_frame(frame: Any) -> Any:
 ENTERED_KEY = "program.entered_from"
 
 
-def _callers(user: Any) -> list[list]:
+def caller_frames(user: Any) -> list[list]:
     """[file, line, function] of the frames that called the unit's own frame `user`,
     outermost first. The operators' call paths stop at `user`; where that is library code
-    (an HF `Trainer`'s epoch loop), these hold the user's line that entered it
-    (`trainer.train()`), from which the program's slice starts (diffslice.py)."""
+    (an HF `Trainer`'s epoch loop, Keras' `fit`), these hold the user's line that entered
+    it (`trainer.train()`, `model.fit(...)`), from which the program's slice starts
+    (diffslice.py)."""
     out = []
     f = user.f_back if user is not None else None
     while f is not None:
@@ -501,14 +502,14 @@ class _Recorder(_Controller):
         self.parsers: list = []
         self.files: list = []
         self.env_reads: dict[str, str | None] = {}  # the variables it read (envreads.py)
-        self.entered_from: list[list] = []  # `_callers` of the structure unit
+        self.entered_from: list[list] = []  # `caller_frames` of the structure unit
 
     def begin_structure(self, frame: Any) -> None:
         from magneton.tracer.capture.dispatch import ModuleTracker, StructureCapture, call_profiler
         from magneton.tracer.programs.record import _other_threads, _roots_and_sources
 
         user = _user_frame(frame) if frame is not None else None
-        self.entered_from = _callers(user)
+        self.entered_from = caller_frames(user)
         names = {**user.f_globals, **user.f_locals} if user is not None else {}
         roots, sources = _roots_and_sources(lambda: None, (), {}, names)
         self._capture = StructureCapture(
