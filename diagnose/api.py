@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         run_diff,
         store_outcome,
     )
+    from .source.text import patch_encoding, read_source, unreadable_note
 
 __all__ = [
     "CauseGroup",
@@ -55,16 +56,19 @@ __all__ = [
     "module_tree",
     "operator_table",
     "operators_only",
+    "patch_encoding",
     "propose",
     "rank_ranges",
     "rank_report",
     "ranked",
+    "read_source",
     "run_diff",
     "side_facts",
     "store_diagnosis",
     "store_outcome",
     "top_rows",
     "try_change",
+    "unreadable_note",
     "verify_fix",
 ]
 
@@ -78,6 +82,7 @@ _LAZY = {
     **dict.fromkeys(("RankReport", "job_runs", "rank_ranges", "rank_report"), ".jobs.ranks"),
     "check_threshold": ".matching.detect",
     **dict.fromkeys(("interp_energy", "operators_only"), ".matching.interpreter"),
+    **dict.fromkeys(("patch_encoding", "read_source", "unreadable_note"), ".source.text"),
     **dict.fromkeys(
         ("Progress", "cause_groups", "diagnose_findings", "is_job", "run_diff", "store_outcome"),
         ".pipeline",

@@ -102,6 +102,7 @@ from .opening import (
     _register_open,
     _release,
     _unregister_open,
+    check_folder_writable,
     check_space,
     disk_full,
     ghost_message,
@@ -200,6 +201,8 @@ def open_db(
             raise _not_writable(file, e) from None
         # the engine, the lock and the seal must not write through a link out of --db
         files.check_db_files(file, (*engine.SIDE_SUFFIXES, ".lock", ".sha256", ".reserve"))
+        if not integrity.in_probe():  # the engine's WAL, made at the first write
+            check_folder_writable(file)
     key = file.resolve()
     mode = "ro" if read_only else "rw"
     _register_open(key, mode)
@@ -726,6 +729,10 @@ class ProfileDB:
             return MagnetonError(
                 memory_message(f"to write to the Magneton DB {self.file}", e), exit_code=1
             )
+        msg = str(e).lower()
+        if "permission denied" in msg or "read-only file system" in msg:
+            # the folder or a file of the DB became unwritable after the open's checks
+            return _not_writable(self.file, e)
         return e
 
     def _save_tables(

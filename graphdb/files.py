@@ -40,8 +40,10 @@ def confined_target(path: str | Path, root: str | Path | None = None) -> Path:
     return Path(real)
 
 
-def write_confined(path: str | Path, text: str, root: str | Path | None = None) -> Path:
-    """Write `text` to `path` (see the module doc); returns the file written."""
+def write_confined(
+    path: str | Path, text: str, root: str | Path | None = None, encoding: str = "utf-8"
+) -> Path:
+    """Write `text` to `path` in `encoding` (see the module doc); returns the file written."""
     target = confined_target(path, root)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -49,7 +51,7 @@ def write_confined(path: str | Path, text: str, root: str | Path | None = None) 
     except OSError as e:
         raise MagnetonError(f"cannot write {path}: {e.strerror or e}") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "w", encoding=encoding) as fh:
             os.fchmod(fh.fileno(), 0o666 & ~_umask())  # as open() would have made it
             fh.write(text)
         os.replace(tmp, target)  # replaces a link put there meanwhile, never follows it

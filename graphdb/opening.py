@@ -21,6 +21,7 @@ with its crash recovery, and the checks that name each failure (graphdb/db.py's
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import resource  # at import: when memory has run out, importing it can fail
@@ -206,6 +207,39 @@ def _not_writable(file: Path, e: BaseException) -> DBNotWritable:
         f"the Magneton DB {file} is not writable ({_first_line(e)}); read-only commands "
         "(runs, query, report) still work on it"
     )
+
+
+# why a file cannot be created in the DB's folder: the folder is not writable
+_FOLDER_REFUSES = {
+    errno.EROFS: "it is on a read-only file system",
+    errno.EACCES: "its folder is read-only for this user",
+    errno.EPERM: "its folder is read-only for this user",
+}
+
+
+def check_folder_writable(file: Path) -> None:
+    """Refuse a writer's open when no file can be created beside the DB file. The engine
+    creates its WAL there at the first write: in a folder the user may not write (an
+    existing DB whose lock file was already there) the open succeeded, the workload
+    ran, and the save failed with "IO exception: Cannot open file .../profile.lbug.wal",
+    which `record` then blamed on the user's script. A file made and removed here finds
+    that before anything runs."""
+    probe = file.with_name(f".{file.name}.probe-{os.getpid()}-{threading.get_ident()}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        os.close(os.open(probe, flags, 0o600))
+    except FileExistsError:
+        pass  # a probe a killed process of this pid left: the folder takes files
+    except OSError as e:
+        why = _FOLDER_REFUSES.get(e.errno or 0)
+        if why is None:
+            return  # said by the open or the write that meets it, in their words
+        raise DBNotWritable(
+            f"the Magneton DB {file} is not writable: {why} ({file.parent}: "
+            f"{e.strerror}); read-only commands (runs, query, report) still work on it"
+        ) from None
+    with contextlib.suppress(OSError):
+        probe.unlink()
 
 
 # Free space a write needs beyond its rows: a new DB's uncompressed pages of every table

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from magneton.tracer.capture.kineto import (
         KEPT_CATS,
         HostEvents,
+        ImportStats,
         TraceFile,
         estimate_energy,
         find_trace_files,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from magneton.tracer.distributed.rankenv import rank_env
     from magneton.tracer.distributed.shards import Shard, find_shards, read_shard
     from magneton.tracer.frameworks.base import fused_line
+    from magneton.tracer.programs.addrspace import check_torch_fits
     from magneton.tracer.programs.program import (
         MIN_TIMED_UNITS,
         ProgramSpec,
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HostEvents",
+    "ImportStats",
     "JobSpec",
     "KEPT_CATS",
     "MIN_TIMED_UNITS",
@@ -67,6 +70,7 @@ __all__ = [
     "WarmWorker",
     "check_profile",
     "check_run_name",
+    "check_torch_fits",
     "defer_sigint",
     "estimate_energy",
     "find_shards",
@@ -99,6 +103,7 @@ _LAZY = {
         (
             "KEPT_CATS",
             "HostEvents",
+            "ImportStats",
             "TraceFile",
             "estimate_energy",
             "find_trace_files",
@@ -143,6 +148,7 @@ _LAZY = {
         ("defer_sigint", "interruptible", "stop_message"), "magneton.tracer.programs.signals"
     ),
     "request_steady": "magneton.tracer.programs.steady",
+    "check_torch_fits": "magneton.tracer.programs.addrspace",
     **dict.fromkeys(("WarmHold", "WarmWorker"), "magneton.tracer.timing.warm"),
 }
 _RENAMED = {"request_steady": "request"}  # names that read better at this door

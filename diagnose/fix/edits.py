@@ -29,6 +29,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ..source.index import SourceIndex, Span, params, source_index
+from ..source.text import read_source
 
 
 @dataclass
@@ -97,7 +98,7 @@ def replace_value(file: str, span: Span, new_code: str) -> str | None:
         new_expr = cst.parse_expression(new_code)
     except cst.ParserSyntaxError:
         return None
-    text = open(file, encoding="utf-8").read()
+    text = read_source(file)
     return _transform(text, span, lambda node: new_expr)
 
 
@@ -107,7 +108,7 @@ def add_keyword(file: str, call_span: Span, keyword: str, value_code: str) -> st
         value = cst.parse_expression(value_code)
     except cst.ParserSyntaxError:
         return None
-    text = open(file, encoding="utf-8").read()
+    text = read_source(file)
 
     def make(node):
         if not isinstance(node, cst.Call):
@@ -456,7 +457,7 @@ def _ends_in_return(st: cst.BaseStatement | cst.BaseSmallStatement) -> bool:
 def make_patch(file: str, base_dir: str, patched_text: str | None) -> Patch | None:
     if patched_text is None:
         return None
-    original = open(file, encoding="utf-8").read()
+    original = read_source(file)
     if patched_text == original:
         return None
     return Patch(file=file, base_dir=base_dir, original=original, patched=patched_text)

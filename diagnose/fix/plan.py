@@ -34,6 +34,7 @@ from ..source.index import (
     real_path,
     source_index,
 )
+from ..source.text import read_source
 from .edits import (
     Block,
     add_keyword,
@@ -803,8 +804,7 @@ def _argument_fix(x: _FixInput, fix: Fix, bw: Block, be: Block, snippet: bool = 
 def insert_statement(file: str, after_line: int, statement: str) -> str:
     """The file's text with `statement` added after line `after_line`, indented like
     that line (the statement it follows)."""
-    with open(file, encoding="utf-8") as f:
-        lines = f.read().splitlines(keepends=True)
+    lines = read_source(file).splitlines(keepends=True)
     ref = lines[after_line - 1].rstrip("\r\n") if after_line >= 1 else ""
     if not ref.strip() and after_line < len(lines):
         # a blank line (or the top of the file) says nothing about the indentation: take

@@ -31,7 +31,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from magneton.model import Finding, MagnetonError, Profile, Verification, WorkerError
+from magneton.model import Finding, Fix, MagnetonError, Profile, Verification, WorkerError
+
+from ..source.text import patch_encoding
 
 MAX_COPIED_BYTES = 64 << 20
 _SKIPPED_DIRS = {".git", ".venv", "venv", "__pycache__", ".mypy_cache", ".pytest_cache"}
@@ -142,7 +144,7 @@ def verify_fix(pw: Profile, finding: Finding, threshold: float = 0.10) -> Verifi
             before = copy_folder(root, work / "before")
             after = copy_folder(root, work / "after")
             if fix.patch:  # its paths are relative to the fix's folder
-                _apply(fix.patch, after / _within(fix.base_dir or root, root), work)
+                _apply(fix, after / _within(fix.base_dir or root, root), work)
             args = _fixed_args(fix.command) if fix.command and not fix.patch else None
             pb = record_copy(*record_argv(pw, root, before, None), work / "db", "before")
             pa = record_copy(*record_argv(pw, root, after, args), work / "db", "after")
@@ -173,9 +175,11 @@ def program_root(p: Profile, base_dir: str | None = None) -> str:
     return folder
 
 
-def _apply(patch: str, folder: Path, work: Path) -> None:
+def _apply(fix: Fix, folder: Path, work: Path) -> None:
     patch_file = work / "fix.patch"
-    patch_file.write_text(patch)
+    # in the file's own encoding: `git apply` matches its lines byte for byte
+    encoding = patch_encoding(folder / fix.file) if fix.file else "utf-8"
+    patch_file.write_text(fix.patch or "", encoding=encoding)
     res = subprocess.run(
         ["git", "apply", str(patch_file)], cwd=folder, capture_output=True, text=True
     )

@@ -19,7 +19,6 @@ import sysconfig
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import TypeVar
 
 import libcst as cst
@@ -32,6 +31,8 @@ from libcst.metadata import (
     QualifiedNameProvider,
     ScopeProvider,
 )
+
+from .text import Undecodable, note_undecodable, read_source
 
 N = TypeVar("N", bound=cst.CSTNode)  # the node type `nodes_of` looks for
 
@@ -226,15 +227,19 @@ class _QNameCollector(cst.CSTVisitor):
 
 @lru_cache(maxsize=64)
 def _cached(path: str, mtime_ns: int, size: int) -> SourceIndex:
-    return SourceIndex(path, Path(path).read_text(encoding="utf-8"))
+    return SourceIndex(path, read_source(path))
 
 
 def source_index(path: str | os.PathLike) -> SourceIndex | None:
-    """Parsed source of `path`, or None when it is missing or not parseable Python."""
+    """Parsed source of `path`, or None when it is missing, not decodable in the
+    encoding it declares (noted in `undecodable_sources`) or not parseable Python."""
     p = str(path)
     try:
         st = os.stat(p)
         return _cached(p, st.st_mtime_ns, st.st_size)
+    except Undecodable as e:
+        note_undecodable(p, str(e))
+        return None
     except (OSError, UnicodeDecodeError, cst.ParserSyntaxError):
         return None
 

@@ -327,7 +327,9 @@ def run(args: argparse.Namespace) -> int:
             rerun=not args.no_rerun,
             progress=progress,
         )
-        warning = setup_warning(db, args.a, args.b, result)
+        warning = "\n".join(
+            w for w in (setup_warning(db, args.a, args.b, result), source_warning(db, args)) if w
+        )
         if args.html:
             from magneton.render.html import write_diff_html
 
@@ -431,6 +433,22 @@ def setup_warning(db: ProfileDB, a: str, b: str, result: DiffResult) -> str:
     if timing:
         lines.append(timing)
     return "\n".join(lines)
+
+
+def source_warning(db: ProfileDB, args: argparse.Namespace) -> str:
+    """One line per script of A or B (or source file the diagnosis read) that is not text
+    in the encoding it declares (diagnose/source/text.py `read_source`): a diff named
+    none of its statements and patched none without saying why. "" when all read."""
+    from magneton.diagnose.api import unreadable_note
+
+    names = [_config_run(db, args.a), _config_run(db, args.b)]
+    try:
+        rows = db.query(
+            "MATCH (r:Run) WHERE r.name IN $names RETURN r.script", {"names": names}
+        ).rows
+    except Exception:  # noqa: BLE001 - a warning must never stop the diff
+        rows = []
+    return unreadable_note(str(r[0]) for r in rows if r and r[0])
 
 
 def timing_warning(db: object, a: str, b: str) -> str:

@@ -144,20 +144,20 @@ def _scripts_wasteful_first(db: ProfileDB, a: str, b: str, finding) -> list[str]
 
 
 def _not_utf8(scripts: list[str]) -> str:
-    """Why a script may have no patch: fixes are made by rewriting UTF-8 source, and a
-    script with one byte that is not UTF-8 lost its patch without a word of it."""
+    """Why a script may have no patch: fixes are made by rewriting its source, read in
+    the encoding it declares (PEP 263, UTF-8 without a coding line), and a script whose
+    bytes are not text in it lost its patch without a word of it."""
+    from magneton.diagnose.api import read_source
+
     for script in scripts:
         try:
-            with open(script, "rb") as fh:
-                data = fh.read()
-            data.decode("utf-8")
+            read_source(script)
         except OSError:
             continue
-        except UnicodeDecodeError as e:
+        except ValueError as e:  # Undecodable: which byte, and what was declared
             return (
-                f"; {script} is not UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start}) "
-                "and patches are made only for UTF-8 source: save it as UTF-8, then diff "
-                "again with --rerun"
+                f"; {e}, and patches are made only for source that can be read: add its "
+                "coding line or save it as UTF-8, then diff again with --rerun"
             )
     return ""
 
@@ -233,13 +233,17 @@ def run(args: argparse.Namespace) -> int:
             exit_code=1,
         )
     base = fix.base_dir or ""
+    # the patch in the file's own encoding: `git apply` matches its lines byte for byte
+    from magneton.diagnose.api import patch_encoding
+
+    encoding = patch_encoding(os.path.join(base, fix.file)) if fix.file else "utf-8"
     if args.output == "-":
         sys.stdout.write(patch)
         patch_file = None
     else:  # never through a link out of the folder named (graphdb/files.py)
         from magneton.graphdb import write_confined
 
-        write_confined(args.output, patch)
+        write_confined(args.output, patch, encoding=encoding)
         patch_file = args.output
         argv, cwd = git_apply_command(base, patch_file)
         print(f"wrote {args.output}: {summary}", file=sys.stderr)
@@ -252,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
 
     fd, tmp = tempfile.mkstemp(prefix="magneton-", suffix=".patch")
     try:  # removed however the command ends (it was left behind in /tmp)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "w", encoding=encoding) as fh:
             fh.write(patch)
         return _apply(base, tmp, fix, target)
     finally:
@@ -283,7 +287,7 @@ def _apply(base: str, patch_file: str, fix: Fix, target: str) -> int:
             f"refused: the patch must change {fix.file!r} only, but git reads it as: "
             + "; ".join(line.strip() for line in touched)
         )
-    before = open(target, encoding="utf-8").read() if os.path.isfile(target) else None
+    before = _bytes(target)
     for check in (True, False):
         argv, cwd = git_apply_command(base, patch_file, check=check)
         res = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
@@ -293,8 +297,16 @@ def _apply(base: str, patch_file: str, fix: Fix, target: str) -> int:
                 f"git apply {'--check ' if check else ''}refused the patch: "
                 f"{msg[0] if msg else 'unknown error'}"
             )
-    after = open(target, encoding="utf-8").read() if os.path.isfile(target) else None
+    after = _bytes(target)
     if after is None or after == before:
         raise MagnetonError(f"git apply reported success but {target} did not change")
     print(f"applied to {target}", file=sys.stderr)
     return 0
+
+
+def _bytes(path: str) -> bytes | None:
+    """The file's bytes (compared before and after: a script need not be UTF-8)."""
+    if not os.path.isfile(path):
+        return None
+    with open(path, "rb") as fh:
+        return fh.read()

@@ -16,13 +16,14 @@ energy is obtained: tracer/capture/kineto.py, docs/traces.md.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from magneton.model import MagnetonError, Profile
 
 if TYPE_CHECKING:  # the parser loads numpy; `magneton --help` should not
-    from magneton.tracer.api import TraceFile
+    from magneton.tracer.api import ImportStats, TraceFile
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -110,24 +111,29 @@ def _convert(tf: TraceFile, name: str, args: argparse.Namespace) -> Profile:
     from magneton.tracer.api import check_profile
 
     check_profile(profile, str(tf.path))  # a power log's NaN, say: never stored as ok
+    collided = stats.collision_line(tf.path.name)
+    if collided:  # imported (the operators and kernels are sound), but said where it shows
+        print(f"magneton: warning: {collided}", file=sys.stderr)
     run = profile.run
     print(
         f"{tf.path.name} -> run '{name}': {stats.operators} operators "
         f"({stats.cpu_ops} cpu_ops), {stats.kernels} kernels, {stats.memcpys} memcpys, "
         f"{stats.memsets} memsets; launches linked {stats.launched}/{stats.gpu_activities}"
-        + _ambiguous(stats.ambiguous)
+        + _ambiguous(stats)
         + f", from an operator {stats.from_operator}; {run.energy_j:.4g} J "
         f"({run.energy_method}, {run.power_source})"
     )
     return profile
 
 
-def _ambiguous(n: int) -> str:
-    """The GPU activities left unlinked because several launches share their correlation
-    id (tracer/capture/kineto.py): said, so "linked 0/5" is not a mystery."""
-    if not n:
+def _ambiguous(stats: ImportStats) -> str:
+    """The GPU activities left unlinked because their correlation ids collide
+    (tracer/capture/kineto.py): said, so "linked 0/5" is not a mystery."""
+    if not stats.ambiguous:
         return ""
-    return f" ({n} not linked: several launches share their correlation id)"
+    if stats.shared_launches > stats.shared_ids:  # each id carried by several launches
+        return f" ({stats.ambiguous} not linked: several launches share their correlation id)"
+    return f" ({stats.ambiguous} not linked: several GPU activities share one launch's id)"
 
 
 def _save_one(db_path: str, profile: Profile, replace: bool) -> None:

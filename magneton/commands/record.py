@@ -83,6 +83,11 @@ def run(args: argparse.Namespace) -> int:
 
     # where the DB is, fixed before the workload runs: a script may change directories
     args.db_path = os.path.abspath(args.db)
+    from magneton.tracer.api import check_torch_fits
+
+    # under `ulimit -v` too low for torch its import aborts the process (exit 134):
+    # tried first in a child, and refused in one line
+    check_torch_fits()
     if args.steady:  # before anything imports torch (libgomp reads the policy then)
         from magneton.tracer.api import request_steady
 

@@ -96,9 +96,25 @@ class ImportStats:
     launched: int = 0  # GPU activities whose launch was found by correlation
     from_operator: int = 0  # ... and whose launch lies inside a cpu_op
     frames: int = 0
-    # GPU activities whose correlation id several launches carry: which one launched
-    # them is unknown, so none is taken (all-equal ids linked every kernel to one launch)
+    # GPU activities whose correlation id is not unique (several launches carry it, or
+    # several kernels of one launch that is not a CUDA graph's): which launch made which
+    # is unknown, so none is taken (all-equal ids linked every kernel to one launch)
     ambiguous: int = 0
+    shared_ids: int = 0  # the correlation ids that collide so
+    shared_launches: int = 0  # the launches that carry them
+
+    def collision_line(self, path: str) -> str:
+        """One line saying that correlation ids collide and how many, "" when none do:
+        said on stderr by `import-trace` (the count on stdout was easy to miss)."""
+        if not self.shared_ids:
+            return ""
+        ids = "1 id" if self.shared_ids == 1 else f"{self.shared_ids} ids"
+        launches = "launch" if self.shared_launches == 1 else "launches"
+        return (
+            f"{path}: correlation ids are not unique: {self.shared_launches} {launches} and "
+            f"{self.ambiguous} GPU activities share {ids}, so which launch made which kernel "
+            f"is unknown; those {self.ambiguous} are imported without a launching operator"
+        )
 
     @property
     def gpu_activities(self) -> int:
@@ -487,6 +503,7 @@ def profile_from_trace(tf: TraceFile, run: str) -> tuple[Profile, ImportStats]:
     gpu: list[dict] = []
     launches: dict[int, _Node] = {}
     shared: set[int] = set()  # correlation ids of more than one launch
+    launch_count: dict[int, int] = {}  # launches per correlation id
     kept = HostEvents()
     for i, e in enumerate(tf.doc["traceEvents"]):
         if not isinstance(e, dict) or e.get("ph") != "X" or "ts" not in e:
@@ -518,8 +535,26 @@ def profile_from_trace(tf: TraceFile, run: str) -> tuple[Profile, ImportStats]:
                 if corr in launches:
                     shared.add(corr)
                 launches[corr] = node
-    for corr in shared:  # several launches carry it: which one launched what is unknown
-        del launches[corr]
+                launch_count[corr] = launch_count.get(corr, 0) + 1
+    # Several kernels of one correlation id: a CUDA graph's launch makes many, any other
+    # launch one (CUPTI numbers each launch call). More than one kernel of one
+    # cudaLaunchKernel is a trace whose ids collide (merged or rewritten traces), and
+    # the same holds for a memcpy or memset beside a kernel of its id.
+    per_corr: dict[int, list[str]] = {}
+    for e in gpu:
+        corr = _int(_args(e).get("correlation"))
+        if corr >= 0:
+            per_corr.setdefault(corr, []).append(str(e.get("cat")))
+    for corr, cats in per_corr.items():
+        launch = launches.get(corr)
+        if launch is None or corr in shared or "Graph" in str(launch.e.get("name", "")):
+            continue
+        if "kernel" in cats and len(cats) > 1:
+            shared.add(corr)
+    stats.shared_ids = sum(corr in per_corr for corr in shared)
+    stats.shared_launches = sum(launch_count[corr] for corr in shared if corr in per_corr)
+    for corr in shared:  # which launch made which of its GPU activities is unknown
+        launches.pop(corr, None)
     frame_keys: dict[tuple, int] = {}
     profile = Profile(run=RunInfo(name=run))
     for (pid, tid), nodes in threads.items():

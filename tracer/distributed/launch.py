@@ -101,8 +101,7 @@ def launch(job: JobSpec, opts: Any, *, shutdown_timeout_s: int = 30) -> list[Mer
         raise MagnetonError(f"no such script: {script}")
     if opts.replay:
         raise MagnetonError(REPLAY_REFUSED)
-    if not opts.replace:
-        _refuse_existing_runs(job)
+    _refuse_existing_runs(job, opts.replace)  # and a DB that cannot be written, up front
     shard_dir = default_shard_dir(job.db, job.name)
     shard_dir.mkdir(parents=True, exist_ok=True)
     for old in shard_dir.glob(f"rank*{SHARD_SUFFIX}"):
@@ -127,15 +126,18 @@ def launch(job: JobSpec, opts: Any, *, shutdown_timeout_s: int = 30) -> list[Mer
     _remove_shards(shards, shard_dir)
     if interrupted:
         raise MagnetonError(
-            f"interrupted; {sum(m.status == 'ok' for m in merged)} of {job.nproc} ranks recorded",
+            f"interrupted; {sum(m.status == 'ok' for m in merged)} of {job.nproc} ranks "
+            "recorded (a rank that was not is stored as failed, saying why), earlier runs intact",
             exit_code=130,
         )
     return merged
 
 
-def _refuse_existing_runs(job: JobSpec) -> None:
+def _refuse_existing_runs(job: JobSpec, replace: bool = False) -> None:
+    """A writable open before the ranks run: a taken name (unless `replace`), a DB that
+    cannot be written fails now, not after the job."""
     with opened_db(job.db) as handle:
-        taken = [rank_run_name(job.name, r) for r in range(job.nproc)]
+        taken = [] if replace else [rank_run_name(job.name, r) for r in range(job.nproc)]
         taken = [n for n in taken if handle.has_run(n)]
     if taken:
         raise MagnetonError(
@@ -272,13 +274,23 @@ def _quiet_elastic_logs() -> Iterator[None]:
     if os.environ.get("MAGNETON_DEBUG"):
         yield
         return
-    lg = logging.getLogger("torch.distributed.elastic")
-    old = lg.level
-    lg.setLevel(logging.CRITICAL)
+    # each elastic module's logger has a level of its own (torch's elastic `get_logger`
+    # sets it), so the package's level alone silenced none of them: a Ctrl-C printed the
+    # agent's "Received 2 death signal, shutting down workers" above Magneton's line
+    name = "torch.distributed.elastic"
+    loggers = [logging.getLogger(name)] + [
+        lg
+        for n, lg in logging.root.manager.loggerDict.items()
+        if n.startswith(name + ".") and isinstance(lg, logging.Logger)
+    ]
+    old = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
-        lg.setLevel(old)
+        for lg, level in zip(loggers, old, strict=True):
+            lg.setLevel(level)
 
 
 def _failure_text(failure: Any) -> str:

@@ -82,7 +82,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        # a Ctrl-C before the rank's recorder holds it (torch still importing) printed a
+        # traceback of torch's import; `magneton record --nproc` says what became of the
+        # job, a rank that torchrun or srun started says it for itself
+        if not os.environ.get("MAGNETON_LAUNCHER"):
+            print("magneton: interrupted before this rank recorded anything", file=sys.stderr)
+        code = 130
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # the shard is on disk and the process group destroyed (see above)

@@ -552,8 +552,24 @@ def _opened(db: DBArg) -> contextlib.AbstractContextManager[ProfileDB]:
 
 
 def save(profile: Profile, db: DBArg, replace: bool = False) -> None:
-    with _own_imports(), defer_sigint(), _opened(db) as handle:
-        handle.save_profile(profile, replace=replace)
+    """Write the run. A failure of the write is the DB's, said as such: an engine error
+    that escaped here was reported as "SCRIPT raised RuntimeError: IO exception ...",
+    blaming the user's script for Magneton's own write."""
+    where = db if isinstance(db, (str, os.PathLike)) else getattr(db, "file", "the DB")
+    try:
+        with _own_imports(), defer_sigint(), _opened(db) as handle:
+            handle.save_profile(profile, replace=replace)
+    except MagnetonError:
+        raise
+    except Exception as e:
+        if os.environ.get("MAGNETON_DEBUG"):
+            traceback.print_exc()
+        msg = " ".join(str(e).split()) or "(no message)"
+        raise MagnetonError(
+            f"writing run '{profile.run.name}' to the Magneton DB {where} failed "
+            f"({type(e).__name__}: {msg}; MAGNETON_DEBUG=1 shows the traceback)",
+            exit_code=1,
+        ) from None
 
 
 @contextlib.contextmanager
