@@ -60,6 +60,10 @@ from .source.index import SourceIndex, literal_value, source_index, user_files
 MATERIAL_SHARE = 0.05
 # the least whole-run saving (point estimate) a confirmed variant must reach
 MIN_SAVING_SHARE = 0.03
+# seconds of interleaved rounds a variant may take: a suggestion is the product's whole
+# claim, and a program's round re-runs its window afresh (diff's confirmation stops at
+# 30 s, which on a loaded machine left a 60% saving of eager attention unconfirmed)
+ROUNDS_BUDGET_S = 90.0
 # chains sliced, largest energy first (each slice is a libcst walk of the script)
 MAX_CHAINS = 12
 _BOOL_WORDS = {"1": "0", "0": "1", "true": "false", "false": "true", "yes": "no", "no": "yes"}
@@ -690,7 +694,7 @@ def results_of(p: Profile) -> tuple[list[int], str]:
     made). Failing both, the floating-point final outputs: an unconsumed integer or
     bool tensor is one implementation's scaffolding (eager attention's causal mask),
     which another way of computing the same results need not build."""
-    from magneton.tracer.programs.record import RETURNED_KEY
+    from magneton.model.run import RETURNED_KEY
 
     n = len(p.tensors)
     try:
@@ -817,7 +821,7 @@ def try_change(
                 base, variant, root, change, work / f"{run}-rounds"
             )
         else:
-            iv, rm = whole_run_saving(base, variant, threshold)
+            iv, rm = whole_run_saving(base, variant, threshold, ROUNDS_BUDGET_S)
             tried.rounds = rm.rounds.n
         if iv is not None:
             ratio, lo, hi = iv  # E_base / E_variant
@@ -833,7 +837,7 @@ def try_change(
 
 
 # rounds of a program whose step runs compiled: each round records base and variant
-RERECORDED_ROUNDS = 4
+RERECORDED_ROUNDS = 5
 
 
 def rerecorded_saving(
@@ -862,11 +866,14 @@ def rerecorded_saving(
         argv, cwd = record_argv(base, root, copy, args)
         sides.append((name, argv, cwd, env_of(p.config)))
     energy: dict[str, list[float]] = {"base": [], "variant": []}
+    iv = None
     for i in range(RERECORDED_ROUNDS):
         for name, argv, cwd, env in sides if i % 2 == 0 else sides[::-1]:
             p = record_copy(["--replace", *argv], cwd, db, f"{name}-{i}", env=env)
             energy[name].append(p.run.energy_j)
-    iv = paired_interval(np.asarray(energy["base"]), np.asarray(energy["variant"]))
+        iv = paired_interval(np.asarray(energy["base"]), np.asarray(energy["variant"]))
+        if iv is not None and (iv[1] > 1.0 or iv[2] < 1.0):  # decided: stop recording
+            return iv, i + 1
     return iv, RERECORDED_ROUNDS
 
 

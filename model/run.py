@@ -180,6 +180,11 @@ class PowerSeries:
     gaps: list[tuple[int, int]] = field(default_factory=list)  # sensor errors, marked
 
 
+# a run's config row: the records of the tensors its entry returned (a JSON list), what
+# `magneton advise` judges a variant by (diagnose/advice.py `results_of`)
+RETURNED_KEY = "entry.returned"
+
+
 @dataclass
 class Profile:
     run: RunInfo

@@ -576,13 +576,13 @@ def decided(
     return chance_to_confirm(iv, n, level, threshold, last) < futility
 
 
-def horizon(n: int, elapsed_s: float) -> int:
+def horizon(n: int, elapsed_s: float, budget_s: float = BUDGET_S) -> int:
     """The rounds confirmation can reach after `n` rounds in `elapsed_s`: `MAX_ROUNDS`,
-    or fewer where `BUDGET_S` ends them first at the pace so far (a round that starts
+    or fewer where `budget_s` ends them first at the pace so far (a round that starts
     before the budget is spent still runs)."""
     if n <= 0 or elapsed_s <= 0:
         return MAX_ROUNDS
-    more = math.ceil(max(BUDGET_S - elapsed_s, 0.0) * n / elapsed_s)
+    more = math.ceil(max(budget_s - elapsed_s, 0.0) * n / elapsed_s)
     return max(n, min(MAX_ROUNDS, n + more))
 
 
@@ -614,9 +614,10 @@ def interleave(
     findings: list[Finding],
     profiles: dict[str, Profile],
     threshold: float,
+    budget_s: float = BUDGET_S,
 ) -> tuple[Rounds, dict]:
-    """Alternate rounds until every candidate is decided (module docstring); returns the
-    rounds and the last pricing of each side."""
+    """Alternate rounds until every candidate is decided or `budget_s` is spent (module
+    docstring); returns the rounds and the last pricing of each side."""
     rounds = Rounds()
     t0 = time.monotonic()
     att: dict = {}
@@ -629,12 +630,12 @@ def interleave(
         att = {s: rounds.priced(s, profiles[s]) for s in ("a", "b")}
         ivs = _intervals(findings, att, rounds, levels)
         elapsed_s = time.monotonic() - t0
-        last = horizon(rounds.n, elapsed_s)
+        last = horizon(rounds.n, elapsed_s, budget_s)
         done = (
             decided(iv, threshold, rounds.n, lv, last=last)
             for iv, lv in zip(ivs, levels, strict=True)
         )
-        if all(done) or elapsed_s > BUDGET_S:
+        if all(done) or elapsed_s > budget_s:
             break
     if not att:
         att = {s: rounds.priced(s, profiles[s]) for s in ("a", "b")}
@@ -827,6 +828,7 @@ def remeasure(
     findings: list[Finding],
     threshold: float,
     pool: WarmPool | None = None,
+    budget_s: float = BUDGET_S,
 ) -> Remeasured:
     """Run and re-price both sides in interleaved rounds until every one of `findings`
     is decided (module docstring). WorkerError when a worker fails or the rounds cannot
@@ -845,7 +847,7 @@ def remeasure(
                 for w in workers.values():
                     w.read(STARTUP_TIMEOUT_S)
                 t_ready = time.monotonic()
-                rounds, att = interleave(workers, findings, profiles, threshold)
+                rounds, att = interleave(workers, findings, profiles, threshold, budget_s)
             finally:
                 for w in workers.values():
                     w.close()
@@ -865,11 +867,11 @@ def remeasure(
 
 
 def whole_run_saving(
-    before: Profile, after: Profile, threshold: float
+    before: Profile, after: Profile, threshold: float, budget_s: float = BUDGET_S
 ) -> tuple[tuple[float, float, float] | None, Remeasured]:
     """What `after` saves over `before`, every operator of each: (E_before / E_after and
-    its confidence interval, or None) from interleaved rounds of the two. WorkerError
-    when they cannot be re-measured."""
+    its confidence interval, or None) from interleaved rounds of the two, for at most
+    `budget_s` of rounds. WorkerError when they cannot be re-measured."""
     whole = Finding(
         id=0,
         wasteful="a",
@@ -883,7 +885,7 @@ def whole_run_saving(
     why = not_confirmable(before, after, True)
     if why:
         raise WorkerError(why)
-    rm = remeasure(before, after, [whole], threshold)
+    rm = remeasure(before, after, [whole], threshold, budget_s=budget_s)
     return _intervals([whole], rm.att, rm.rounds, [CONFIDENCE])[0], rm
 
 

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from magneton.model import MagnetonError, Profile
-from magneton.tracer.programs.program import ENTERED_KEY, caller_frames
+from magneton.tracer.programs.entered import ENTERED_KEY, caller_frames
 
 
 class _Counted:

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from magneton.model import MagnetonError, Profile, RunInfo, WorkloadError
+from magneton.tracer.programs.entered import ENTERED_KEY, caller_frames
 
 if TYPE_CHECKING:
     from magneton.graphdb.store import DBArg
@@ -294,23 +295,6 @@ def _user_frame(frame: Any) -> Any:
                 return f
         f = f.f_back
     return first or frame
-
-
-ENTERED_KEY = "program.entered_from"
-
-
-def caller_frames(user: Any) -> list[list]:
-    """[file, line, function] of the frames that called the unit's own frame `user`,
-    outermost first. The operators' call paths stop at `user`; where that is library code
-    (an HF `Trainer`'s epoch loop, Keras' `fit`), these hold the user's line that entered
-    it (`trainer.train()`, `model.fit(...)`), from which the program's slice starts
-    (diffslice.py)."""
-    out = []
-    f = user.f_back if user is not None else None
-    while f is not None:
-        out.append([f.f_code.co_filename, f.f_lineno, f.f_code.co_name])
-        f = f.f_back
-    return out[::-1]
 
 
 class _Controller:

@@ -42,6 +42,7 @@ import torch
 
 from magneton.graphdb.store import DBArg, opened
 from magneton.model import MagnetonError, Profile, RunInfo, WorkloadError
+from magneton.model.run import RETURNED_KEY
 from magneton.model.wording import UNRECORDED_THREAD_OPS, unrecorded_threads_warning
 from magneton.tracer.capture.config import sha256_file, snapshot
 from magneton.tracer.capture.dispatch import (
@@ -64,9 +65,6 @@ from magneton.tracer.timing.passes import (
 if TYPE_CHECKING:
     from magneton.graphdb.db import ProfileDB
     from magneton.tracer.energy.session import EnergySession
-
-# the run's config row: the records of the tensors the entry returned (JSON list)
-RETURNED_KEY = "entry.returned"
 
 
 @dataclass
