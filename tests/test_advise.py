@@ -225,6 +225,24 @@ def test_a_setting_gets_the_keys_of_the_table_it_selects_from_and_its_commented_
     assert {v for s, v in got if s in ("REDUCE", "NORM")} == {"vector", "fused"}
 
 
+def test_a_keras_fit_programs_flags_are_sliced_from_the_line_that_entered_the_step(tmp_path):
+    """Keras' `fit` runs the step inside library code: no operator carries a line of the
+    script, so the settings are found from the `model.fit(...)` line that entered it."""
+    pytest.importorskip("tensorflow")
+    folder = tmp_path / "prog"
+    shutil.copytree(Path(__file__).parents[1] / "examples" / "advise" / "keras_run_eagerly", folder)
+    db = tmp_path / "db"
+    magneton("record", "--db", str(db), "--run", "base", "--steps", "1:1:9", "-q",
+             "--", "python", "train.py", "--run-eagerly", cwd=folder)  # fmt: skip
+    base = load_profile(str(db), "base")
+    entered = json.loads(base.config["program.entered_from"])
+    fit = [ln for f, ln, _ in entered if Path(f).name == "train.py"]
+    assert fit and "model.fit(" in (folder / "train.py").read_text().splitlines()[fit[-1] - 1]
+    got = _by_setting(propose(base))
+    flag = got[("--run-eagerly", "False")]
+    assert flag.kind == "option" and flag.args is not None and "--run-eagerly" not in flag.args
+
+
 @pytest.mark.slow
 def test_advise_on_a_program_suggests_the_efficient_choice_with_a_command_that_parses(tmp_path):
     folder = tmp_path / "prog"
