@@ -249,7 +249,7 @@ def test_matching_sensitivity_figures(tmp_path):
     assert same2(m[1], lo) and same2(m[2], hi)
     # a bound: the floor is at the smallest τ, where float32 rounding (which moves with the
     # CPU's vector width) decides which positives still match
-    assert 0 <= floor - float(m[3]) < 0.05
+    assert 0 <= floor - float(m[3]) < 0.07
     assert math.isclose(float(m[4]), got["sweep"][0]["tau"])
     assert math.isclose(float(m[5]), got["sweep"][-1]["tau"])
     assert same2(m[6], math.sqrt(lo * hi)) and float(m[7]) == got["default_tau"]
@@ -259,7 +259,7 @@ def test_matching_sensitivity_figures(tmp_path):
         "benchmarks.md",
     )
     assert same2(m[1], lo) and same2(m[2], hi)
-    assert 0 <= floor - float(m[3]) < 0.05 and float(m[4]) == got["default_tau"]
+    assert 0 <= floor - float(m[3]) < 0.07 and float(m[4]) == got["default_tau"]
 
 
 def test_benchmarks_md_counts_the_documented_queries():
