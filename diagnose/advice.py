@@ -182,15 +182,19 @@ def _norm(name: str) -> str:
 def _rule_values(kb: KnowledgeBase, name: str, base_facts: Any) -> list[Rule]:
     """Rules whose knob is `name` (an attribute-named knob) and whose wasteful evidence
     holds on the base run."""
+    knob = kb.knob_for_attribute(_norm(name))
+    return _holding(kb, {knob.key} if knob else set(), base_facts)
+
+
+def _holding(kb: KnowledgeBase, knobs: set[str], base_facts: Any) -> list[Rule]:
+    """The rules of `knobs` with an efficient value whose wasteful evidence holds on the
+    base run."""
     from magneton.knowledge.match import evidence_holds
 
-    knob = kb.knob_for_attribute(_norm(name))
-    if knob is None:
-        return []
     return [
         r
         for r in kb.rules
-        if r.knob == knob.key and r.efficient_value and evidence_holds(r.wasteful, base_facts)
+        if r.knob in knobs and r.efficient_value and evidence_holds(r.wasteful, base_facts)
     ]
 
 
@@ -619,18 +623,12 @@ def _call_rules(
 ) -> list[Rule]:
     """Rules whose knob is set by this call's `keyword` argument (the knob's `calls`)
     and whose wasteful evidence holds on the base run."""
-    from magneton.knowledge.match import evidence_holds
-
     knobs = {
         k.key
         for k in kb.knobs.values()
         if any(c.qualname in qualnames and c.arg == keyword for c in k.calls)
     }
-    return [
-        r
-        for r in kb.rules
-        if r.knob in knobs and r.efficient_value and evidence_holds(r.wasteful, base_facts)
-    ]
+    return _holding(kb, knobs, base_facts)
 
 
 def _parse_like(text: str, like: Any) -> Any:
@@ -789,7 +787,7 @@ def try_change(
     does the same job and re-measure the two in interleaved rounds."""
     from magneton.graphdb import open_db
 
-    from .fix.verify import copy_folder, program_root, record_argv, record_copy
+    from .fix.verify import program_root, record_argv, record_copy
     from .matching.confirm import compiled_program_step, whole_run_saving
     from .pipeline import run_diff, store_outcome
 
@@ -799,12 +797,7 @@ def try_change(
     tried.command = command_of(base, change) if change.args is not None or change.env else ""
     try:
         tried.patch = patch_of(change, root)
-        copy = copy_folder(root, work / run.replace(os.sep, "_"))
-        if change.file:
-            target = copy / os.path.relpath(change.file, root)
-            if os.path.relpath(change.file, root).startswith(".."):
-                raise MagnetonError(f"{change.file} lies outside the program's folder {root}")
-            target.write_text(change.text, encoding="utf-8")
+        copy = _copied(root, change, work / run.replace(os.sep, "_"))
         argv, cwd = record_argv(base, root, copy, change.args)
         variant = record_copy(["--replace", *argv], cwd, Path(db_path), run, env=change.env)
         tried.run = run
@@ -836,6 +829,19 @@ def try_change(
     return tried
 
 
+def _copied(root: str, change: Change | None, dest: Path) -> Path:
+    """A scratch copy of the program's folder at `dest`, with `change`'s file edit."""
+    from .fix.verify import copy_folder
+
+    copy = copy_folder(root, dest)
+    if change is not None and change.file:
+        rel = os.path.relpath(change.file, root)
+        if rel.startswith(".."):
+            raise MagnetonError(f"{change.file} lies outside the program's folder {root}")
+        (copy / rel).write_text(change.text, encoding="utf-8")
+    return copy
+
+
 # rounds of a program whose step runs compiled: each round records base and variant
 RERECORDED_ROUNDS = 5
 
@@ -851,19 +857,14 @@ def rerecorded_saving(
     each program from its own scratch copy of the folder. WorkerError when one fails."""
     from magneton.tracer.programs.program import env_of
 
-    from .fix.verify import copy_folder, record_argv, record_copy
+    from .fix.verify import record_argv, record_copy
     from .matching.confirm import paired_interval
 
     db = work / "db"
     sides = []
-    for name, p, args, text in (
-        ("base", base, None, None),
-        ("variant", variant, change.args, change.text),
-    ):
-        copy = copy_folder(root, work / name)
-        if change.file and text is not None:
-            (copy / os.path.relpath(change.file, root)).write_text(text, encoding="utf-8")
-        argv, cwd = record_argv(base, root, copy, args)
+    for name, p, applied in (("base", base, None), ("variant", variant, change)):
+        copy = _copied(root, applied, work / name)
+        argv, cwd = record_argv(base, root, copy, applied.args if applied else None)
         sides.append((name, argv, cwd, env_of(p.config)))
     energy: dict[str, list[float]] = {"base": [], "variant": []}
     iv = None

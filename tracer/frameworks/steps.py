@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.abc
-import importlib.util
 import json
 import sys
 from collections import Counter
@@ -40,6 +38,7 @@ from typing import Any
 
 from magneton.model import MagnetonError, Profile
 from magneton.tracer.programs.entered import ENTERED_KEY, caller_frames
+from magneton.tracer.programs.onimport import when_imported
 
 
 class _Counted:
@@ -120,17 +119,7 @@ class StepRecorder:
         """Apply `patch` to module `name` once the program imports it (now, if it has):
         importing Keras ahead of the program would fix its backend before the program
         chose one (`KERAS_BACKEND`)."""
-        if name in sys.modules:
-            patch(sys.modules[name])
-            return
-        hook = _OnImport(name, patch)
-        sys.meta_path.insert(0, hook)
-
-        def unhook() -> None:
-            if hook in sys.meta_path:
-                sys.meta_path.remove(hook)
-
-        self._undo.append(unhook)
+        self._undo.append(when_imported(name, patch))
 
     def _wrap_keras(self, keras: Any) -> None:
         """Keras' `fit` steps through `model.train_function(iterator)`, which it builds in
@@ -279,36 +268,6 @@ class _KerasStep(_Counted):
     def __init__(self, compiled: Any, recorder: StepRecorder, model: Any):
         super().__init__(compiled, recorder, "train_function")
         self.model = model
-
-
-class _OnImport:
-    """A `sys.meta_path` finder that patches module `name` right after it is loaded."""
-
-    def __init__(self, name: str, patch: Callable[[Any], None]):
-        self.name, self.patch = name, patch
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)  # find the real spec, once
-        spec = importlib.util.find_spec(fullname)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _PatchingLoader(spec.loader, self.patch)
-        return spec
-
-
-class _PatchingLoader(importlib.abc.Loader):
-    """The module's own loader, then the patch."""
-
-    def __init__(self, loader: Any, patch: Callable[[Any], None]):
-        self.loader, self.patch = loader, patch
-
-    def create_module(self, spec: Any) -> Any:
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        self.loader.exec_module(module)
-        self.patch(module)
 
 
 @contextlib.contextmanager

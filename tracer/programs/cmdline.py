@@ -38,7 +38,7 @@ import ast
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -242,20 +242,33 @@ def _click_option(p: Any) -> list[ActionSpec]:
     ]
 
 
-def _click_commands() -> list[Any]:
-    """The `Command` classes of the click copies the program can import: click's own and
-    typer's (which carries its own). Importing them here costs what the program's own
-    import of them would."""
-    import importlib
-    import importlib.util
+# the modules holding click's `Command` class: click's own, and typer's copy of it
+_CLICK_CORES = ("click.core", "typer._click.core")
 
-    out = []
-    for package, module in (("click", "click.core"), ("typer", "typer._click.core")):
-        if importlib.util.find_spec(package) is None:
-            continue
-        with contextlib.suppress(ImportError, AttributeError):
-            out.append(importlib.import_module(module).Command)
-    return out
+
+@contextlib.contextmanager
+def _click_parse_wrapped(wrap: Callable[[Callable], Callable]) -> Iterator[None]:
+    """`Command.parse_args` of each click copy replaced by `wrap(original)` while the
+    block runs: patched when the program imports the copy (never imported here: that
+    would cost every program the import), restored after."""
+    from magneton.tracer.programs.onimport import when_imported
+
+    patched: list[tuple[Any, Callable]] = []
+
+    def patch(module: Any) -> None:
+        command = getattr(module, "Command", None)
+        if command is not None:
+            patched.append((command, command.parse_args))
+            command.parse_args = wrap(command.parse_args)
+
+    unhooks = [when_imported(name, patch) for name in _CLICK_CORES]
+    try:
+        yield
+    finally:
+        for unhook in unhooks:
+            unhook()
+        for command, original in reversed(patched):
+            command.parse_args = original
 
 
 @contextlib.contextmanager
@@ -267,27 +280,19 @@ def observed_parsers() -> Iterator[list[ParserSpec]]:
             yield seen
 
 
-@contextlib.contextmanager
-def _observed_click(seen: list[ParserSpec]) -> Iterator[None]:
-    undo = []
-    for command in _click_commands():
-        original = command.parse_args
-
-        def parse_args(self, ctx, args, _original=original):
-            words = list(args)
-            rest = _original(self, ctx, args)
+def _observed_click(seen: list[ParserSpec]):
+    def wrap(original: Callable) -> Callable:
+        def parse_args(self, ctx, args):
+            words = list(args)  # before parsing: click's parser consumes the list
+            rest = original(self, ctx, args)
             if words == sys.argv[1:]:
                 with contextlib.suppress(Exception):  # recording must never break the program
                     seen.append(_click_spec(self, ctx, words))
             return rest
 
-        command.parse_args = parse_args
-        undo.append((command, original))
-    try:
-        yield
-    finally:
-        for command, original in undo:
-            command.parse_args = original
+        return parse_args
+
+    return _click_parse_wrapped(wrap)
 
 
 @contextlib.contextmanager
@@ -608,8 +613,6 @@ def parses(script: str, args: list[str]) -> int:
             raise _Parsed
         return out
 
-    commands = [(c, c.parse_args) for c in _click_commands()]
-
     def stopping(original):
         def click_parse_args(self, ctx, words):
             mine = own(words)  # before parsing: click's parser consumes the list it is given
@@ -622,18 +625,15 @@ def parses(script: str, args: list[str]) -> int:
 
     sys.argv = [script, *args]
     cls.parse_args, cls.parse_known_args = parse_args, parse_known_args  # type: ignore[method-assign]
-    for command, original in commands:
-        command.parse_args = stopping(original)
     try:
-        runpy.run_path(script, run_name="__main__")
+        with _click_parse_wrapped(stopping):
+            runpy.run_path(script, run_name="__main__")
     except _Parsed:
         return 0
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 2
     finally:
         cls.parse_args, cls.parse_known_args = full, known  # type: ignore[method-assign]
-        for command, original in commands:
-            command.parse_args = original
     return 3
 
 
