@@ -191,13 +191,18 @@ def test_a_script_is_judged_by_what_it_returned(tmp_path):
     assert not same and "argmax" in first and "returned" in first
 
 
-def test_a_literal_argument_gets_the_values_the_program_compares_it_with(tmp_path):
+def _recorded_script(tmp_path: Path, script: Path):
+    """`script` copied to a folder of its own and recorded from there as run `base`."""
     folder = tmp_path / "proj"
     folder.mkdir()
-    shutil.copy(ARGS_SCRIPT, folder / "pool.py")
+    shutil.copy(script, folder / script.name)
     db = tmp_path / "db"
-    magneton("record", "pool.py", "--db", str(db), "--run", "base", "-q", cwd=folder)
-    got = _by_setting(propose(load_profile(str(db), "base")))
+    magneton("record", script.name, "--db", str(db), "--run", "base", "-q", cwd=folder)
+    return load_profile(str(db), "base")
+
+
+def test_a_literal_argument_gets_the_values_the_program_compares_it_with(tmp_path):
+    got = _by_setting(propose(_recorded_script(tmp_path, ARGS_SCRIPT)))
     pad = got[("padding", "longest")]
     assert pad.kind == "argument" and pad.from_value == "max_length"
     assert pad.where == "pool.py:36" and "compared in the source" in pad.source
@@ -211,12 +216,7 @@ def test_a_literal_argument_gets_the_values_the_program_compares_it_with(tmp_pat
 def test_a_setting_gets_the_keys_of_the_table_it_selects_from_and_its_commented_choices(
     tmp_path,
 ):
-    folder = tmp_path / "proj"
-    folder.mkdir()
-    shutil.copy(TABLE_SCRIPT, folder / "table.py")
-    db = tmp_path / "db"
-    magneton("record", "table.py", "--db", str(db), "--run", "base", "-q", cwd=folder)
-    got = _by_setting(propose(load_profile(str(db), "base")))
+    got = _by_setting(propose(_recorded_script(tmp_path, TABLE_SCRIPT)))
     table = got[("REDUCE", "vector")]
     assert table.kind == "constant" and "a key of the table" in table.source
     listed = got[("NORM", "fused")]
